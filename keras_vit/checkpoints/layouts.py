@@ -1,0 +1,186 @@
+"""Where every keras-vit weight lives in each upstream checkpoint layout.
+
+Each layout is a table of ``(regex over the Keras variable path, source)`` rows; a
+source names the upstream key(s) (``{0}`` is the block index from the regex) and how
+to turn them into the Keras shape. One table per layout, one mechanism for all:
+
+- ``"original"``: google-research/vision_transformer ``.npz`` (flax names, HWIO kernels,
+  attention kernels split per head).
+- ``"timm"``: timm ``VisionTransformer`` state dicts (torch ``(out, in)`` Linear
+  weights, OIHW convs, fused ``qkv``).
+- ``"hf"``: HF transformers ``ViTModel`` / ``ViTForImageClassification`` files as the hub
+  has them (``vit.`` prefix optional).
+- ``"keras"``: keras-vit's own variable paths (a ``.keras`` file), identity.
+"""
+
+import re
+
+import numpy as np
+
+# --- sources: small pure functions from the checkpoint dict to one array ---------------
+
+
+class Source:
+    """Upstream keys plus a transform; ``keys`` may contain ``{0}`` for the block index."""
+
+    def __init__(self, keys, transform):
+        self.keys = (keys,) if isinstance(keys, str) else tuple(keys)
+        self.transform = transform
+
+    def resolve(self, groups):
+        return [k.format(*groups) for k in self.keys]
+
+    def __call__(self, arrays, groups):
+        return self.transform(*[arrays[k] for k in self.resolve(groups)])
+
+
+def same(key):
+    return Source(key, lambda a: a)
+
+
+def linear(*keys):
+    """torch ``Linear`` weights are ``(out, in)``; Keras ``Dense`` kernels ``(in, out)``.
+
+    Several keys (query, key, value) are concatenated along the output axis."""
+    return Source(keys, lambda *a: np.concatenate([w.T for w in a], axis=-1))
+
+
+def concat(*keys):
+    return Source(keys, lambda *a: np.concatenate([b.reshape(-1) for b in a]))
+
+
+def conv(key):
+    """torch ``Conv2d`` weights are OIHW; Keras kernels HWIO."""
+    return Source(key, lambda w: np.transpose(w, (2, 3, 1, 0)))
+
+
+def heads_in(*keys):
+    """Flax attention input kernels ``(width, heads, head_dim)`` -> ``(width, heads * head_dim)``."""
+    return Source(keys, lambda *a: np.concatenate([w.reshape(w.shape[0], -1) for w in a], axis=-1))
+
+
+def heads_out(key):
+    """Flax attention output kernel ``(heads, head_dim, width)`` -> ``(heads * head_dim, width)``."""
+    return Source(key, lambda w: w.reshape(-1, w.shape[-1]))
+
+
+# --- the tables ------------------------------------------------------------------------
+
+_B = r"block_(\d+)/"  # our encoder block prefix; its index fills {0}
+
+ORIGINAL = [
+    (r"patch_embedding/kernel", same("embedding/kernel")),
+    (r"patch_embedding/bias", same("embedding/bias")),
+    (r"class_token/token", same("cls")),
+    (r"position_embedding/embedding", same("Transformer/posembed_input/pos_embedding")),
+    (_B + r"norm1/gamma", same("Transformer/encoderblock_{0}/LayerNorm_0/scale")),
+    (_B + r"norm1/beta", same("Transformer/encoderblock_{0}/LayerNorm_0/bias")),
+    (_B + r"attention/qkv/kernel", heads_in(*(
+        f"Transformer/encoderblock_{{0}}/MultiHeadDotProductAttention_1/{n}/kernel"
+        for n in ("query", "key", "value")))),
+    (_B + r"attention/qkv/bias", concat(*(
+        f"Transformer/encoderblock_{{0}}/MultiHeadDotProductAttention_1/{n}/bias"
+        for n in ("query", "key", "value")))),
+    (_B + r"attention/out/kernel", heads_out("Transformer/encoderblock_{0}/MultiHeadDotProductAttention_1/out/kernel")),
+    (_B + r"attention/out/bias", same("Transformer/encoderblock_{0}/MultiHeadDotProductAttention_1/out/bias")),
+    (_B + r"norm2/gamma", same("Transformer/encoderblock_{0}/LayerNorm_2/scale")),
+    (_B + r"norm2/beta", same("Transformer/encoderblock_{0}/LayerNorm_2/bias")),
+    (_B + r"mlp/fc1/kernel", same("Transformer/encoderblock_{0}/MlpBlock_3/Dense_0/kernel")),
+    (_B + r"mlp/fc1/bias", same("Transformer/encoderblock_{0}/MlpBlock_3/Dense_0/bias")),
+    (_B + r"mlp/fc2/kernel", same("Transformer/encoderblock_{0}/MlpBlock_3/Dense_1/kernel")),
+    (_B + r"mlp/fc2/bias", same("Transformer/encoderblock_{0}/MlpBlock_3/Dense_1/bias")),
+    (r"encoder_norm/gamma", same("Transformer/encoder_norm/scale")),
+    (r"encoder_norm/beta", same("Transformer/encoder_norm/bias")),
+    (r"pre_logits/kernel", same("pre_logits/kernel")),
+    (r"pre_logits/bias", same("pre_logits/bias")),
+    (r"head/kernel", same("head/kernel")),
+    (r"head/bias", same("head/bias")),
+]
+
+TIMM = [
+    (r"patch_embedding/kernel", conv("patch_embed.proj.weight")),
+    (r"patch_embedding/bias", same("patch_embed.proj.bias")),
+    (r"class_token/token", same("cls_token")),
+    (r"position_embedding/embedding", same("pos_embed")),
+    (_B + r"norm1/gamma", same("blocks.{0}.norm1.weight")),
+    (_B + r"norm1/beta", same("blocks.{0}.norm1.bias")),
+    (_B + r"attention/qkv/kernel", linear("blocks.{0}.attn.qkv.weight")),
+    (_B + r"attention/qkv/bias", same("blocks.{0}.attn.qkv.bias")),
+    (_B + r"attention/out/kernel", linear("blocks.{0}.attn.proj.weight")),
+    (_B + r"attention/out/bias", same("blocks.{0}.attn.proj.bias")),
+    (_B + r"norm2/gamma", same("blocks.{0}.norm2.weight")),
+    (_B + r"norm2/beta", same("blocks.{0}.norm2.bias")),
+    (_B + r"mlp/fc1/kernel", linear("blocks.{0}.mlp.fc1.weight")),
+    (_B + r"mlp/fc1/bias", same("blocks.{0}.mlp.fc1.bias")),
+    (_B + r"mlp/fc2/kernel", linear("blocks.{0}.mlp.fc2.weight")),
+    (_B + r"mlp/fc2/bias", same("blocks.{0}.mlp.fc2.bias")),
+    # (timm names the final norm `fc_norm` when it follows the pooling; the loader
+    # renames it after checking that the model pools the same way.)
+    (r"encoder_norm/gamma", same("norm.weight")),
+    (r"encoder_norm/beta", same("norm.bias")),
+    (r"head/kernel", linear("head.weight")),
+    (r"head/bias", same("head.bias")),
+]
+
+_HF_ATTN = "encoder.layer.{0}.attention."
+HF = [
+    (r"patch_embedding/kernel", conv("embeddings.patch_embeddings.projection.weight")),
+    (r"patch_embedding/bias", same("embeddings.patch_embeddings.projection.bias")),
+    (r"class_token/token", same("embeddings.cls_token")),
+    (r"position_embedding/embedding", same("embeddings.position_embeddings")),
+    (_B + r"norm1/gamma", same("encoder.layer.{0}.layernorm_before.weight")),
+    (_B + r"norm1/beta", same("encoder.layer.{0}.layernorm_before.bias")),
+    (_B + r"attention/qkv/kernel", linear(*(_HF_ATTN + f"attention.{n}.weight" for n in ("query", "key", "value")))),
+    (_B + r"attention/qkv/bias", concat(*(_HF_ATTN + f"attention.{n}.bias" for n in ("query", "key", "value")))),
+    (_B + r"attention/out/kernel", linear(_HF_ATTN + "output.dense.weight")),
+    (_B + r"attention/out/bias", same(_HF_ATTN + "output.dense.bias")),
+    (_B + r"norm2/gamma", same("encoder.layer.{0}.layernorm_after.weight")),
+    (_B + r"norm2/beta", same("encoder.layer.{0}.layernorm_after.bias")),
+    (_B + r"mlp/fc1/kernel", linear("encoder.layer.{0}.intermediate.dense.weight")),
+    (_B + r"mlp/fc1/bias", same("encoder.layer.{0}.intermediate.dense.bias")),
+    (_B + r"mlp/fc2/kernel", linear("encoder.layer.{0}.output.dense.weight")),
+    (_B + r"mlp/fc2/bias", same("encoder.layer.{0}.output.dense.bias")),
+    (r"encoder_norm/gamma", same("layernorm.weight")),
+    (r"encoder_norm/beta", same("layernorm.bias")),
+    # HF's ViTModel "pooler" (Dense + tanh on the class token) is the paper's pre-logits.
+    (r"pre_logits/kernel", linear("pooler.dense.weight")),
+    (r"pre_logits/bias", same("pooler.dense.bias")),
+    (r"head/kernel", linear("classifier.weight")),
+    (r"head/bias", same("classifier.bias")),
+]
+
+TABLES = {"original": ORIGINAL, "timm": TIMM, "hf": HF}
+LAYOUTS = ("original", "timm", "hf", "keras")
+
+# Keys that identify a layout, and the key prefixes that wrappers add to it.
+_SIGNATURES = {
+    "original": ("embedding/kernel", ("", "opt/target/")),
+    "timm": ("patch_embed.proj.weight", ("", "module.", "model.")),
+    "hf": ("embeddings.patch_embeddings.projection.weight", ("", "vit.")),
+    "keras": ("patch_embedding/kernel", ("",)),
+}
+
+
+def detect_layout(arrays):
+    """``(layout, arrays without the wrapper prefix)`` from the key names alone."""
+    for layout, (signature, prefixes) in _SIGNATURES.items():
+        for prefix in prefixes:
+            if prefix + signature in arrays:
+                stripped = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+                # Keys outside the prefix (HF's `classifier.*`) are kept as they are.
+                stripped.update({k: v for k, v in arrays.items() if not k.startswith(prefix)})
+                return layout, stripped
+    sample = ", ".join(sorted(arrays)[:6])
+    raise ValueError(
+        "Unrecognised checkpoint layout: expected the original ViT .npz, a timm or an HF "
+        f"transformers ViT state dict, or a keras-vit model; its first keys are: {sample}."
+    )
+
+
+def find_source(layout, path):
+    """The ``Source`` and regex groups for one Keras variable path, or ``(None, None)``."""
+    for pattern, source in TABLES[layout]:
+        match = re.fullmatch(pattern, path)
+        if match:
+            return source, match.groups()
+    return None, None

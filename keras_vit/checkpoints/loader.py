@@ -1,0 +1,205 @@
+"""``load_weights``: any supported checkpoint into a keras-vit model, on any backend."""
+
+import dataclasses
+import json
+import os
+import warnings
+
+import numpy as np
+
+import keras
+
+from keras_vit.checkpoints import layouts, readers
+from keras_vit.checkpoints.resample import resample_position_embedding
+
+# How each peer resamples position embeddings when it loads a file at another size;
+# load_weights does the same by default so that its output matches the peer's.
+PEER_RESAMPLING = {
+    "timm": ("bicubic", True),  # timm checkpoint_filter_fn
+    "original": ("bilinear", False),  # timm's loader for the original .npz files
+    "hf": ("bicubic", False),  # HF ViT interpolate_pos_encoding
+    "keras": ("bicubic", True),
+}
+# The numerics each peer's checkpoints were trained with (GELU form, LayerNorm epsilon).
+PEER_NUMERICS = {
+    "timm": {"gelu_approximate": False, "layer_norm_epsilon": 1e-6},
+    "original": {"gelu_approximate": True, "layer_norm_epsilon": 1e-6},
+    "hf": {"gelu_approximate": False, "layer_norm_epsilon": 1e-12},
+}
+# Weights that may stay freshly initialised when the checkpoint has none that fit:
+# a new task's classifier (and the pre-logits layer that precedes it).
+_TASK_SPECIFIC = ("head/", "pre_logits/")
+
+
+@dataclasses.dataclass
+class LoadReport:
+    """What ``load_weights`` did: the file's layout and what was loaded, kept or resized."""
+
+    container: str
+    layout: str
+    loaded: list
+    fresh: dict  # Keras path -> why it kept its initial value
+    resampled: dict  # Keras path -> (old shape, new shape)
+    unused: list  # checkpoint keys nothing was loaded from
+
+
+def load_weights(model, path, resample_method=None, resample_antialias=None, warn=True):
+    """Loads a checkpoint into ``model``, recognising its format and layout by content.
+
+    Reads the original google-research ``.npz`` files, timm state dicts (``.pth``,
+    ``.bin``, ``.safetensors``), HF transformers ViT checkpoints as on the hub
+    (``model.safetensors``, ``pytorch_model.bin``), keras-vit ``.keras`` files (any
+    architecture-compatible size) and ``.weights.h5`` files of the same architecture.
+
+    - Position embeddings of another grid are resampled in 2D (class token kept apart),
+      by default as the peer that wrote the layout does (``PEER_RESAMPLING``).
+    - A classifier (or pre-logits layer) of another size, or none in the file, stays
+      freshly initialised, with a warning: load a 1000-class checkpoint into a 10-class
+      model to fine-tune it.
+    - Anything else that is missing or of the wrong shape is an error naming the key, the
+      expected and the given shape; then nothing at all is assigned.
+
+    Args:
+        model: a model from ``keras_vit.create_model`` / ``VisionTransformer``.
+        path: the checkpoint file.
+        resample_method: ``"bilinear"``, ``"bicubic"`` or ``"nearest"`` (default: the peer's).
+        resample_antialias: antialias while resampling (default: the peer's).
+        warn: emit warnings for fresh weights, unused keys and numerics that differ from
+            what the checkpoint was trained with.
+
+    Returns:
+        A ``LoadReport``.
+
+    Example:
+    >>> import os, tempfile, keras_vit
+    >>> source = keras_vit.create_model("vit_ti16", image_size=32, num_classes=10, depth=1)
+    >>> path = os.path.join(tempfile.mkdtemp(), "source.keras")
+    >>> source.save(path)
+    >>> target = keras_vit.create_model("vit_ti16", image_size=48, num_classes=10, depth=1)
+    >>> report = keras_vit.load_weights(target, path)
+    >>> list(report.resampled)
+    ['position_embedding/embedding']
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"No checkpoint file at {path!r}.")
+    container = readers.sniff_container(path)
+    if container == "keras_weights":
+        model.load_weights(path)  # same architecture only; Keras names the mismatch
+        return LoadReport(container, "keras", [v.path for v in model.weights], {}, {}, [])
+    container, arrays = readers.read_arrays(path)
+    layout, arrays = layouts.detect_layout(arrays)
+    arrays = _check_architecture(model, layout, arrays)
+    method, antialias = PEER_RESAMPLING[layout]
+    method = resample_method or method
+    antialias = antialias if resample_antialias is None else resample_antialias
+
+    values, fresh, resampled, used, errors = {}, {}, {}, set(), []
+    for variable in model.weights:
+        key_path = variable.path
+        if layout == "keras":
+            source, groups = layouts.Source(key_path, lambda a: a), ()
+        else:
+            source, groups = layouts.find_source(layout, key_path)
+            if source is None:
+                errors.append(f"{key_path}: keras-vit has no {layout} mapping for this weight")
+                continue
+        keys = source.resolve(groups)
+        missing = [k for k in keys if k not in arrays]
+        expected = tuple(variable.shape)
+        if missing:
+            if key_path.startswith(_TASK_SPECIFIC):
+                fresh[key_path] = f"not in the checkpoint ({missing[0]})"
+            else:
+                errors.append(f"{key_path}: missing key {missing[0]!r} (expected shape {expected})")
+            continue
+        value = np.asarray(source(arrays, groups))
+        if value.shape != expected and key_path == "position_embedding/embedding":
+            value = _resample(model, value, method, antialias, keys[0])
+            resampled[key_path] = (tuple(source(arrays, groups).shape), expected)
+        if value.shape != expected:
+            if key_path.startswith(_TASK_SPECIFIC):
+                fresh[key_path] = f"checkpoint shape {value.shape} != model shape {expected}"
+                used.update(keys)
+                continue
+            errors.append(f"{key_path}: key {keys[0]!r} has shape {value.shape}, expected {expected}")
+            continue
+        values[key_path] = value
+        used.update(keys)
+
+    if errors:
+        listing = "\n  ".join(errors[:20]) + ("\n  ..." if len(errors) > 20 else "")
+        raise ValueError(
+            f"Checkpoint {path} ({layout} layout) does not fit model {model.name!r}; nothing was "
+            f"loaded:\n  {listing}"
+        )
+    for variable in model.weights:
+        if variable.path in values:
+            variable.assign(values[variable.path].astype(variable.dtype))
+    unused = sorted(set(arrays) - used)
+    report = LoadReport(container, layout, sorted(values), fresh, resampled, unused)
+    if warn:
+        _warn(model, report, path)
+    return report
+
+
+def _check_architecture(model, layout, arrays):
+    """Structural differences that would load without error yet compute differently."""
+    config = getattr(model, "vit_config", None) or {}
+    if layout == "timm":
+        has_fc_norm = "fc_norm.weight" in arrays
+        if has_fc_norm != bool(config.get("norm_after_pool")):
+            raise ValueError(
+                "The timm checkpoint applies its final LayerNorm "
+                + ("after pooling (`fc_norm`)" if has_fc_norm else "before pooling (`norm`)")
+                + f" but the model has norm_after_pool={config.get('norm_after_pool')}: build it "
+                f"with norm_after_pool={has_fc_norm}."
+            )
+        if has_fc_norm:
+            arrays = {("norm." + k[len("fc_norm."):] if k.startswith("fc_norm.") else k): v for k, v in arrays.items()}
+    token_key = {"original": "cls", "timm": "cls_token", "hf": "embeddings.cls_token", "keras": "class_token/token"}
+    has_token = token_key[layout] in arrays
+    if config and has_token != config["class_token"]:
+        raise ValueError(
+            f"The checkpoint {'has' if has_token else 'has no'} class token but the model was "
+            f"built with class_token={config['class_token']}: build it with class_token={has_token} "
+            f"(pooling={'token' if has_token else 'gap'!r} or 'gap')."
+        )
+    return arrays
+
+
+def _resample(model, posemb, method, antialias, key):
+    num_prefix = getattr(model, "num_prefix_tokens", 1)
+    grid = getattr(model, "grid_size", None)
+    if posemb.ndim == 2:  # some files drop the leading batch axis
+        posemb = posemb[None]
+    try:
+        return resample_position_embedding(posemb, grid, num_prefix_tokens=num_prefix, method=method, antialias=antialias)
+    except ValueError as error:
+        raise ValueError(f"Cannot resample {key!r} of shape {posemb.shape} to grid {grid}: {error}") from None
+
+
+def _warn(model, report, path):
+    for key_path, why in report.fresh.items():
+        warnings.warn(f"{key_path} keeps its fresh initial value: {why}.", stacklevel=3)
+    ignorable = ("pre_logits/", "pooler.")
+    unused = [k for k in report.unused if not k.startswith(ignorable)]
+    if unused:
+        more = f" (+{len(unused) - 8} more)" if len(unused) > 8 else ""
+        warnings.warn(f"Checkpoint keys not used by the model: {', '.join(unused[:8])}{more}.", stacklevel=3)
+    expected = dict(PEER_NUMERICS.get(report.layout, {}))
+    config_json = os.path.join(os.path.dirname(path), "config.json")
+    if report.layout == "hf" and os.path.isfile(config_json):
+        with open(config_json) as f:
+            hf = json.load(f)
+        expected["layer_norm_epsilon"] = hf.get("layer_norm_eps", expected["layer_norm_epsilon"])
+        expected["gelu_approximate"] = hf.get("hidden_act", "gelu") != "gelu"
+    config = getattr(model, "vit_config", {})
+    differ = {k: v for k, v in expected.items() if k in config and config[k] != v}
+    if differ:
+        options = ", ".join(f"{k}={v!r}" for k, v in differ.items())
+        warnings.warn(
+            f"This {report.layout} checkpoint was trained with {options}; the model differs, so "
+            f"its outputs will differ slightly. Build it with create_model(..., {options}).",
+            stacklevel=3,
+        )

@@ -1,0 +1,113 @@
+"""Reading a checkpoint file into ``{name: numpy array}``, recognising the file by content.
+
+One reader per container format; none of them knows what the names mean (that is
+``layouts.py``). The file's extension is ignored: hub files are often renamed.
+"""
+
+import json
+import struct
+import zipfile
+
+import numpy as np
+
+CONTAINERS = ("npz", "torch", "safetensors", "keras", "keras_weights")
+
+
+def sniff_container(path):
+    """Which container a file is, from its first bytes (and zip member names)."""
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if head.startswith(b"PK"):
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+        if any(n.endswith(".npy") for n in names):
+            return "npz"
+        if any(n.endswith("data.pkl") for n in names):
+            return "torch"
+        if "config.json" in names and "model.weights.h5" in names:
+            return "keras"
+    if head.startswith(b"\x89HDF"):
+        return "keras_weights"
+    if head[:1] == b"\x80":  # a pickle: torch's legacy (pre-1.6) format
+        return "torch"
+    if len(head) >= 9:
+        (header_len,) = struct.unpack("<Q", head[:8])
+        if 0 < header_len < 100_000_000 and head[8:9] == b"{":
+            return "safetensors"
+    raise ValueError(
+        f"{path} is not a checkpoint keras-vit can read: expected one of .npz (original JAX), "
+        ".pth/.bin (PyTorch), .safetensors, .keras or .weights.h5 content; the file's first "
+        f"bytes are {head[:8]!r}."
+    )
+
+
+def read_npz(path):
+    with np.load(path, allow_pickle=False) as data:
+        return {k: data[k] for k in data.files}
+
+
+def read_torch(path):
+    import torch  # a dependency; imported here so other formats never pay for it
+
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    # Training checkpoints wrap the weights ({"model": ...}, {"state_dict": ...}).
+    for key in ("state_dict", "model", "module"):
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+    return {k: v.detach().float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
+
+
+_SAFETENSORS_DTYPES = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+}
+
+
+def read_safetensors(path):
+    # The format is an 8-byte header length, a JSON header, then raw little-endian
+    # buffers; read directly so bfloat16 files work without torch.
+    import ml_dtypes  # comes with jax and tensorflow
+
+    with open(path, "rb") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(header_len))
+        buffer = f.read()
+    arrays = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = info["dtype"]
+        np_dtype = ml_dtypes.bfloat16 if dtype == "BF16" else np.dtype(_SAFETENSORS_DTYPES[dtype])
+        start, end = info["data_offsets"]
+        array = np.frombuffer(buffer[start:end], dtype=np_dtype).reshape(info["shape"])
+        arrays[name] = array.astype("float32") if dtype in ("BF16", "F16") else array.copy()
+    return arrays
+
+
+def read_keras(path):
+    import keras
+
+    model = keras.saving.load_model(path, compile=False)
+    return {v.path: keras.ops.convert_to_numpy(v) for v in model.weights}
+
+
+READERS = {"npz": read_npz, "torch": read_torch, "safetensors": read_safetensors, "keras": read_keras}
+
+
+def read_arrays(path):
+    """``(container, {name: array})`` for any supported checkpoint file.
+
+    >>> import numpy as np, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "w.npz")
+    >>> np.savez(path, **{"embedding/kernel": np.zeros((16, 16, 3, 8), "float32")})
+    >>> container, arrays = read_arrays(path)
+    >>> container, arrays["embedding/kernel"].shape
+    ('npz', (16, 16, 3, 8))
+    """
+    container = sniff_container(path)
+    if container == "keras_weights":
+        raise ValueError(
+            f"{path} is a Keras .weights.h5 file, which holds no names to map: load it with "
+            "model.load_weights(path) into a model built with the same arguments."
+        )
+    return container, READERS[container](path)

@@ -1,0 +1,71 @@
+"""Multi-head self-attention with one fused query/key/value projection."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MultiHeadSelfAttention(keras.layers.Layer):
+    """Scaled dot-product self-attention over all tokens.
+
+    Query, key and value come from one ``(width, 3 * width)`` matmul (columns ordered
+    query | key | value, heads contiguous inside each): one large matmul is faster than
+    three, and it is timm's ``qkv`` layout transposed. When no attention weights are asked
+    for and no attention dropout is active, the fused ``keras.ops.dot_product_attention``
+    runs (flash attention where the backend has it).
+
+    Args:
+        num_heads: attention heads; must divide the token width.
+        attention_dropout_rate: dropout on the attention weights (the paper uses 0).
+
+    Example:
+    >>> import numpy as np
+    >>> layer = MultiHeadSelfAttention(num_heads=2)
+    >>> out, weights = layer(np.zeros((1, 5, 8), "float32"), return_attention_scores=True)
+    >>> tuple(out.shape), tuple(weights.shape)
+    ((1, 5, 8), (1, 2, 5, 5))
+    """
+
+    def __init__(self, num_heads, attention_dropout_rate=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.attention_dropout_rate = float(attention_dropout_rate)
+        self.attention_dropout = keras.layers.Dropout(self.attention_dropout_rate, name="attention_dropout")
+
+    def build(self, input_shape):
+        width = input_shape[-1]
+        if width % self.num_heads:
+            raise ValueError(f"{self.name}: width {width} is not divisible by num_heads {self.num_heads}.")
+        self.head_dim = width // self.num_heads
+        self.qkv = keras.layers.Dense(3 * width, name="qkv", dtype=self.dtype_policy)
+        self.qkv.build(input_shape)
+        self.out = keras.layers.Dense(width, name="out", dtype=self.dtype_policy)
+        self.out.build(input_shape)
+
+    def call(self, tokens, return_attention_scores=False, training=None):
+        length, width = tokens.shape[1], tokens.shape[2]
+        qkv = ops.reshape(self.qkv(tokens), (-1, length, 3, self.num_heads, self.head_dim))
+        query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # (batch, length, heads, dim)
+        dropout_active = training and self.attention_dropout_rate > 0
+        if return_attention_scores or dropout_active:
+            out, weights = self._explicit_attention(query, key, value, training)
+        else:
+            out, weights = ops.dot_product_attention(query, key, value), None
+        out = self.out(ops.reshape(out, (-1, length, width)))
+        return (out, weights) if return_attention_scores else out
+
+    def _explicit_attention(self, query, key, value, training):
+        # Written out so that the weights can be returned and dropped out.
+        scale = ops.cast(1.0 / self.head_dim**0.5, query.dtype)
+        logits = ops.einsum("bqhd,bkhd->bhqk", query * scale, key)
+        weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        weights = ops.cast(weights, query.dtype)
+        dropped = self.attention_dropout(weights, training=training)
+        return ops.einsum("bhqk,bkhd->bqhd", dropped, value), weights
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "attention_dropout_rate": self.attention_dropout_rate,
+        }

@@ -1,0 +1,126 @@
+"""The pre-LayerNorm Transformer encoder block: attention then MLP, each residual."""
+
+import keras
+
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.stochastic_depth import DropPath
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MlpBlock(keras.layers.Layer):
+    """Dense -> GELU -> dropout -> Dense -> dropout, the paper's MLP (eq. 3).
+
+    Args:
+        mlp_dim: hidden width.
+        dropout_rate: dropout after each Dense.
+        gelu_approximate: ``True`` for the tanh approximation that the original JAX code
+            (flax's ``nn.gelu``) uses, ``False`` for the exact erf form of timm and HF.
+
+    >>> import numpy as np
+    >>> tuple(MlpBlock(16)(np.zeros((1, 3, 8), "float32")).shape)
+    (1, 3, 8)
+    """
+
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, **kwargs):
+        super().__init__(**kwargs)
+        self.mlp_dim = int(mlp_dim)
+        self.dropout_rate = float(dropout_rate)
+        self.gelu_approximate = bool(gelu_approximate)
+        self.dropout = keras.layers.Dropout(self.dropout_rate)
+
+    def build(self, input_shape):
+        self.fc1 = keras.layers.Dense(self.mlp_dim, name="fc1", dtype=self.dtype_policy)
+        self.fc1.build(input_shape)
+        self.fc2 = keras.layers.Dense(input_shape[-1], name="fc2", dtype=self.dtype_policy)
+        self.fc2.build(input_shape[:-1] + (self.mlp_dim,))
+
+    def call(self, x, training=None):
+        x = keras.ops.gelu(self.fc1(x), approximate=self.gelu_approximate)
+        x = self.dropout(x, training=training)
+        return self.dropout(self.fc2(x), training=training)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "mlp_dim": self.mlp_dim,
+            "dropout_rate": self.dropout_rate,
+            "gelu_approximate": self.gelu_approximate,
+        }
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class EncoderBlock(keras.layers.Layer):
+    """``x + MSA(LN(x))`` then ``x + MLP(LN(x))`` (the paper's eq. 2-3).
+
+    Args:
+        num_heads: attention heads.
+        mlp_dim: MLP hidden width.
+        dropout_rate: dropout after attention and in the MLP.
+        attention_dropout_rate: dropout on the attention weights.
+        drop_path_rate: stochastic-depth rate of both residual branches.
+        layer_norm_epsilon: 1e-6 in the original code and timm, 1e-12 in HF transformers.
+        gelu_approximate: see ``MlpBlock``.
+
+    Call with ``return_attention_scores=True`` to also get ``(batch, heads, tokens, tokens)``
+    attention weights.
+
+    >>> import numpy as np
+    >>> block = EncoderBlock(num_heads=2, mlp_dim=16)
+    >>> tuple(block(np.zeros((1, 5, 8), "float32")).shape)
+    (1, 5, 8)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        mlp_dim,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        drop_path_rate=0.0,
+        layer_norm_epsilon=1e-6,
+        gelu_approximate=True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = int(mlp_dim)
+        self.dropout_rate = float(dropout_rate)
+        self.attention_dropout_rate = float(attention_dropout_rate)
+        self.drop_path_rate = float(drop_path_rate)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.gelu_approximate = bool(gelu_approximate)
+        policy = self.dtype_policy
+        self.norm1 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="norm1", dtype=policy)
+        self.attention = MultiHeadSelfAttention(
+            self.num_heads, self.attention_dropout_rate, name="attention", dtype=policy
+        )
+        self.norm2 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="norm2", dtype=policy)
+        self.mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate, name="mlp", dtype=policy)
+        self.dropout = keras.layers.Dropout(self.dropout_rate)
+        self.drop_path = DropPath(self.drop_path_rate)
+
+    def build(self, input_shape):
+        for layer in (self.norm1, self.attention, self.norm2, self.mlp):
+            layer.build(input_shape)
+
+    def call(self, x, return_attention_scores=False, training=None):
+        y = self.attention(self.norm1(x), return_attention_scores=return_attention_scores, training=training)
+        y, weights = y if return_attention_scores else (y, None)
+        x = x + self.drop_path(self.dropout(y, training=training), training=training)
+        x = x + self.drop_path(self.mlp(self.norm2(x), training=training), training=training)
+        return (x, weights) if return_attention_scores else x
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout_rate": self.attention_dropout_rate,
+            "drop_path_rate": self.drop_path_rate,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "gelu_approximate": self.gelu_approximate,
+        }

@@ -1,0 +1,41 @@
+"""Turning the token sequence into one image vector."""
+
+import keras
+from keras import ops
+
+POOLINGS = ("token", "gap")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class TokenPooling(keras.layers.Layer):
+    """Pools ``(batch, tokens, width)`` to ``(batch, width)``.
+
+    Args:
+        mode: ``"token"`` takes the class token (the paper's default), ``"gap"`` averages
+            the patch tokens (the paper's global-average-pooling ablation).
+        num_prefix_tokens: tokens before the patch grid, left out of ``"gap"``.
+
+    >>> import numpy as np
+    >>> tuple(TokenPooling("gap", num_prefix_tokens=1)(np.ones((2, 5, 8), "float32")).shape)
+    (2, 8)
+    """
+
+    def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
+        super().__init__(**kwargs)
+        if mode not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {mode!r}.")
+        if mode == "token" and num_prefix_tokens < 1:
+            raise ValueError("pooling='token' needs a class token (num_prefix_tokens >= 1).")
+        self.mode = mode
+        self.num_prefix_tokens = int(num_prefix_tokens)
+
+    def call(self, tokens):
+        if self.mode == "token":
+            return tokens[:, 0]
+        return ops.mean(tokens[:, self.num_prefix_tokens :], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    def get_config(self):
+        return {**super().get_config(), "mode": self.mode, "num_prefix_tokens": self.num_prefix_tokens}

@@ -1,0 +1,75 @@
+"""Cutting an image into non-overlapping patches and projecting each to a token."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class PatchEmbedding(keras.layers.Layer):
+    """Linear projection of non-overlapping ``patch_size`` x ``patch_size`` patches.
+
+    This is the paper's "patch + position embedding" first half: a convolution whose
+    kernel and stride both equal the patch size, flattened to a token sequence. The
+    kernel is kept in Keras' HWIO layout, which is also the original ``.npz`` layout.
+
+    Args:
+        hidden_size: width of each token.
+        patch_size: side of a square patch, in pixels (or feature-map cells for hybrids).
+        num_channels: channels the input must have; checked when the layer is built.
+
+    Example:
+    >>> import numpy as np
+    >>> layer = PatchEmbedding(hidden_size=8, patch_size=4, num_channels=3)
+    >>> tuple(layer(np.zeros((2, 16, 16, 3), "float32")).shape)
+    (2, 16, 8)
+    """
+
+    def __init__(self, hidden_size, patch_size, num_channels=3, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = int(hidden_size)
+        self.patch_size = int(patch_size)
+        self.num_channels = int(num_channels)
+
+    def _check_shape(self, input_shape):
+        _, height, width, channels = input_shape
+        if channels != self.num_channels:
+            raise ValueError(
+                f"{self.name}: expected images with {self.num_channels} channels "
+                f"(NHWC), got input shape {tuple(input_shape)}."
+            )
+        for side, size in (("height", height), ("width", width)):
+            if size is not None and size % self.patch_size:
+                raise ValueError(
+                    f"{self.name}: image {side} must be divisible by the patch size "
+                    f"{self.patch_size}, got {size} (input shape {tuple(input_shape)})."
+                )
+
+    def build(self, input_shape):
+        self._check_shape(input_shape)
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(self.patch_size, self.patch_size, self.num_channels, self.hidden_size),
+            initializer="lecun_normal",
+        )
+        self.bias = self.add_weight(name="bias", shape=(self.hidden_size,), initializer="zeros")
+
+    def call(self, images):
+        # Functional models do not enforce their input shape; say what is wrong here.
+        self._check_shape(tuple(images.shape))
+        x = ops.conv(images, self.kernel, strides=self.patch_size, padding="valid")
+        x = x + self.bias
+        grid_h, grid_w = x.shape[1], x.shape[2]
+        return ops.reshape(x, (-1, grid_h * grid_w, self.hidden_size))
+
+    def compute_output_shape(self, input_shape):
+        batch, height, width, _ = input_shape
+        tokens = (height // self.patch_size) * (width // self.patch_size)
+        return (batch, tokens, self.hidden_size)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "hidden_size": self.hidden_size,
+            "patch_size": self.patch_size,
+            "num_channels": self.num_channels,
+        }

@@ -1,0 +1,47 @@
+"""Shared test fixtures. The Keras backend comes from KERAS_BACKEND (one process each)."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="session")
+def timm():
+    """timm, imported beside an inert torchvision stand-in (see torchvision_stub.py)."""
+    import torchvision_stub
+
+    torchvision_stub.install()
+    import timm as timm_module
+
+    return timm_module
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+def to_numpy(x):
+    import keras
+
+    return keras.ops.convert_to_numpy(x)
+
+
+def randomize_torch(module, seed=0):
+    """Fills every parameter with random values, so that zero or one inits hide nothing."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            noise = torch.randn(p.shape, generator=generator)
+            if p.ndim == 1 and "norm" in name and name.endswith("weight"):
+                p.copy_(1.0 + 0.1 * noise)  # normalisation scales near one
+            else:
+                p.copy_(0.05 * noise)
+    return module

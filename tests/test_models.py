@@ -1,0 +1,163 @@
+"""Named models: configs, parameter counts against timm, options, errors, training."""
+
+import numpy as np
+import pytest
+
+import keras
+import keras_vit
+from conftest import to_numpy
+
+# keras-vit name -> timm name, for every size/patch pair that timm registers.
+TIMM_NAMES = {
+    "vit_ti16": "vit_tiny_patch16_224", "vit_s16": "vit_small_patch16_224",
+    "vit_s32": "vit_small_patch32_224", "vit_s8": "vit_small_patch8_224",
+    "vit_b8": "vit_base_patch8_224", "vit_b16": "vit_base_patch16_224",
+    "vit_b32": "vit_base_patch32_224", "vit_l16": "vit_large_patch16_224",
+    "vit_l32": "vit_large_patch32_224", "vit_l14": "vit_large_patch14_224",
+    "vit_h14": "vit_huge_patch14_224",
+}
+
+
+def test_list_models_covers_every_size_and_patch():
+    names = keras_vit.list_models("vit_*")
+    assert len(names) == 5 * 4
+    for size in ("ti", "s", "b", "l", "h"):
+        for patch in (8, 14, 16, 32):
+            assert f"vit_{size}{patch}" in names
+
+
+def _parameter_count(name, **kwargs):
+    # Counting needs built weights; L and H would allocate GBs on every backend, so the
+    # count is taken from a depth-1 build of the real widths plus identical blocks (the
+    # full builds below check that extrapolation directly).
+    model = keras_vit.create_model(name, depth=1, **kwargs)
+    block = model.get_layer("block_0").count_params()
+    return model.count_params() + (keras_vit.get_config(name).depth - 1) * block
+
+
+@pytest.mark.parametrize("name", sorted(TIMM_NAMES))
+def test_parameter_count_matches_timm(timm, name):
+    import torch
+
+    with torch.device("meta"):
+        peer = timm.create_model(TIMM_NAMES[name], pretrained=False, num_classes=1000)
+    expected = sum(p.numel() for p in peer.parameters())
+    assert _parameter_count(name) == expected
+
+
+def test_parameter_counts_of_the_paper():
+    assert _parameter_count("vit_b16") == 86_567_656
+    assert _parameter_count("vit_l16") == 304_326_632
+    assert _parameter_count("vit_h14") == 632_045_800
+
+
+@pytest.mark.parametrize("name", ["vit_ti16", "vit_s32"])
+def test_extrapolated_count_equals_full_build(name):
+    assert _parameter_count(name) == keras_vit.create_model(name).count_params()
+
+
+def test_any_image_size_divisible_by_the_patch(rng):
+    model = keras_vit.create_model("vit_ti16", image_size=(48, 80), num_classes=3, depth=1)
+    assert model.get_layer("position_embedding").grid_size == (3, 5)
+    assert to_numpy(model(rng.random((2, 48, 80, 3), dtype="float32"))).shape == (2, 3)
+
+
+def test_features_and_tokens_without_top(rng):
+    x = rng.random((2, 32, 32, 3), dtype="float32")
+    pooled = keras_vit.create_model("vit_ti16", image_size=32, include_top=False, depth=1)
+    assert pooled.output_shape == (None, 192)
+    tokens = keras_vit.create_model("vit_ti16", image_size=32, include_top=False, pooling=None, depth=1)
+    assert to_numpy(tokens(x)).shape == (2, 5, 192)
+    gap = keras_vit.create_model("vit_ti16", image_size=32, include_top=False, pooling="gap", depth=1)
+    assert not any(layer.name == "class_token" for layer in gap.layers)
+
+
+def test_representation_layer_is_dense_tanh(rng):
+    model = keras_vit.create_model("vit_ti16", image_size=32, num_classes=4, depth=1,
+                                   representation_size=24, include_top=False)
+    out = to_numpy(model(rng.random((2, 32, 32, 3), dtype="float32")))
+    assert out.shape == (2, 24) and np.abs(out).max() <= 1.0
+
+
+def test_zero_initialised_head_outputs_zeros(rng):
+    model = keras_vit.create_model("vit_ti16", image_size=32, num_classes=4, depth=1, head_zero_init=True)
+    assert np.all(to_numpy(model(rng.random((1, 32, 32, 3), dtype="float32"))) == 0)
+    model = keras_vit.create_model("vit_ti16", image_size=32, num_classes=4, depth=1, head_zero_init=False)
+    assert np.any(to_numpy(model(rng.random((1, 32, 32, 3), dtype="float32"))) != 0)
+
+
+def test_attention_model_returns_every_block(rng):
+    model = keras_vit.create_model("vit_ti16", image_size=32, num_classes=4, depth=3, head_zero_init=False)
+    x = rng.random((2, 32, 32, 3), dtype="float32")
+    maps = [to_numpy(m) for m in model.attention_model()(x)]
+    assert len(maps) == 3 and maps[0].shape == (2, 3, 5, 5)
+    np.testing.assert_allclose(maps[1].sum(-1), 1.0, atol=1e-5)
+    # The shared weights are the model's: changing the model changes the maps.
+    block = model.get_layer("block_0")
+    block.attention.qkv.kernel.assign(block.attention.qkv.kernel * 3.0)
+    assert not np.allclose(to_numpy(model.attention_model()(x)[0]), maps[0])
+
+
+def test_fused_and_explicit_attention_agree(rng):
+    from keras_vit.layers import MultiHeadSelfAttention
+
+    layer = MultiHeadSelfAttention(num_heads=4)
+    x = rng.standard_normal((2, 9, 32)).astype("float32")
+    fused = to_numpy(layer(x))
+    explicit, _ = layer(x, return_attention_scores=True)
+    np.testing.assert_allclose(fused, to_numpy(explicit), atol=1e-5)
+
+
+def test_sincos2d_position_embedding_has_no_weights(rng):
+    model = keras_vit.create_model("vit_ti16", image_size=32, depth=1, position_embedding="sincos2d")
+    assert not model.get_layer("position_embedding").weights
+    learned = keras_vit.create_model("vit_ti16", image_size=32, depth=1)
+    assert model.count_params() == learned.count_params() - 5 * 192
+
+
+def test_fit_reduces_loss_on_every_backend(rng):
+    model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=2, depth=1, patch_size=8,
+                                   dropout_rate=0.1, drop_path_rate=0.1)
+    x = rng.random((16, 16, 16, 3), dtype="float32")
+    y = (x.mean(axis=(1, 2, 3)) > 0.5).astype("int32")
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(x, y, epochs=8, batch_size=8, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+
+
+# --- bad input ------------------------------------------------------------------------
+
+
+def test_image_size_not_divisible_by_patch_is_an_error():
+    with pytest.raises(ValueError, match=r"image size \(30, 30\) is not divisible by the patch size 16"):
+        keras_vit.create_model("vit_ti16", image_size=30)
+
+
+def test_wrong_channel_count_is_an_error(rng):
+    model = keras_vit.create_model("vit_ti16", image_size=32, depth=1)
+    with pytest.raises(ValueError, match=r"expected images with 3 channels.*got input shape \(1, 32, 32, 1\)"):
+        model(rng.random((1, 32, 32, 1), dtype="float32"))
+    with pytest.raises(ValueError, match=r"expected shape=\(None, 32, 32, 3\), found shape=\(1, 64, 64, 3\)"):
+        model(rng.random((1, 64, 64, 3), dtype="float32"))
+    with pytest.raises(ValueError, match=r"expected 5 tokens.*got 17"):
+        model.get_layer("position_embedding")(np.zeros((1, 17, 192), "float32"))
+    with pytest.raises(ValueError, match="expected images with 1 channels.*got input shape"):
+        keras_vit.layers.PatchEmbedding(8, 4, num_channels=1)(np.zeros((1, 8, 8, 3), "float32"))
+
+
+def test_unknown_model_name_suggests_close_names():
+    with pytest.raises(ValueError, match=r"Unknown model name 'vit_b_16'.*Did you mean 'vit_b16'"):
+        keras_vit.create_model("vit_b_16")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(pooling="max"), "pooling must be one of"),
+    (dict(pooling="token", class_token=False), "needs class_token=True"),
+    (dict(pooling=None), "only possible with include_top=False"),
+    (dict(position_embedding="rope"), "position embedding must be one of"),
+    (dict(num_heads=5), "not divisible by num_heads 5"),
+])
+def test_bad_options_are_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        keras_vit.create_model("vit_ti16", image_size=32, depth=1, **kwargs)
