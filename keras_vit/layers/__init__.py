@@ -4,5 +4,6 @@ from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.encoder_block import EncoderBlock, MlpBlock
 from keras_vit.layers.heads import TokenPooling
 from keras_vit.layers.patch_embedding import PatchEmbedding
+from keras_vit.layers.resnet import BottleneckUnit, ResNetBackbone, ResNetStage, StdConv2D
 from keras_vit.layers.stochastic_depth import DropPath
 from keras_vit.layers.tokens import ClassToken, PositionEmbedding, sincos_2d_position_embedding

@@ -1,0 +1,152 @@
+"""A folder of images with one subfolder per class (the ImageNet / Keras layout).
+
+Either ``root/<class>/<image>`` (split here, seeded and stratified) or, when the folder
+is already split, ``root/train/<class>/...`` with ``root/validation`` (or ``val``) and/or
+``root/test`` beside it. Files are listed and sorted up front and decoded lazily by
+tf.data, so a large folder costs no memory until it is read.
+"""
+
+import os
+
+import numpy as np
+
+from keras_vit.data.splits import DatasetInfo, DatasetSplits, Split, stratified_split_indices
+
+IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # what tf.io.decode_image reads
+_SPLIT_FOLDERS = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
+
+
+def _subfolders(path):
+    return sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
+
+
+def _image_files(path):
+    # Recursive, like keras.utils.image_dataset_from_directory; sorted for a fixed order.
+    found = []
+    for dirpath, dirnames, filenames in os.walk(path):
+        dirnames.sort()
+        found.extend(
+            os.path.join(dirpath, f) for f in sorted(filenames) if f.lower().endswith(IMAGE_EXTENSIONS)
+        )
+    return found
+
+
+def _list_classes(root, class_names=None):
+    """Returns (paths, labels, class_names) for ``root/<class>/...``."""
+    class_names = class_names if class_names is not None else _subfolders(root)
+    paths, labels = [], []
+    for index, cls in enumerate(class_names):
+        folder = os.path.join(root, cls)
+        files = _image_files(folder) if os.path.isdir(folder) else []
+        paths.extend(files)
+        labels.extend([index] * len(files))
+    return paths, np.asarray(labels, dtype=np.int32), tuple(class_names)
+
+
+def _no_images_error(root):
+    looked_for = ", ".join(IMAGE_EXTENSIONS)
+    top_level = [f for f in os.listdir(root) if f.lower().endswith(IMAGE_EXTENSIONS)]
+    hint = (
+        f" It holds {len(top_level)} image(s) directly; move them into one subfolder per class."
+        if top_level
+        else ""
+    )
+    return ValueError(
+        f"No images found in folder {root!r}: expected one subfolder per class holding image "
+        f"files with extensions {looked_for} (case-insensitive).{hint}"
+    )
+
+
+def _decode(path, label):
+    import tensorflow as tf
+
+    # channels=3 turns grey into RGB and drops alpha; expand_animations=False gives a GIF's
+    # first frame as (H, W, 3) instead of a 4-D stack.
+    image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+    image.set_shape([None, None, 3])
+    return image, label
+
+
+def _split(name, info, paths, labels):
+    import tensorflow as tf
+
+    dataset = tf.data.Dataset.from_tensor_slices((np.asarray(paths, dtype=str), labels))
+    dataset = dataset.map(_decode, num_parallel_calls=tf.data.AUTOTUNE)
+    return Split(name, info, dataset=dataset, num_examples=len(paths))
+
+
+def load_image_folder(path, validation_fraction=0.1, test_fraction=0.2, seed=0):
+    """Loads a folder of images, one subfolder per class, as train/validation/test splits.
+
+    Class names are the sorted subfolder names; labels are their indices. An unsplit folder
+    is split by a seeded, stratified draw (``validation_fraction`` / ``test_fraction``),
+    so the same seed gives the same split every run. A pre-split folder (``train/`` plus
+    ``validation/`` or ``val/`` and/or ``test/``) is used as it is; a missing validation or
+    test part is carved out of train with the same fractions. Images decode to uint8
+    ``(H, W, 3)`` (grey becomes RGB); sizes may differ, ``make_pipeline`` resizes them.
+
+    Raises ValueError naming the folder and the extensions looked for when it holds no
+    images.
+
+    Example:
+        >>> import os, tempfile, numpy as np
+        >>> from PIL import Image
+        >>> root = tempfile.mkdtemp()
+        >>> for cls in ("cat", "dog"):
+        ...     os.makedirs(os.path.join(root, cls))
+        ...     for i in range(5):
+        ...         Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(f"{root}/{cls}/{i}.png")
+        >>> splits = load_image_folder(root, validation_fraction=0.2, test_fraction=0.2)
+        >>> splits.info.class_names, splits.train.num_examples, splits.test.num_examples
+        (('cat', 'dog'), 6, 2)
+    """
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
+        raise ValueError(f"Expected an existing folder of images; got {path!r}, which is not a folder.")
+    root = os.fspath(path)
+    subfolders = _subfolders(root)
+    presplit = "train" in subfolders and all(s in _SPLIT_FOLDERS for s in subfolders)
+
+    if presplit:
+        paths, labels, class_names = _list_classes(os.path.join(root, "train"))
+        parts = {"train": (paths, labels)}
+        for folder in subfolders:
+            role = _SPLIT_FOLDERS[folder]
+            if role != "train":
+                extra = set(_subfolders(os.path.join(root, folder))) - set(class_names)
+                if extra:
+                    raise ValueError(
+                        f"Folder {os.path.join(root, folder)!r} has classes {sorted(extra)} that "
+                        f"{os.path.join(root, 'train')!r} lacks; expected the same class subfolders."
+                    )
+                p, l, _ = _list_classes(os.path.join(root, folder), class_names)
+                parts[role] = (p, l)
+    else:
+        paths, labels, class_names = _list_classes(root)
+        parts = {}
+    if len(paths) == 0:
+        raise _no_images_error(os.path.join(root, "train") if presplit else root)
+
+    info = DatasetInfo(
+        name=root,
+        num_classes=len(class_names),
+        class_names=class_names,
+        image_shape=(None, None, 3),
+    )
+    # Carve whatever is missing out of train, seeded and stratified.
+    missing_val = "validation" not in parts
+    missing_test = "test" not in parts
+    if missing_val or missing_test:
+        train_idx, val_idx, test_idx = stratified_split_indices(
+            labels,
+            validation_fraction if missing_val else 0.0,
+            test_fraction if missing_test else 0.0,
+            seed,
+        )
+        if missing_val:
+            parts["validation"] = ([paths[i] for i in val_idx], labels[val_idx])
+        if missing_test:
+            parts["test"] = ([paths[i] for i in test_idx], labels[test_idx])
+        parts["train"] = ([paths[i] for i in train_idx], labels[train_idx])
+    return DatasetSplits(
+        *(_split(role, info, *parts[role]) for role in ("train", "validation", "test")), info
+    )

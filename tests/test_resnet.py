@@ -1,0 +1,426 @@
+"""Tests of the BiT-style ResNet backbone of the hybrid ViT models.
+
+Reference: timm's `_resnetv2` (vision_transformer_hybrid.py), i.e.
+ResNetV2(preact=False, stem_type='same', conv_layer=StdConv2dSame(eps=1e-8)).
+Run per backend: KERAS_BACKEND=jax python -m pytest tests/test_resnet.py
+"""
+
+import copy
+import re
+import sys
+from functools import partial
+
+import numpy as np
+import pytest
+
+import keras
+from keras import ops
+
+sys.path.insert(0, "/work/main")
+
+from keras_vit.layers.resnet import (  # noqa: E402
+    BottleneckUnit,
+    ResNetBackbone,
+    ResNetStage,
+    StdConv2D,
+    resnet_feature_stride,
+    resnet_out_channels,
+)
+
+import torchvision_stub  # noqa: E402  (tests/ is on sys.path via conftest)
+
+torchvision_stub.install()
+import timm  # noqa: E402
+import torch  # noqa: E402
+from timm.layers import GroupNormAct, StdConv2dSame  # noqa: E402
+from timm.models.resnetv2 import ResNetV2  # noqa: E402
+from timm.models.vision_transformer_hybrid import _resnetv2  # noqa: E402
+
+ATOL = 1e-4
+
+
+# --------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------
+
+
+def _timm_tiny(block_units, width, num_groups):
+    """ResNetV2 exactly as `_resnetv2` builds it, but with a small width."""
+    return ResNetV2(
+        layers=block_units,
+        channels=tuple(4 * width * 2**i for i in range(4)),
+        stem_chs=width,
+        num_classes=0,
+        global_pool="",
+        in_chans=3,
+        preact=False,
+        stem_type="same",
+        conv_layer=partial(StdConv2dSame, eps=1e-8),
+        norm_layer=partial(GroupNormAct, num_groups=num_groups),
+    )
+
+
+def _randomize_timm(model, seed=0):
+    """Random convs (with a per-channel offset, so standardisation matters)
+    and random GroupNorm affine parameters."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 4:
+                offset = 0.05 * torch.randn(p.shape[0], 1, 1, 1, generator=gen)
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.1 + offset)
+            elif name.endswith("weight"):
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(0.3 * torch.randn(p.shape, generator=gen))
+    return model.eval()
+
+
+_PATH_TABLE = [
+    # (Keras variable path regex, timm state-dict key template)
+    (r"conv_root/kernel", "stem.conv.weight"),
+    (r"gn_root/gamma", "stem.norm.weight"),
+    (r"gn_root/beta", "stem.norm.bias"),
+    (r"block(\d+)/unit(\d+)/conv([123])/kernel", "stages.{i}.blocks.{j}.conv{k}.weight"),
+    (r"block(\d+)/unit(\d+)/gn([123])/gamma", "stages.{i}.blocks.{j}.norm{k}.weight"),
+    (r"block(\d+)/unit(\d+)/gn([123])/beta", "stages.{i}.blocks.{j}.norm{k}.bias"),
+    (r"block(\d+)/unit(\d+)/conv_proj/kernel", "stages.{i}.blocks.{j}.downsample.conv.weight"),
+    (r"block(\d+)/unit(\d+)/gn_proj/gamma", "stages.{i}.blocks.{j}.downsample.norm.weight"),
+    (r"block(\d+)/unit(\d+)/gn_proj/beta", "stages.{i}.blocks.{j}.downsample.norm.bias"),
+]
+
+
+def _timm_key(path, prefix="resnet/"):
+    assert path.startswith(prefix), path
+    rel = path[len(prefix):]
+    for pattern, template in _PATH_TABLE:
+        m = re.fullmatch(pattern, rel)
+        if m:
+            g = [int(x) for x in m.groups()]
+            # block/unit are 1-based in Keras (and the npz), 0-based in timm;
+            # conv{k}/gn{k} <-> conv{k}/norm{k} keep k.
+            fields = {}
+            if g:
+                fields = {"i": g[0] - 1, "j": g[1] - 1, "k": g[2] if len(g) == 3 else None}
+            return template.format(**fields)
+    raise AssertionError(f"unmapped Keras variable path {path}")
+
+
+def _load_timm_into_keras(timm_model, keras_layer):
+    """Copy a timm ResNetV2 state dict into the Keras backbone by path."""
+    sd = {
+        k: v.detach().numpy()
+        for k, v in timm_model.state_dict().items()
+    }
+    used = set()
+    for var in keras_layer.weights:
+        key = _timm_key(var.path, prefix=keras_layer.name + "/")
+        value = sd[key]
+        if value.ndim == 4:
+            value = value.transpose(2, 3, 1, 0)  # OIHW -> HWIO
+        assert tuple(var.shape) == value.shape, (var.path, key)
+        var.assign(value)
+        used.add(key)
+    assert used == set(sd), set(sd) ^ used  # every tensor mapped exactly once
+
+
+def _compare(timm_model, keras_layer, images_nhwc):
+    """fp32 Keras vs fp32 timm, and vs timm in fp64 (the exact function)."""
+    nchw = torch.from_numpy(images_nhwc.transpose(0, 3, 1, 2))
+    with torch.no_grad():
+        ref = timm_model(nchw).numpy().transpose(0, 2, 3, 1)
+        ref64 = copy.deepcopy(timm_model).double()(nchw.double())
+    ref64 = ref64.numpy().transpose(0, 2, 3, 1)
+    out = ops.convert_to_numpy(keras_layer(images_nhwc))
+    assert out.dtype == np.float32
+    assert out.shape == ref.shape
+    diff = np.max(np.abs(out - ref))
+    assert diff <= ATOL, f"max abs diff to timm fp32 {diff}"
+    diff64 = np.max(np.abs(out - ref64))
+    assert diff64 <= ATOL, f"max abs diff to timm fp64 {diff64}"
+    return out
+
+
+def _images(h, w, n=2, seed=0):
+    return np.random.default_rng(seed).normal(size=(n, h, w, 3)).astype("float32")
+
+
+# --------------------------------------------------------------------------
+# parity with timm
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("block_units", [(1, 1, 1), (1, 1, 1, 1), (2, 1)])
+def test_parity_tiny_width(block_units):
+    width, groups = 16, 8
+    tm = _randomize_timm(_timm_tiny(block_units, width, groups))
+    kl = ResNetBackbone(block_units, width=width, num_groups=groups)
+    kl.build((None, 64, 64, 3))
+    _load_timm_into_keras(tm, kl)
+    stride = resnet_feature_stride(block_units)
+    # even/odd sizes: asymmetric SAME pads (e.g. 64 -> root (2, 3), pool (0, 1))
+    sizes = [(64, 64), (50, 72)] + ([(37, 37)] if block_units == (1, 1, 1) else [])
+    for h, w in sizes:
+        out = _compare(tm, kl, _images(h, w))
+        channels = resnet_out_channels(block_units, width)
+        assert out.shape == (2, -(-h // stride), -(-w // stride), channels)
+
+
+@pytest.mark.parametrize("block_units", [(1, 1, 1), (1, 1, 1, 1)])
+def test_parity_timm_resnetv2_helper(block_units):
+    # the very function timm's hybrid models use, at the paper's width 64
+    tm = _randomize_timm(_resnetv2(block_units), seed=1)
+    kl = ResNetBackbone(block_units)
+    kl.build((None, 50, 50, 3))
+    _load_timm_into_keras(tm, kl)
+    _compare(tm, kl, _images(50, 50, seed=1))
+    _compare(tm, kl, _images(64, 48, seed=2))
+
+
+def test_parity_r26_from_hybrid_vit():
+    # R26 (2, 2, 2, 2) backbone of R26+ViT-S/32, taken from the timm model.
+    vit = timm.create_model(
+        "vit_small_r26_s32_224", pretrained=False, img_size=64, num_classes=0
+    )
+    tm = _randomize_timm(vit.patch_embed.backbone, seed=2)
+    del vit
+    kl = ResNetBackbone((2, 2, 2, 2))
+    kl.build((None, 64, 64, 3))
+    _load_timm_into_keras(tm, kl)
+    out = _compare(tm, kl, _images(64, 64, seed=3))
+    assert out.shape == (2, 2, 2, 2048)
+    _compare(tm, kl, _images(50, 50, seed=4))
+
+
+def test_r50_3_stage_matches_timm_structure():
+    tm = _resnetv2((3, 4, 9))
+    kl = ResNetBackbone((3, 4, 9))
+    kl.build((None, 32, 32, 3))
+    n_timm = sum(p.numel() for p in tm.parameters())
+    assert kl.count_params() == n_timm == 11894848
+    assert len(kl.weights) == len(tm.state_dict())
+    # every Keras variable maps onto a timm tensor of the same (transposed) shape
+    sd = tm.state_dict()
+    for var in kl.weights:
+        t = tuple(sd[_timm_key(var.path)].shape)
+        if len(t) == 4:
+            t = (t[2], t[3], t[1], t[0])
+        assert tuple(var.shape) == t, var.path
+    # stride / channels agree with timm's feature_info
+    assert tm.feature_info[-1]["reduction"] == resnet_feature_stride((3, 4, 9)) == 16
+    assert tm.feature_info[-1]["num_chs"] == resnet_out_channels((3, 4, 9), 64) == 1024
+
+
+def test_variable_paths_r50():
+    kl = ResNetBackbone((3, 4, 9))
+    kl.build((None, 32, 32, 3))
+    paths = {v.path for v in kl.weights}
+    expected = {"resnet/conv_root/kernel", "resnet/gn_root/gamma", "resnet/gn_root/beta"}
+    for i, n in enumerate((3, 4, 9), 1):
+        for j in range(1, n + 1):
+            p = f"resnet/block{i}/unit{j}/"
+            for k in (1, 2, 3):
+                expected |= {p + f"conv{k}/kernel", p + f"gn{k}/gamma", p + f"gn{k}/beta"}
+            if j == 1:
+                expected |= {p + "conv_proj/kernel", p + "gn_proj/gamma", p + "gn_proj/beta"}
+    assert paths == expected
+    assert len(kl.weights) == len(expected)
+    assert tuple(kl.stages[2].units[8].conv2.kernel.shape) == (3, 3, 256, 256)
+    assert tuple(kl.stages[1].units[0].conv_proj.kernel.shape) == (1, 1, 256, 512)
+    assert kl.stages[1].units[0].conv2.strides == (2, 2)  # stride in the 3x3
+    assert kl.stages[1].units[0].conv1.strides == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "size,kernel,stride",
+    [(50, 7, 2), (64, 7, 2), (13, 3, 2), (16, 3, 2), (9, 3, 1), (10, 1, 2), (11, 4, 3)],
+)
+def test_std_conv_matches_timm(size, kernel, stride):
+    tconv = StdConv2dSame(5, 6, kernel, stride=stride, eps=1e-8)
+    with torch.no_grad():
+        tconv.weight.copy_(torch.randn(tconv.weight.shape) + 0.3)
+    x = _images(size, size + 3, n=2, seed=size)[..., :1].repeat(5, axis=-1)
+    x = x + np.arange(5, dtype="float32")
+    kconv = StdConv2D(6, kernel, strides=stride)
+    kconv.build((None, size, size + 3, 5))
+    kconv.kernel.assign(tconv.weight.detach().numpy().transpose(2, 3, 1, 0))
+    with torch.no_grad():
+        ref = tconv(torch.from_numpy(x.transpose(0, 3, 1, 2))).numpy().transpose(0, 2, 3, 1)
+    out = ops.convert_to_numpy(kconv(x))
+    assert out.shape == ref.shape
+    np.testing.assert_allclose(out, ref, atol=ATOL, rtol=0)
+
+
+def test_std_conv_valid_and_epsilon():
+    w = np.random.default_rng(0).normal(size=(3, 3, 2, 4)).astype("float32")
+    conv = StdConv2D(4, 3, padding="valid", epsilon=1e-3)
+    conv.build((None, 6, 6, 2))
+    conv.kernel.assign(w)
+    ws = (w - w.mean(axis=(0, 1, 2))) / np.sqrt(w.var(axis=(0, 1, 2)) + 1e-3)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(conv.standardized_kernel()), ws, atol=1e-5
+    )
+    x = np.ones((1, 6, 6, 2), "float32")
+    assert ops.convert_to_numpy(conv(x)).shape == (1, 4, 4, 4)
+
+
+def test_std_conv_standardisation_is_accurate():
+    # a channel mean far from zero relative to its spread: the kernel is
+    # standardised accurately (checked against float64 numpy)
+    rng = np.random.default_rng(0)
+    w = (5.0 + 0.1 * rng.normal(size=(3, 3, 16, 4))).astype("float32")
+    conv = StdConv2D(4, 3)
+    conv.build((None, 8, 8, 16))
+    conv.kernel.assign(w)
+    w64 = w.astype("float64")
+    ref = (w64 - w64.mean(axis=(0, 1, 2))) / np.sqrt(w64.var(axis=(0, 1, 2)) + 1e-8)
+    got = ops.convert_to_numpy(conv.standardized_kernel())
+    np.testing.assert_allclose(got, ref, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("h,w", [(8, 8), (7, 10)])
+def test_max_pool_same_pads_with_minus_inf(h, w):
+    from timm.layers.pool2d_same import MaxPool2dSame
+
+    from keras_vit.layers.resnet import _max_pool_same
+
+    x = -np.abs(_images(h, w, seed=h)) - 1.0  # all negative: zero padding would win
+    with torch.no_grad():
+        ref = MaxPool2dSame(3, 2)(torch.from_numpy(x.transpose(0, 3, 1, 2)))
+    ref = ref.numpy().transpose(0, 2, 3, 1)
+    out = ops.convert_to_numpy(_max_pool_same(ops.convert_to_tensor(x), 3, 2))
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_dynamic_spatial_shape_functional():
+    # None spatial dims: graph tracing (TF) falls back to the native "SAME".
+    layer = ResNetBackbone((1, 1), width=16, num_groups=8)
+    inp = keras.Input((None, None, 3))
+    model = keras.Model(inp, layer(inp))
+    _randomize_keras(layer)
+    for h, w in [(50, 72), (64, 64)]:
+        x = _images(h, w)
+        eager = ops.convert_to_numpy(layer(x))
+        pred = model.predict(x, verbose=0)
+        np.testing.assert_allclose(pred, eager, atol=ATOL, rtol=0)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        # a graph traced with unknown H, W takes the native-"SAME" path
+        fn = tf.function(
+            layer.call,
+            input_signature=[tf.TensorSpec((None, None, None, 3), tf.float32)],
+        )
+        for h, w in [(50, 72), (64, 64)]:
+            x = _images(h, w)
+            np.testing.assert_allclose(
+                fn(x).numpy(), ops.convert_to_numpy(layer(x)), atol=ATOL, rtol=0
+            )
+
+
+# --------------------------------------------------------------------------
+# serialisation
+# --------------------------------------------------------------------------
+
+
+def _randomize_keras(layer, seed=0):
+    rng = np.random.default_rng(seed)
+    for v in layer.weights:
+        base = 1.0 if v.path.endswith("gamma") else 0.0
+        v.assign(base + 0.3 * rng.normal(size=v.shape).astype("float32"))
+
+
+def test_keras_save_load_round_trip(tmp_path):
+    inp = keras.Input((40, 36, 3))
+    backbone = ResNetBackbone(
+        (1, 2), width=16, num_groups=8, std_conv_epsilon=1e-6, group_norm_epsilon=1e-6
+    )
+    x = backbone(inp)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inp, keras.layers.Dense(3)(x))
+    _randomize_keras(backbone)
+    images = _images(40, 36)
+    before = ops.convert_to_numpy(model(images))
+
+    path = str(tmp_path / "resnet.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    after = ops.convert_to_numpy(loaded(images))
+    np.testing.assert_allclose(after, before, atol=1e-6, rtol=0)
+
+    lb = loaded.get_layer("resnet")
+    assert isinstance(lb, ResNetBackbone)
+    assert lb.block_units == (1, 2)
+    assert lb.std_conv_epsilon == 1e-6 and lb.group_norm_epsilon == 1e-6
+    assert lb.conv_root.epsilon == 1e-6
+    assert sorted(v.path for v in lb.weights) == sorted(v.path for v in backbone.weights)
+
+
+def test_get_config_round_trips():
+    layers = [
+        StdConv2D(
+            8, (3, 5), strides=(2, 1), padding="valid", epsilon=1e-5,
+            use_bias=True, name="c",
+        ),
+        BottleneckUnit(
+            16, strides=2, std_conv_epsilon=1e-7, group_norm_epsilon=1e-6,
+            num_groups=4, name="u",
+        ),
+        ResNetStage(3, 16, strides=2, num_groups=4, name="block2"),
+        ResNetBackbone((2, 2, 2, 2), width=32, num_groups=16, name="r26"),
+    ]
+    for layer in layers:
+        config = layer.get_config()
+        clone = layer.__class__.from_config(config)
+        assert clone.get_config() == config
+        restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+        assert restored.get_config() == config
+
+
+# --------------------------------------------------------------------------
+# helpers and errors
+# --------------------------------------------------------------------------
+
+
+def test_stride_and_channel_helpers():
+    assert resnet_feature_stride((3, 4, 9)) == 16
+    assert resnet_feature_stride((2, 2, 2, 2)) == 32
+    assert resnet_feature_stride((3, 4, 6, 3)) == 32
+    assert resnet_out_channels((3, 4, 9), 64) == 1024
+    assert resnet_out_channels((2, 2, 2, 2), 64) == 2048
+    assert resnet_out_channels((1,), 16) == 64
+    layer = ResNetBackbone((1, 1), width=16, num_groups=8)
+    assert layer.compute_output_shape((None, 50, 72, 3)) == (None, 7, 9, 128)
+    assert layer.compute_output_shape((None, None, None, 3)) == (None, None, None, 128)
+
+
+@pytest.mark.parametrize(
+    "bad", [(), [], (1, 0, 1), (1, -2), (1, 1, 1, 1, 1), (1.5, 2), "349", None, (True, 1)]
+)
+def test_bad_block_units(bad):
+    with pytest.raises(ValueError, match="block_units"):
+        ResNetBackbone(bad)
+    with pytest.raises(ValueError, match="block_units"):
+        resnet_feature_stride(bad)
+    with pytest.raises(ValueError, match="block_units"):
+        resnet_out_channels(bad, 64)
+
+
+def test_empty_feature_map_errors():
+    layer = ResNetBackbone((1, 1), width=16, num_groups=8)
+    with pytest.raises(ValueError, match="empty"):
+        layer.build((None, 0, 32, 3))
+    with pytest.raises(ValueError, match="empty"):
+        ResNetBackbone((1,), width=16, num_groups=8)(np.zeros((1, 32, 0, 3), "float32"))
+    with pytest.raises(ValueError, match="empty"):
+        StdConv2D(4, 7, padding="valid").build((None, 5, 5, 3))
+
+
+def test_other_errors():
+    with pytest.raises(ValueError, match="padding"):
+        StdConv2D(4, 3, padding="causal")
+    with pytest.raises(ValueError, match="rank-4"):
+        ResNetBackbone((1,), width=16, num_groups=8).build((None, 32, 3))
+    with pytest.raises(ValueError):
+        # 32 groups cannot divide 16 channels
+        ResNetBackbone((1,), width=16).build((None, 32, 32, 3))
