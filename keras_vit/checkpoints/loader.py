@@ -43,7 +43,7 @@ class LoadReport:
     unused: list  # checkpoint keys nothing was loaded from
 
 
-def load_weights(model, path, resample_method=None, resample_antialias=None, warn=True):
+def load_weights(model, path, resample_method=None, resample_antialias=None, warn=True, exclude=()):
     """Loads a checkpoint into ``model``, recognising its format and layout by content.
 
     Reads the original google-research ``.npz`` files, timm state dicts (``.pth``,
@@ -66,6 +66,8 @@ def load_weights(model, path, resample_method=None, resample_antialias=None, war
         resample_antialias: antialias while resampling (default: the peer's).
         warn: emit warnings for fresh weights, unused keys and numerics that differ from
             what the checkpoint was trained with.
+        exclude: Keras variable path prefixes to leave as initialised, e.g.
+            ``("head/",)`` for a fresh classifier even when the class counts agree.
 
     Returns:
         A ``LoadReport``.
@@ -97,6 +99,9 @@ def load_weights(model, path, resample_method=None, resample_antialias=None, war
     values, fresh, resampled, used, errors = {}, {}, {}, set(), []
     for variable in model.weights:
         key_path = variable.path
+        if key_path.startswith(tuple(exclude)):
+            fresh[key_path] = "excluded by the caller"
+            continue
         if layout == "keras":
             source, groups = layouts.Source(key_path, lambda a: a), ()
         else:
@@ -181,6 +186,8 @@ def _resample(model, posemb, method, antialias, key):
 
 def _warn(model, report, path):
     for key_path, why in report.fresh.items():
+        if why == "excluded by the caller":
+            continue
         warnings.warn(f"{key_path} keeps its fresh initial value: {why}.", stacklevel=3)
     ignorable = ("pre_logits/", "pooler.")
     unused = [k for k in report.unused if not k.startswith(ignorable)]

@@ -197,6 +197,22 @@ class VisionTransformer(keras.Model):
         _, attention = _encode(layers, inputs, return_attention_scores=True)
         return keras.Model(inputs, attention, name=f"{self.name}_attention")
 
+    def feature_model(self):
+        """A model sharing these weights: images -> the pooled, normalised image vector.
+
+        That is what feeds the pre-logits layer and the classifier head (and what
+        fine-tuning starts from).
+
+        >>> model = VisionTransformer(image_size=16, patch_size=8, hidden_size=16, depth=1,
+        ...                           num_heads=2, mlp_dim=32, num_classes=3)
+        >>> model.feature_model().output_shape
+        (None, 16)
+        """
+        if self._vit_layers["pooling"] is None:
+            raise ValueError("This model has no pooling (pooling=None): its output is the tokens.")
+        last = "encoder_norm" if self.norm_after_pool else "pooling"
+        return keras.Model(self.input, self.get_layer(last).output, name=f"{self.name}_features")
+
     def get_config(self):
         return {"name": self.name, "trainable": self.trainable, **self._config}
 

@@ -1,0 +1,174 @@
+"""load_weights: formats by content, fresh heads, resampling, and errors that name the key."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import keras
+import keras_vit
+from conftest import randomize_torch, to_numpy
+
+SMALL = dict(image_size=32, patch_size=16, hidden_size=32, depth=2, num_heads=2, mlp_dim=64)
+
+
+def small(**kwargs):
+    return keras_vit.VisionTransformer(**{**SMALL, "num_classes": 5, "head_zero_init": False, **kwargs})
+
+
+def timm_file(timm, tmp_path, name="timm.pth", **kwargs):
+    import torch
+
+    peer = timm.models.vision_transformer.VisionTransformer(
+        img_size=32, patch_size=16, embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0,
+        **{"num_classes": 5, **kwargs})
+    randomize_torch(peer)
+    torch.save(peer.state_dict(), str(tmp_path / name))
+    return str(tmp_path / name), peer
+
+
+def test_other_number_of_classes_loads_all_but_the_head(timm, tmp_path, rng):
+    path, peer = timm_file(timm, tmp_path, num_classes=1000)
+    model = small(num_classes=10, gelu_approximate=False)
+    before = to_numpy(model.get_layer("head").kernel)
+    with pytest.warns(UserWarning, match=r"head/kernel keeps its fresh initial value.*\(32, 1000\)"):
+        report = keras_vit.load_weights(model, path)
+    assert set(report.fresh) == {"head/kernel", "head/bias"}
+    np.testing.assert_array_equal(to_numpy(model.get_layer("head").kernel), before)
+    # Everything else did load: features equal timm's pre-logits features.
+    import torch
+
+    x = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    with torch.no_grad():
+        expected = peer.forward_head(peer.forward_features(torch.from_numpy(x.transpose(0, 3, 1, 2))),
+                                     pre_logits=True).numpy()
+    features = keras.Model(model.input, model.get_layer("pooling").output)
+    np.testing.assert_allclose(to_numpy(features(x)), expected, atol=1e-4)
+
+
+def test_checkpoint_without_head_keeps_fresh_head(timm, tmp_path):
+    path, _ = timm_file(timm, tmp_path, num_classes=0)
+    report = keras_vit.load_weights(small(), path, warn=False)
+    assert set(report.fresh) == {"head/kernel", "head/bias"}
+
+
+def test_missing_key_names_key_and_shape(timm, tmp_path):
+    import torch
+
+    path, peer = timm_file(timm, tmp_path)
+    state = peer.state_dict()
+    del state["blocks.1.mlp.fc1.weight"]
+    torch.save(state, path)
+    model = small()
+    before = [to_numpy(v) for v in model.weights]
+    with pytest.raises(ValueError, match=r"block_1/mlp/fc1/kernel: missing key 'blocks.1.mlp.fc1.weight' "
+                                         r"\(expected shape \(32, 64\)\)"):
+        keras_vit.load_weights(model, path)
+    # Nothing was assigned: a failed load leaves the model as it was.
+    for v, b in zip(model.weights, before):
+        np.testing.assert_array_equal(to_numpy(v), b)
+
+
+def test_wrong_shape_names_key_expected_and_given(timm, tmp_path):
+    path, _ = timm_file(timm, tmp_path)
+    with pytest.raises(ValueError, match=r"block_0/mlp/fc1/kernel: key 'blocks.0.mlp.fc1.weight' has shape "
+                                         r"\(32, 64\), expected \(32, 128\)"):
+        keras_vit.load_weights(small(mlp_dim=128), path)
+
+
+def test_depth_mismatch_is_an_error(timm, tmp_path):
+    path, _ = timm_file(timm, tmp_path)
+    with pytest.raises(ValueError, match=r"block_2/norm1/gamma: missing key 'blocks.2.norm1.weight'"):
+        keras_vit.load_weights(small(depth=3), path)
+
+
+def test_pooling_structure_mismatch_is_an_error(timm, tmp_path):
+    path, _ = timm_file(timm, tmp_path, global_pool="avg", fc_norm=True)
+    with pytest.raises(ValueError, match=r"after pooling \(`fc_norm`\).*norm_after_pool=True"):
+        keras_vit.load_weights(small(pooling="gap", class_token=True), path)
+    path, _ = timm_file(timm, tmp_path, name="nocls.pth", global_pool="avg", class_token=False, fc_norm=False)
+    with pytest.raises(ValueError, match=r"has no class token.*class_token=True"):
+        keras_vit.load_weights(small(), path)
+
+
+def test_numerics_that_differ_from_the_checkpoint_are_reported(timm, tmp_path):
+    path, _ = timm_file(timm, tmp_path)
+    with pytest.warns(UserWarning, match=r"trained with gelu_approximate=False.*create_model\(\.\.\., gelu_approximate=False\)"):
+        keras_vit.load_weights(small(gelu_approximate=True), path)
+
+
+def test_not_a_checkpoint_is_an_error(tmp_path):
+    path = tmp_path / "notes.pth"
+    path.write_text("hello")
+    with pytest.raises(ValueError, match=r"not a checkpoint keras-vit can read.*first bytes are b'hello'"):
+        keras_vit.load_weights(small(), str(path))
+    with pytest.raises(FileNotFoundError, match="No checkpoint file"):
+        keras_vit.load_weights(small(), str(tmp_path / "missing.npz"))
+
+
+def test_unknown_layout_is_an_error(tmp_path):
+    path = str(tmp_path / "other.npz")
+    np.savez(path, **{"conv1/kernel": np.zeros((3, 3, 3, 8), "float32")})
+    with pytest.raises(ValueError, match=r"Unrecognised checkpoint layout.*conv1/kernel"):
+        keras_vit.load_weights(small(), path)
+
+
+def test_keras_file_fine_tunes_at_higher_resolution(tmp_path, rng):
+    source = small()
+    path = str(tmp_path / "source.keras")
+    source.save(path)
+    target = small(image_size=48, num_classes=3)
+    with pytest.warns(UserWarning, match="head/kernel keeps its fresh initial value"):
+        report = keras_vit.load_weights(target, path)
+    assert report.layout == "keras" and report.resampled["position_embedding/embedding"] == ((1, 5, 32), (1, 10, 32))
+    np.testing.assert_array_equal(to_numpy(target.get_layer("block_1").mlp.fc2.kernel),
+                                  to_numpy(source.get_layer("block_1").mlp.fc2.kernel))
+
+
+def test_bfloat16_safetensors_load(timm, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    _, peer = timm_file(timm, tmp_path)
+    state = {k: v.to(torch.bfloat16).contiguous() for k, v in peer.state_dict().items()}
+    save_file(state, str(tmp_path / "bf16.safetensors"))
+    model = small()
+    keras_vit.load_weights(model, str(tmp_path / "bf16.safetensors"))
+    np.testing.assert_array_equal(to_numpy(model.get_layer("block_0").norm1.gamma),
+                                  state["blocks.0.norm1.weight"].float().numpy())
+
+
+# --- the same files on every backend -------------------------------------------------------
+
+OTHER_BACKEND_SCRIPT = textwrap.dedent("""
+    import sys, numpy as np, keras, keras_vit
+    kind, path, images, out = sys.argv[1:]
+    if kind == "keras":
+        model = keras.saving.load_model(path)
+    else:
+        model = keras_vit.VisionTransformer(**{SMALL!r}, num_classes=5, pooling="gap",
+                                            representation_size=16)
+        model.load_weights(path)
+    np.save(out, keras.ops.convert_to_numpy(model(np.load(images))))
+""")
+
+
+@pytest.mark.parametrize("kind", ["keras", "weights_h5"])
+def test_saved_model_loads_on_the_other_backends(tmp_path, rng, kind):
+    model = small(pooling="gap", representation_size=16)
+    x = rng.uniform(-1, 1, (3, 32, 32, 3)).astype("float32")
+    expected = to_numpy(model(x))
+    path = str(tmp_path / ("model.keras" if kind == "keras" else "model.weights.h5"))
+    model.save(path) if kind == "keras" else model.save_weights(path)
+    np.save(tmp_path / "x.npy", x)
+    script = OTHER_BACKEND_SCRIPT.replace("{SMALL!r}", repr(SMALL))
+    here = keras.backend.backend()
+    for backend in {"tensorflow", "jax", "torch"} - {here}:
+        out = str(tmp_path / f"{backend}.npy")
+        env = {**os.environ, "KERAS_BACKEND": backend}
+        subprocess.run([sys.executable, "-c", script, kind, path, str(tmp_path / "x.npy"), out],
+                       check=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
+        np.testing.assert_allclose(np.load(out), expected, atol=1e-5, rtol=0, err_msg=f"{here} -> {backend}")
