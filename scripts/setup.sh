@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Creates .venv (if needed) and installs keras-vit with its test peers into it.
+# Idempotent: a second run only checks. Safe on a bare machine with PyPI access.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+# On CPU-only machines pin the CPU build of torch (a bare "torch" would pull CUDA
+# wheels); set KERAS_VIT_CONSTRAINTS= to install without it (e.g. for a CUDA torch).
+CONSTRAINTS=${KERAS_VIT_CONSTRAINTS-constraints/cpu.txt}
+
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
+[ -n "$CONSTRAINTS" ] && PIP+=(-c "$CONSTRAINTS")
+
+stamp="$VENV/.keras-vit-installed"
+want=$(cat pyproject.toml constraints/*.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  "${PIP[@]}" -e ".[test]"
+  # timm is the reference for the parity tests; its own requirements include
+  # torchvision, which must not be installed here (see tests/torchvision_stub.py).
+  "${PIP[@]}" --no-deps "timm==1.0.31"
+  echo "$want" > "$stamp"
+fi
