@@ -1,0 +1,219 @@
+"""Pre-training and fine-tuning driven by ``model.fit``, writing everything under one run folder.
+
+``saved_models/<run>/``: ``model.keras`` (final), ``best.keras`` (best validation
+accuracy), ``backup/`` (``keras.callbacks.BackupAndRestore``: a killed run started again
+continues from its last finished epoch), ``log.csv`` and ``tensorboard/``.
+"""
+
+import dataclasses
+import math
+import os
+import time
+
+import numpy as np
+
+import keras
+
+import keras_vit
+from keras_vit.data import load_dataset, make_pipeline, mixes_labels
+from keras_vit.training.distribution import check_strategy, distribution_scope
+from keras_vit.training.optimizers import make_optimizer
+
+# Architecture fields a fine-tuned model inherits from its pre-trained one.
+INHERITED = (
+    "patch_size", "hidden_size", "depth", "num_heads", "mlp_dim", "num_channels", "pooling",
+    "class_token", "position_embedding", "layer_norm_epsilon", "gelu_approximate",
+    "norm_after_pool", "resnet_block_units", "resnet_width",
+)
+
+
+@dataclasses.dataclass
+class RunResult:
+    model: keras.Model
+    run_dir: str
+    history: dict
+    test_accuracy: float
+    seconds: float
+    checks: dict  # fine-tuning start checks (head output, feature similarity)
+
+
+def _run_dir(config, recipe):
+    name = config.run_name or f"{recipe}-{config.model}-{os.path.basename(str(config.dataset).rstrip('/'))}"
+    return os.path.join(config.output_dir, name)
+
+
+def _model_kwargs(config):
+    arch = ("patch_size", "hidden_size", "depth", "num_heads", "mlp_dim")
+    kwargs = {k: getattr(config, k) for k in arch if getattr(config, k) is not None}
+    return dict(
+        kwargs,
+        pooling=config.pooling,
+        representation_size=config.representation_size,
+        dropout_rate=config.dropout_rate,
+        attention_dropout_rate=config.attention_dropout_rate,
+        drop_path_rate=config.drop_path_rate,
+    )
+
+
+def _pipelines(config, splits, drop_remainder):
+    crop = (config.crop_area_min, 1.0) if config.crop_area_min else None
+    common = dict(
+        image_size=config.image_size, batch_size=config.batch_size, seed=config.seed,
+        normalization=config.normalization, mixup_alpha=config.mixup_alpha,
+        cutmix_factor=config.cutmix_factor, drop_remainder=drop_remainder,
+        one_hot=bool(config.label_smoothing),  # label smoothing needs the categorical loss
+    )
+    train = make_pipeline(
+        splits.train, training=True, inception_crop=config.inception_crop, crop_area_range=crop,
+        horizontal_flip=config.horizontal_flip, rand_augment=config.rand_augment, **common,
+    )
+    evaluate = lambda split: make_pipeline(split, training=False, **common)  # noqa: E731
+    return train, evaluate(splits.validation), evaluate(splits.test)
+
+
+def _steps_per_epoch(config, split, drop_remainder):
+    if config.steps_per_epoch:
+        return config.steps_per_epoch
+    if split.num_examples is None:
+        raise ValueError(
+            f"The size of {config.dataset!r}'s training split is unknown: set --steps_per_epoch."
+        )
+    batches = split.num_examples / config.batch_size
+    return max(1, math.floor(batches) if drop_remainder else math.ceil(batches))
+
+
+def _loss(config):
+    if mixes_labels(config.mixup_alpha, config.cutmix_factor) or config.label_smoothing:
+        return keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=config.label_smoothing)
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _callbacks(run_dir, extra):
+    return [
+        keras.callbacks.BackupAndRestore(os.path.join(run_dir, "backup")),
+        keras.callbacks.ModelCheckpoint(
+            os.path.join(run_dir, "best.keras"), monitor="val_accuracy", mode="max", save_best_only=True
+        ),
+        keras.callbacks.CSVLogger(os.path.join(run_dir, "log.csv"), append=True),
+        keras.callbacks.TensorBoard(os.path.join(run_dir, "tensorboard")),
+        *extra,
+    ]
+
+
+def save_model_atomically(model, path):
+    """Writes ``path`` via a temporary file and a rename: never a half-written model."""
+    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.tmp.keras")
+    try:
+        model.save(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def pretrain(config, callbacks=()):
+    """Trains ``config.model`` from scratch; see ``recipes/pretrain.py``."""
+    return _fit(config, "pretrain", callbacks)
+
+
+def finetune(config, callbacks=()):
+    """Fine-tunes a pre-trained model at ``config.image_size``; see ``recipes/finetune.py``."""
+    if not config.init_from:
+        raise ValueError("Fine-tuning needs --init_from: a .keras file or a checkpoint load_weights reads.")
+    if not os.path.isfile(config.init_from):
+        raise FileNotFoundError(f"--init_from {config.init_from!r} is not a file.")
+    return _fit(config, "finetune", callbacks)
+
+
+def _build(config, recipe, num_classes):
+    kwargs = _model_kwargs(config)
+    if recipe == "pretrain":
+        return keras_vit.create_model(config.model, config.image_size, num_classes, **kwargs), None
+    pretrained, name = _load_pretrained(config)
+    if pretrained is not None:
+        kwargs.update({k: v for k, v in pretrained.vit_config.items() if k in INHERITED})
+    model = keras_vit.create_model(name, config.image_size, num_classes, head_zero_init=True, **kwargs)
+    # A fresh zero head (and no pre-logits) for the new task, whatever the file holds.
+    keras_vit.load_weights(model, config.init_from, warn=False, exclude=("head/", "pre_logits/"))
+    return model, pretrained
+
+
+def _load_pretrained(config):
+    if config.init_from.endswith(".keras"):
+        pretrained = keras.saving.load_model(config.init_from, compile=False)
+        return pretrained, config.init_model or config.model
+    return None, config.init_model or config.model
+
+
+def _cosine(a, b):
+    return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1) + 1e-12)
+
+
+def start_checks(model, pretrained, images, pretrained_size):
+    """What fine-tuning starts from, measured before any step.
+
+    - ``head_max_abs_output``: the new zero head outputs exactly 0.
+    - ``feature_cosine_similarity``: mean cosine similarity between the pre-trained model's
+      pooled features of each image at its own resolution and the new model's features of
+      the same image upsampled; ``feature_cosine_other_images`` is the same measure
+      between *different* images at the pre-training resolution, the baseline it must beat.
+    - ``pretrained_head_agreement``: the pre-trained classifier applied to the new
+      model's features agrees with its own top-1 on this fraction of the images.
+    """
+    to_numpy = keras.ops.convert_to_numpy
+    checks = {"head_max_abs_output": float(np.abs(to_numpy(model.predict(images, verbose=0))).max())}
+    if pretrained is None:
+        return checks
+    small = to_numpy(keras.ops.image.resize(images, pretrained_size, interpolation="bilinear", antialias=True))
+    old = to_numpy(pretrained.feature_model().predict(small, verbose=0))
+    new = to_numpy(model.feature_model().predict(images, verbose=0))
+    checks["feature_cosine_similarity"] = float(_cosine(old, new).mean())
+    checks["feature_cosine_other_images"] = float(_cosine(old, np.roll(old, 1, axis=0)).mean())
+    top = [layer for layer in pretrained.layers if layer.name in ("pre_logits", "head")]
+    if [layer.name for layer in top][-1:] == ["head"]:
+        def classify(features):
+            for layer in top:
+                features = layer(features)
+            return to_numpy(features).argmax(-1)
+
+        checks["pretrained_head_agreement"] = float((classify(old) == classify(new)).mean())
+    return checks
+
+
+def _fit(config, recipe, extra_callbacks):
+    started = time.perf_counter()
+    keras.utils.set_random_seed(config.seed)
+    if config.mixed_precision:
+        keras.config.set_dtype_policy("mixed_bfloat16")
+    # Everything that can be wrong with the input is checked before training starts.
+    keras_vit.get_config(config.model)
+    splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
+    replicas = check_strategy(config.strategy, config.batch_size)
+    run_dir = _run_dir(config, recipe)
+    os.makedirs(run_dir, exist_ok=True)
+    train, validation, test = _pipelines(config, splits, drop_remainder=replicas > 1)
+    steps = _steps_per_epoch(config, splits.train, drop_remainder=replicas > 1)
+    if config.steps_per_epoch:
+        train = train.repeat()  # a fixed number of steps per epoch, across epochs
+    # The whole run sits in the scope: JAX's keras.distribution shards each batch at fit time.
+    with distribution_scope(config.strategy, config.tpu):
+        model, pretrained = _build(config, recipe, splits.info.num_classes)
+        model.compile(
+            optimizer=make_optimizer(config, total_steps=steps * config.epochs),
+            loss=_loss(config),
+            metrics=["accuracy"],
+            jit_compile=config.jit_compile if keras.backend.backend() != "torch" else False,
+        )
+        checks = {}
+        if recipe == "finetune":
+            images = np.concatenate([keras.ops.convert_to_numpy(x) for x, _ in validation])
+            size = tuple(pretrained.input_shape[1:3]) if pretrained is not None else None
+            checks = start_checks(model, pretrained, images, size)
+        history = model.fit(
+            train, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch, validation_data=validation,
+            callbacks=_callbacks(run_dir, extra_callbacks), verbose=config.verbose,
+            shuffle=False,  # the pipeline shuffles, seeded
+        )
+        save_model_atomically(model, os.path.join(run_dir, "model.keras"))
+        _, test_accuracy = model.evaluate(test, verbose=0)
+    return RunResult(model, run_dir, history.history, float(test_accuracy), time.perf_counter() - started, checks)
