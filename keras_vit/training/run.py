@@ -180,6 +180,15 @@ def start_checks(model, pretrained, images, pretrained_size):
     return checks
 
 
+def _jit_compile(config):
+    # torch.compile is not what Keras' jit_compile means on torch; and XLA clusters under
+    # MirroredStrategy read replica variables across devices, which TensorFlow rejects
+    # (its "tf.Variable on a different device" known issue): both run without it.
+    if keras.backend.backend() == "torch" or config.strategy == "mirrored":
+        return False
+    return config.jit_compile
+
+
 def _fit(config, recipe, extra_callbacks):
     started = time.perf_counter()
     keras.utils.set_random_seed(config.seed)
@@ -202,7 +211,7 @@ def _fit(config, recipe, extra_callbacks):
             optimizer=make_optimizer(config, total_steps=steps * config.epochs),
             loss=_loss(config),
             metrics=["accuracy"],
-            jit_compile=config.jit_compile if keras.backend.backend() != "torch" else False,
+            jit_compile=_jit_compile(config),
         )
         checks = {}
         if recipe == "finetune":
