@@ -5,9 +5,11 @@ source names the upstream key(s) (``{0}`` is the block index from the regex) and
 to turn them into the Keras shape. One table per layout, one mechanism for all:
 
 - ``"original"``: google-research/vision_transformer ``.npz`` (flax names, HWIO kernels,
-  attention kernels split per head).
+  attention kernels split per head; hybrids add the BiT ResNet's ``conv_root``,
+  ``gn_root`` and ``block{i}/unit{j}/...`` at the top level).
 - ``"timm"``: timm ``VisionTransformer`` state dicts (torch ``(out, in)`` Linear
-  weights, OIHW convs, fused ``qkv``).
+  weights, OIHW convs, fused ``qkv``; hybrids keep the ResNet under
+  ``patch_embed.backbone.``, its stages and blocks numbered from 0).
 - ``"hf"``: HF transformers ``ViTModel`` / ``ViTForImageClassification`` files as the hub
   has them (``vit.`` prefix optional).
 - ``"keras"``: keras-vit's own variable paths (a ``.keras`` file), identity.
@@ -54,6 +56,23 @@ def conv(key):
     return Source(key, lambda w: np.transpose(w, (2, 3, 1, 0)))
 
 
+class ZeroBased(Source):
+    """A ``Source`` whose keys count from 0 where our path counts from 1.
+
+    The ResNet's ``block{i}/unit{j}`` are 1-based (as in the original ``.npz``); timm's
+    ``stages.{i-1}.blocks.{j-1}`` are 0-based. The first two regex groups are shifted down
+    by one before they fill ``{0}`` and ``{1}``; any later group is used as it is.
+    """
+
+    def resolve(self, groups):
+        i, j, *rest = groups
+        return super().resolve((int(i) - 1, int(j) - 1, *rest))
+
+
+def zero_based(source):
+    return ZeroBased(source.keys, source.transform)
+
+
 def heads_in(*keys):
     """Flax attention input kernels ``(width, heads, head_dim)`` -> ``(width, heads * head_dim)``."""
     return Source(keys, lambda *a: np.concatenate([w.reshape(w.shape[0], -1) for w in a], axis=-1))
@@ -67,6 +86,8 @@ def heads_out(key):
 # --- the tables ------------------------------------------------------------------------
 
 _B = r"block_(\d+)/"  # our encoder block prefix; its index fills {0}
+# The hybrids' ResNet (keras_vit.layers.resnet): block (stage) {0} and unit {1}, 1-based.
+_U = r"resnet/block(\d+)/unit(\d+)/"
 
 ORIGINAL = [
     (r"patch_embedding/kernel", same("embedding/kernel")),
@@ -95,8 +116,17 @@ ORIGINAL = [
     (r"pre_logits/bias", same("pre_logits/bias")),
     (r"head/kernel", same("head/kernel")),
     (r"head/bias", same("head/bias")),
+    # Hybrids: the npz keeps the ResNet's names, GroupNorm scale/bias = our gamma/beta.
+    (r"resnet/conv_root/kernel", same("conv_root/kernel")),
+    (r"resnet/gn_root/gamma", same("gn_root/scale")),
+    (r"resnet/gn_root/beta", same("gn_root/bias")),
+    (_U + r"(conv[123]|conv_proj)/kernel", same("block{0}/unit{1}/{2}/kernel")),
+    (_U + r"(gn[123]|gn_proj)/gamma", same("block{0}/unit{1}/{2}/scale")),
+    (_U + r"(gn[123]|gn_proj)/beta", same("block{0}/unit{1}/{2}/bias")),
 ]
 
+_R = "patch_embed.backbone."  # timm's hybrid ResNetV2
+_RU = _R + "stages.{0}.blocks.{1}."
 TIMM = [
     (r"patch_embedding/kernel", conv("patch_embed.proj.weight")),
     (r"patch_embedding/bias", same("patch_embed.proj.bias")),
@@ -120,6 +150,16 @@ TIMM = [
     (r"encoder_norm/beta", same("norm.bias")),
     (r"head/kernel", linear("head.weight")),
     (r"head/bias", same("head.bias")),
+    # Hybrids (the patch embedding above is then the 1x1 conv after the ResNet).
+    (r"resnet/conv_root/kernel", conv(_R + "stem.conv.weight")),
+    (r"resnet/gn_root/gamma", same(_R + "stem.norm.weight")),
+    (r"resnet/gn_root/beta", same(_R + "stem.norm.bias")),
+    (_U + r"conv([123])/kernel", zero_based(conv(_RU + "conv{2}.weight"))),
+    (_U + r"gn([123])/gamma", zero_based(same(_RU + "norm{2}.weight"))),
+    (_U + r"gn([123])/beta", zero_based(same(_RU + "norm{2}.bias"))),
+    (_U + r"conv_proj/kernel", zero_based(conv(_RU + "downsample.conv.weight"))),
+    (_U + r"gn_proj/gamma", zero_based(same(_RU + "downsample.norm.weight"))),
+    (_U + r"gn_proj/beta", zero_based(same(_RU + "downsample.norm.bias"))),
 ]
 
 _HF_ATTN = "encoder.layer.{0}.attention."

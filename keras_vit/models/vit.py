@@ -246,7 +246,7 @@ def _make_stem(image_size, patch_size, num_channels, resnet_block_units, resnet_
     """The layer in front of the patch embedding (a ResNet for hybrids) and the token grid."""
     stride = patch_size
     stem = None
-    if resnet_block_units:
+    if resnet_block_units is not None:  # () must fail loudly, not build a plain ViT
         from keras_vit.layers.resnet import ResNetBackbone, resnet_feature_stride
 
         stem = ResNetBackbone(resnet_block_units, width=resnet_width, name="resnet")

@@ -1,0 +1,253 @@
+"""Hybrid ResNet(BiT)+ViT: peers' checkpoints, resolution, named sizes, saving, training.
+
+Like ``test_checkpoint_parity.py``: each peer model gets random weights and is saved in
+the peer's own format, that file is loaded with ``keras_vit.load_weights``, and both
+models see the same images; fp32 logits must agree within 1e-4 (max abs). The peer is
+timm's hybrid: ``ResNetV2(preact=False, stem_type='same', StdConv2dSame(eps=1e-8))``
+(``_resnetv2``) in a ``HybridEmbed``, as in timm's ``vit_*_r*`` models. Depths are
+reduced to keep the tests quick; widths are the real ones (ResNet 64, ViT-S).
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+from functools import partial
+
+import numpy as np
+import pytest
+
+import keras
+import keras_vit
+from conftest import randomize_torch, to_numpy
+from keras_vit.models.registry import get_config
+from test_checkpoint_parity import images, save_torch_state, torch_logits, write_original_npz
+
+TOL = 1e-4
+
+# Named hybrids and the timm models of the same architecture.
+NAMED = {
+    "r26_vit_s32": "vit_small_r26_s32_224",
+    "r26_vit_b32": "vit_base_r26_s32_224",
+    "r50_vit_b16": "vit_base_r50_s16_224",
+    "r50_vit_l32": "vit_large_r50_s32_224",
+}
+
+
+def timm_hybrid(timm, block_units, width, img_size, **vit_kwargs):
+    """timm's hybrid ViT with the ResNet ``_resnetv2`` builds, at any width."""
+    from timm.layers import HybridEmbed, StdConv2dSame
+    from timm.models.resnetv2 import ResNetV2
+
+    backbone = ResNetV2(
+        layers=block_units, channels=tuple(4 * width * 2**i for i in range(4)), stem_chs=width,
+        num_classes=0, global_pool="", preact=False, stem_type="same",
+        conv_layer=partial(StdConv2dSame, eps=1e-8))
+    return timm.models.vision_transformer.VisionTransformer(
+        img_size=img_size, patch_size=1, embed_layer=partial(HybridEmbed, backbone=backbone),
+        **vit_kwargs).eval()
+
+
+def logits(model, x):
+    """The model's output on ``x``; on JAX through one jitted call, since its eager mode
+    compiles every op for every new shape (several times slower for a ResNet)."""
+    if keras.backend.backend() == "jax":
+        return to_numpy(model.predict_on_batch(x))
+    return to_numpy(model(x))
+
+
+def keras_hybrid(block_units, width, image_size, **kwargs):
+    return keras_vit.VisionTransformer(
+        image_size=image_size, patch_size=1, resnet_block_units=block_units, resnet_width=width,
+        **kwargs)
+
+
+# --- timm state dicts ------------------------------------------------------------------
+
+# All models below share the ResNet width (64, the paper's) and ViT-S's widths, so that each
+# weight shape is initialised (and, on JAX, compiled) once per session; only depths shrink.
+S = dict(embed_dim=384, num_heads=6, mlp_ratio=4.0)  # timm
+S_KERAS = dict(hidden_size=384, num_heads=6, mlp_dim=1536)
+
+
+def test_timm_hybrid_checkpoint_matches_timm(timm, tmp_path, rng):
+    # A three-stage ResNet (stride 16, as R50's) with 1, 2 and 3 units, a rectangular image
+    # (a 3x5 grid), average pooling without class token, in a safetensors file.
+    units, size = (1, 2, 3), (48, 80)
+    peer = randomize_torch(timm_hybrid(timm, units, 64, size, **S, depth=2, num_classes=5, global_pool="avg",
+                                       class_token=False, fc_norm=False))
+    path = save_torch_state(peer.state_dict(), str(tmp_path / "model.safetensors"))
+    model = keras_hybrid(units, 64, size, **S_KERAS, depth=2, num_classes=5, pooling="gap", gelu_approximate=False)
+    report = keras_vit.load_weights(model, path)
+    assert report.layout == "timm" and not report.fresh and not report.unused
+    assert "resnet/block3/unit3/conv2/kernel" in report.loaded
+    x = images(rng, size)
+    np.testing.assert_allclose(logits(model, x), torch_logits(peer, x), atol=TOL, rtol=0)
+
+
+def test_named_r26_vit_s32_matches_timm_vit_small_r26_s32(timm, tmp_path, rng):
+    # timm's own named model (its `_resnetv2((2, 2, 2, 2))`, stride 32: a 2x2 grid), with
+    # one encoder block, at 64 px, in a torch pickle.
+    peer = randomize_torch(timm.create_model("vit_small_r26_s32_224", img_size=64, depth=1, num_classes=10).eval())
+    path = save_torch_state(peer.state_dict(), str(tmp_path / "r26_s32.pth"))
+    model = keras_vit.create_model("r26_vit_s32", image_size=64, depth=1, num_classes=10, gelu_approximate=False)
+    report = keras_vit.load_weights(model, path)
+    assert not report.fresh and not report.unused
+    x = images(rng, 64)
+    np.testing.assert_allclose(logits(model, x), torch_logits(peer, x), atol=TOL, rtol=0)
+
+
+def test_timm_hybrid_at_higher_resolution_matches_timm_resampling(timm, tmp_path, rng):
+    # 64 px -> a 4x4 feature grid, 96 px -> 6x6: timm's hybrid checkpoint_filter_fn
+    # resamples the position embedding (bicubic, antialias), load_weights does the same.
+    low = randomize_torch(timm_hybrid(timm, (1, 1, 1), 64, 64, **S, depth=1, num_classes=3))
+    path = save_torch_state(low.state_dict(), str(tmp_path / "low.pth"))
+    high = timm_hybrid(timm, (1, 1, 1), 64, 96, **S, depth=1, num_classes=3)
+    high.load_state_dict(timm.models.vision_transformer_hybrid.checkpoint_filter_fn(low.state_dict(), high))
+    model = keras_hybrid((1, 1, 1), 64, 96, **S_KERAS, depth=1, num_classes=3, gelu_approximate=False)
+    report = keras_vit.load_weights(model, path)
+    assert report.resampled == {"position_embedding/embedding": ((1, 17, 384), (1, 37, 384))}
+    x = images(rng, 96)
+    np.testing.assert_allclose(logits(model, x), torch_logits(high, x), atol=TOL, rtol=0)
+
+
+# --- the original .npz layout (R50+ViT-B/16's key names), read by timm's npz loader -------
+
+
+def write_original_hybrid_npz(path, rng, block_units, resnet_width, **vit):
+    """The ViT keys of ``write_original_npz`` plus the BiT ResNet's, as the hybrid .npz files
+    (e.g. R50+ViT-B_16.npz) name them: ``conv_root``, ``gn_root``, ``block{i}/unit{j}/...``."""
+    width = resnet_width
+    write_original_npz(path, rng, channels=4 * width * 2 ** (len(block_units) - 1), patch=1, **vit)
+    shapes = {"conv_root/kernel": (7, 7, 3, width), "gn_root/scale": (width,), "gn_root/bias": (width,)}
+    cin = width
+    for i, units in enumerate(block_units, 1):
+        mid = width * 2 ** (i - 1)
+        for j in range(1, units + 1):
+            u = f"block{i}/unit{j}/"
+            shapes.update({u + "conv1/kernel": (1, 1, cin, mid), u + "conv2/kernel": (3, 3, mid, mid),
+                           u + "conv3/kernel": (1, 1, mid, 4 * mid)})
+            if j == 1:
+                shapes[u + "conv_proj/kernel"] = (1, 1, cin, 4 * mid)
+            for n, c in (("gn1", mid), ("gn2", mid), ("gn3", 4 * mid)) + ((("gn_proj", 4 * mid),) if j == 1 else ()):
+                shapes.update({u + f"{n}/scale": (c,), u + f"{n}/bias": (c,)})
+            cin = 4 * mid
+    arrays = dict(np.load(path))
+    for k, shape in shapes.items():
+        base, scale = (1.0, 0.1) if k.endswith("scale") else (0.0, 0.05)
+        arrays[k] = (base + scale * rng.standard_normal(shape)).astype("float32")
+    np.savez(path, **arrays)
+    return path
+
+
+@pytest.mark.parametrize("image_size", [32, 64], ids=["same_grid", "higher_resolution"])
+def test_original_hybrid_npz_matches_timm_npz_loader(timm, tmp_path, rng, image_size):
+    # R50+ViT-B/16's key names and shapes, with a (1, 1, 1) ResNet (width 64, as the real
+    # one) and a one-block ViT-S, trained at 32 px (2x2 grid + class token = 5 tokens). The
+    # original code uses flax's tanh GELU, so timm's reference does too and keras-vit keeps
+    # its defaults. At 64 px timm's npz loader resamples bilinearly, as we do.
+    path = write_original_hybrid_npz(str(tmp_path / "R50+ViT-B_16.npz"), rng, (1, 1, 1), 64,
+                                     width=384, depth=1, heads=6, mlp=1536, tokens=5, classes=10)
+    from timm.models.vision_transformer_hybrid import _resnetv2
+
+    peer = timm_hybrid(timm, (1, 1, 1), 64, image_size, **S, depth=1, num_classes=10, act_layer="gelu_tanh")
+    assert str(peer.patch_embed.backbone) == str(_resnetv2((1, 1, 1)))
+    timm.models.vision_transformer._load_weights(peer, path)
+    model = keras_hybrid((1, 1, 1), 64, image_size, **S_KERAS, depth=1, num_classes=10)
+    report = keras_vit.load_weights(model, path)
+    assert report.layout == "original" and not report.unused and not report.fresh
+    x = images(rng, image_size)
+    np.testing.assert_allclose(logits(model, x), torch_logits(peer, x), atol=TOL, rtol=0)
+
+
+# --- the named hybrids -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(NAMED))
+def test_named_hybrid_parameter_count_matches_timm(timm, name):
+    # Built with one encoder block to save time: the blocks are all alike, so the named
+    # model's count is that plus (depth - 1) blocks; timm's is counted at full depth.
+    import torch
+
+    with torch.device("meta"):
+        peer = timm.create_model(NAMED[name], num_classes=1000)
+    depth = get_config(name).depth
+    assert depth == len(peer.blocks)
+    model = keras_vit.create_model(name, depth=1)
+    count = model.count_params() + (depth - 1) * model.get_layer("block_0").count_params()
+    assert count == sum(p.numel() for p in peer.parameters())
+    assert model.grid_size == tuple(peer.patch_embed.grid_size)
+    assert model.get_layer("resnet").block_units == tuple(len(s.blocks) for s in peer.patch_embed.backbone.stages)
+    keras.backend.clear_session()
+
+
+def test_hybrids_are_listed():
+    assert set(NAMED) <= set(keras_vit.list_models("r*"))
+
+
+# --- saving, training ----------------------------------------------------------------------
+
+TINY = dict(image_size=16, patch_size=1, resnet_block_units=(1,), resnet_width=64, **S_KERAS, depth=1,
+            num_classes=4)  # one ResNet stage (stride 4): a 4x4 grid
+
+OTHER_BACKEND_SCRIPT = textwrap.dedent("""
+    import sys, numpy as np, keras, keras_vit
+    path, images, out = sys.argv[1:]
+    model = keras.saving.load_model(path)
+    assert model.get_layer("resnet").block_units == (1,)
+    np.save(out, keras.ops.convert_to_numpy(model.predict_on_batch(np.load(images))))
+""")
+
+
+def test_saved_hybrid_loads_on_the_other_backends(tmp_path, rng):
+    model = keras_vit.VisionTransformer(**TINY, head_zero_init=False)
+    x = rng.uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    expected = logits(model, x)
+    path = str(tmp_path / "hybrid.keras")
+    model.save(path)
+    np.save(tmp_path / "x.npy", x)
+    here = keras.backend.backend()
+    for backend in {"tensorflow", "jax", "torch"} - {here}:
+        out = str(tmp_path / f"{backend}.npy")
+        env = {**os.environ, "KERAS_BACKEND": backend}
+        subprocess.run([sys.executable, "-c", OTHER_BACKEND_SCRIPT, path, str(tmp_path / "x.npy"), out],
+                       check=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
+        np.testing.assert_allclose(np.load(out), expected, atol=1e-5, rtol=0, err_msg=f"{here} -> {backend}")
+
+
+def test_hybrid_trains_with_fit(rng):
+    keras.utils.set_random_seed(0)
+    model = keras_vit.VisionTransformer(**TINY)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = rng.uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
+    y = np.arange(8) % 4
+    root = to_numpy(model.get_layer("resnet").conv_root.kernel)
+    history = model.fit(x, y, batch_size=8, epochs=6, verbose=0)
+    losses = history.history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+    # The zero-initialised head passes gradients on from the second step: the ResNet learns.
+    assert not np.allclose(to_numpy(model.get_layer("resnet").conv_root.kernel), root)
+
+
+# --- bad input -----------------------------------------------------------------------------
+
+
+def test_unknown_backbone_name_suggests_close_names():
+    with pytest.raises(ValueError, match=r"Unknown model name 'r51_vit_b16'\. Did you mean 'r50_vit_b16'"):
+        keras_vit.create_model("r51_vit_b16")
+
+
+@pytest.mark.parametrize("name, size, stride", [("r50_vit_b16", 200, 16), ("r26_vit_s32", (224, 240), 32)])
+def test_image_size_not_divisible_by_the_total_stride(name, size, stride):
+    with pytest.raises(ValueError, match=rf"not divisible by the ResNet stride x patch size = {stride}"):
+        keras_vit.create_model(name, image_size=size, depth=1)
+
+
+def test_plain_vit_checkpoint_into_a_hybrid_names_the_missing_resnet(timm, tmp_path):
+    peer = timm.models.vision_transformer.VisionTransformer(
+        img_size=16, patch_size=4, **S, depth=1, num_classes=4)
+    path = save_torch_state(peer.state_dict(), str(tmp_path / "plain.pth"))
+    missing = r"resnet/conv_root/kernel: missing key 'patch_embed\.backbone\.stem\.conv\.weight'"
+    with pytest.raises(ValueError, match=missing):
+        keras_vit.load_weights(keras_vit.VisionTransformer(**TINY), path)
