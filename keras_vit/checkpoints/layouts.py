@@ -1,8 +1,9 @@
 """Where every keras-vit weight lives in each upstream checkpoint layout.
 
-Each layout is a table of ``(regex over the Keras variable path, source)`` rows; a
-source names the upstream key(s) (``{0}`` is the block index from the regex) and how
-to turn them into the Keras shape. One table per layout, one mechanism for all:
+One table, ``VIT``, has a row per Keras weight (a regex over its variable path) and a
+column per layout; each cell is a source that names the upstream key(s) (``{0}`` is the
+block index from the regex) and how to turn them into the Keras shape. The hybrids'
+ResNet adds a few rows per layout. The layouts:
 
 - ``"original"``: google-research/vision_transformer ``.npz`` (flax names, HWIO kernels,
   attention kernels split per head; hybrids add the BiT ResNet's ``conv_root``,
@@ -89,34 +90,70 @@ _B = r"block_(\d+)/"  # our encoder block prefix; its index fills {0}
 # The hybrids' ResNet (keras_vit.layers.resnet): block (stage) {0} and unit {1}, 1-based.
 _U = r"resnet/block(\d+)/unit(\d+)/"
 
-ORIGINAL = [
-    (r"patch_embedding/kernel", same("embedding/kernel")),
-    (r"patch_embedding/bias", same("embedding/bias")),
-    (r"class_token/token", same("cls")),
-    (r"position_embedding/embedding", same("Transformer/posembed_input/pos_embedding")),
-    (_B + r"norm1/gamma", same("Transformer/encoderblock_{0}/LayerNorm_0/scale")),
-    (_B + r"norm1/beta", same("Transformer/encoderblock_{0}/LayerNorm_0/bias")),
-    (_B + r"attention/qkv/kernel", heads_in(*(
-        f"Transformer/encoderblock_{{0}}/MultiHeadDotProductAttention_1/{n}/kernel"
-        for n in ("query", "key", "value")))),
-    (_B + r"attention/qkv/bias", concat(*(
-        f"Transformer/encoderblock_{{0}}/MultiHeadDotProductAttention_1/{n}/bias"
-        for n in ("query", "key", "value")))),
-    (_B + r"attention/out/kernel", heads_out("Transformer/encoderblock_{0}/MultiHeadDotProductAttention_1/out/kernel")),
-    (_B + r"attention/out/bias", same("Transformer/encoderblock_{0}/MultiHeadDotProductAttention_1/out/bias")),
-    (_B + r"norm2/gamma", same("Transformer/encoderblock_{0}/LayerNorm_2/scale")),
-    (_B + r"norm2/beta", same("Transformer/encoderblock_{0}/LayerNorm_2/bias")),
-    (_B + r"mlp/fc1/kernel", same("Transformer/encoderblock_{0}/MlpBlock_3/Dense_0/kernel")),
-    (_B + r"mlp/fc1/bias", same("Transformer/encoderblock_{0}/MlpBlock_3/Dense_0/bias")),
-    (_B + r"mlp/fc2/kernel", same("Transformer/encoderblock_{0}/MlpBlock_3/Dense_1/kernel")),
-    (_B + r"mlp/fc2/bias", same("Transformer/encoderblock_{0}/MlpBlock_3/Dense_1/bias")),
-    (r"encoder_norm/gamma", same("Transformer/encoder_norm/scale")),
-    (r"encoder_norm/beta", same("Transformer/encoder_norm/bias")),
-    (r"pre_logits/kernel", same("pre_logits/kernel")),
-    (r"pre_logits/bias", same("pre_logits/bias")),
-    (r"head/kernel", same("head/kernel")),
-    (r"head/bias", same("head/bias")),
-    # Hybrids: the npz keeps the ResNet's names, GroupNorm scale/bias = our gamma/beta.
+_ENC = "Transformer/encoderblock_{0}/"  # original
+_MHA = _ENC + "MultiHeadDotProductAttention_1/"
+_QKV = ("query", "key", "value")
+_HF = "encoder.layer.{0}."
+_HF_ATTN = _HF + "attention."
+
+# One row per weight of the plain ViT, one column per layout (None: the layout has none).
+VIT = [
+    # Keras path
+    #   original .npz
+    #   timm
+    #   HF transformers
+    (r"patch_embedding/kernel",
+        same("embedding/kernel"),
+        conv("patch_embed.proj.weight"),
+        conv("embeddings.patch_embeddings.projection.weight")),
+    (r"patch_embedding/bias",
+        same("embedding/bias"), same("patch_embed.proj.bias"), same("embeddings.patch_embeddings.projection.bias")),
+    (r"class_token/token", same("cls"), same("cls_token"), same("embeddings.cls_token")),
+    (r"position_embedding/embedding",
+        same("Transformer/posembed_input/pos_embedding"), same("pos_embed"), same("embeddings.position_embeddings")),
+    (_B + r"norm1/gamma",
+        same(_ENC + "LayerNorm_0/scale"), same("blocks.{0}.norm1.weight"), same(_HF + "layernorm_before.weight")),
+    (_B + r"norm1/beta",
+        same(_ENC + "LayerNorm_0/bias"), same("blocks.{0}.norm1.bias"), same(_HF + "layernorm_before.bias")),
+    (_B + r"attention/qkv/kernel",
+        heads_in(*(_MHA + f"{n}/kernel" for n in _QKV)),
+        linear("blocks.{0}.attn.qkv.weight"),
+        linear(*(_HF_ATTN + f"attention.{n}.weight" for n in _QKV))),
+    (_B + r"attention/qkv/bias",
+        concat(*(_MHA + f"{n}/bias" for n in _QKV)),
+        same("blocks.{0}.attn.qkv.bias"),
+        concat(*(_HF_ATTN + f"attention.{n}.bias" for n in _QKV))),
+    (_B + r"attention/out/kernel",
+        heads_out(_MHA + "out/kernel"), linear("blocks.{0}.attn.proj.weight"), linear(_HF_ATTN + "output.dense.weight")),
+    (_B + r"attention/out/bias",
+        same(_MHA + "out/bias"), same("blocks.{0}.attn.proj.bias"), same(_HF_ATTN + "output.dense.bias")),
+    (_B + r"norm2/gamma",
+        same(_ENC + "LayerNorm_2/scale"), same("blocks.{0}.norm2.weight"), same(_HF + "layernorm_after.weight")),
+    (_B + r"norm2/beta",
+        same(_ENC + "LayerNorm_2/bias"), same("blocks.{0}.norm2.bias"), same(_HF + "layernorm_after.bias")),
+    (_B + r"mlp/fc1/kernel",
+        same(_ENC + "MlpBlock_3/Dense_0/kernel"), linear("blocks.{0}.mlp.fc1.weight"),
+        linear(_HF + "intermediate.dense.weight")),
+    (_B + r"mlp/fc1/bias",
+        same(_ENC + "MlpBlock_3/Dense_0/bias"), same("blocks.{0}.mlp.fc1.bias"), same(_HF + "intermediate.dense.bias")),
+    (_B + r"mlp/fc2/kernel",
+        same(_ENC + "MlpBlock_3/Dense_1/kernel"), linear("blocks.{0}.mlp.fc2.weight"), linear(_HF + "output.dense.weight")),
+    (_B + r"mlp/fc2/bias",
+        same(_ENC + "MlpBlock_3/Dense_1/bias"), same("blocks.{0}.mlp.fc2.bias"), same(_HF + "output.dense.bias")),
+    # (timm names the final norm `fc_norm` when it follows the pooling; the loader
+    # renames it after checking that the model pools the same way.)
+    (r"encoder_norm/gamma", same("Transformer/encoder_norm/scale"), same("norm.weight"), same("layernorm.weight")),
+    (r"encoder_norm/beta", same("Transformer/encoder_norm/bias"), same("norm.bias"), same("layernorm.bias")),
+    # The paper's pre-logits layer; timm dropped it; HF's ViTModel "pooler" is one.
+    (r"pre_logits/kernel", same("pre_logits/kernel"), None, linear("pooler.dense.weight")),
+    (r"pre_logits/bias", same("pre_logits/bias"), None, same("pooler.dense.bias")),
+    (r"head/kernel", same("head/kernel"), linear("head.weight"), linear("classifier.weight")),
+    (r"head/bias", same("head/bias"), same("head.bias"), same("classifier.bias")),
+]
+
+# The hybrids' BiT ResNet: the npz keeps the ResNet's own names (GroupNorm scale/bias =
+# our gamma/beta); timm nests it under the patch embedding, numbered from 0.
+RESNET_ORIGINAL = [
     (r"resnet/conv_root/kernel", same("conv_root/kernel")),
     (r"resnet/gn_root/gamma", same("gn_root/scale")),
     (r"resnet/gn_root/beta", same("gn_root/bias")),
@@ -124,33 +161,9 @@ ORIGINAL = [
     (_U + r"(gn[123]|gn_proj)/gamma", same("block{0}/unit{1}/{2}/scale")),
     (_U + r"(gn[123]|gn_proj)/beta", same("block{0}/unit{1}/{2}/bias")),
 ]
-
 _R = "patch_embed.backbone."  # timm's hybrid ResNetV2
 _RU = _R + "stages.{0}.blocks.{1}."
-TIMM = [
-    (r"patch_embedding/kernel", conv("patch_embed.proj.weight")),
-    (r"patch_embedding/bias", same("patch_embed.proj.bias")),
-    (r"class_token/token", same("cls_token")),
-    (r"position_embedding/embedding", same("pos_embed")),
-    (_B + r"norm1/gamma", same("blocks.{0}.norm1.weight")),
-    (_B + r"norm1/beta", same("blocks.{0}.norm1.bias")),
-    (_B + r"attention/qkv/kernel", linear("blocks.{0}.attn.qkv.weight")),
-    (_B + r"attention/qkv/bias", same("blocks.{0}.attn.qkv.bias")),
-    (_B + r"attention/out/kernel", linear("blocks.{0}.attn.proj.weight")),
-    (_B + r"attention/out/bias", same("blocks.{0}.attn.proj.bias")),
-    (_B + r"norm2/gamma", same("blocks.{0}.norm2.weight")),
-    (_B + r"norm2/beta", same("blocks.{0}.norm2.bias")),
-    (_B + r"mlp/fc1/kernel", linear("blocks.{0}.mlp.fc1.weight")),
-    (_B + r"mlp/fc1/bias", same("blocks.{0}.mlp.fc1.bias")),
-    (_B + r"mlp/fc2/kernel", linear("blocks.{0}.mlp.fc2.weight")),
-    (_B + r"mlp/fc2/bias", same("blocks.{0}.mlp.fc2.bias")),
-    # (timm names the final norm `fc_norm` when it follows the pooling; the loader
-    # renames it after checking that the model pools the same way.)
-    (r"encoder_norm/gamma", same("norm.weight")),
-    (r"encoder_norm/beta", same("norm.bias")),
-    (r"head/kernel", linear("head.weight")),
-    (r"head/bias", same("head.bias")),
-    # Hybrids (the patch embedding above is then the 1x1 conv after the ResNet).
+RESNET_TIMM = [
     (r"resnet/conv_root/kernel", conv(_R + "stem.conv.weight")),
     (r"resnet/gn_root/gamma", same(_R + "stem.norm.weight")),
     (r"resnet/gn_root/beta", same(_R + "stem.norm.bias")),
@@ -162,34 +175,12 @@ TIMM = [
     (_U + r"gn_proj/beta", zero_based(same(_RU + "downsample.norm.bias"))),
 ]
 
-_HF_ATTN = "encoder.layer.{0}.attention."
-HF = [
-    (r"patch_embedding/kernel", conv("embeddings.patch_embeddings.projection.weight")),
-    (r"patch_embedding/bias", same("embeddings.patch_embeddings.projection.bias")),
-    (r"class_token/token", same("embeddings.cls_token")),
-    (r"position_embedding/embedding", same("embeddings.position_embeddings")),
-    (_B + r"norm1/gamma", same("encoder.layer.{0}.layernorm_before.weight")),
-    (_B + r"norm1/beta", same("encoder.layer.{0}.layernorm_before.bias")),
-    (_B + r"attention/qkv/kernel", linear(*(_HF_ATTN + f"attention.{n}.weight" for n in ("query", "key", "value")))),
-    (_B + r"attention/qkv/bias", concat(*(_HF_ATTN + f"attention.{n}.bias" for n in ("query", "key", "value")))),
-    (_B + r"attention/out/kernel", linear(_HF_ATTN + "output.dense.weight")),
-    (_B + r"attention/out/bias", same(_HF_ATTN + "output.dense.bias")),
-    (_B + r"norm2/gamma", same("encoder.layer.{0}.layernorm_after.weight")),
-    (_B + r"norm2/beta", same("encoder.layer.{0}.layernorm_after.bias")),
-    (_B + r"mlp/fc1/kernel", linear("encoder.layer.{0}.intermediate.dense.weight")),
-    (_B + r"mlp/fc1/bias", same("encoder.layer.{0}.intermediate.dense.bias")),
-    (_B + r"mlp/fc2/kernel", linear("encoder.layer.{0}.output.dense.weight")),
-    (_B + r"mlp/fc2/bias", same("encoder.layer.{0}.output.dense.bias")),
-    (r"encoder_norm/gamma", same("layernorm.weight")),
-    (r"encoder_norm/beta", same("layernorm.bias")),
-    # HF's ViTModel "pooler" (Dense + tanh on the class token) is the paper's pre-logits.
-    (r"pre_logits/kernel", linear("pooler.dense.weight")),
-    (r"pre_logits/bias", same("pooler.dense.bias")),
-    (r"head/kernel", linear("classifier.weight")),
-    (r"head/bias", same("classifier.bias")),
-]
 
-TABLES = {"original": ORIGINAL, "timm": TIMM, "hf": HF}
+def _column(index, extra=()):
+    return [(row[0], row[index]) for row in VIT if row[index] is not None] + list(extra)
+
+
+TABLES = {"original": _column(1, RESNET_ORIGINAL), "timm": _column(2, RESNET_TIMM), "hf": _column(3)}
 LAYOUTS = ("original", "timm", "hf", "keras")
 
 # Keys that identify a layout, and the key prefixes that wrappers add to it.
