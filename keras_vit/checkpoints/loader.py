@@ -120,8 +120,9 @@ def load_weights(model, path, resample_method=None, resample_antialias=None, war
             continue
         value = np.asarray(source(arrays, groups))
         if value.shape != expected and key_path == "position_embedding/embedding":
+            original_shape = value.shape
             value = _resample(model, value, method, antialias, keys[0])
-            resampled[key_path] = (tuple(source(arrays, groups).shape), expected)
+            resampled[key_path] = (original_shape, expected)
         if value.shape != expected:
             if key_path.startswith(_TASK_SPECIFIC):
                 fresh[key_path] = f"checkpoint shape {value.shape} != model shape {expected}"
