@@ -1,0 +1,48 @@
+"""Exports for deployment: TF SavedModel (TF Serving), LiteRT/TFLite and ONNX.
+
+The one place in keras-vit where TensorFlow-specific code lives. Models trained on any
+backend export the same way: on JAX or PyTorch the conversion runs in a child process
+with the TensorFlow backend (see ``export_model``).
+
+Example:
+    >>> import tempfile, keras_vit
+    >>> from keras_vit.export import export_model, load_exported
+    >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1)
+    >>> result = export_model(model, tempfile.mkdtemp(), formats=["tflite_float32"])
+    >>> predict = load_exported(result.paths["tflite_float32"])
+    >>> import numpy as np
+    >>> predict(np.zeros((2, 16, 16, 3), np.uint8))["probabilities"].shape
+    (2, 3)
+"""
+
+from keras_vit.export.api import ExportResult, export_model
+from keras_vit.export.errors import (
+    ExportError,
+    InvalidModelFileError,
+    UnconvertibleModelError,
+    VerificationError,
+)
+from keras_vit.export.formats import DEFAULT_FORMATS, FORMATS, ExportFormat, parse_formats
+from keras_vit.export.model_file import check_model_file, load_model_file
+from keras_vit.export.representative import digits_images
+from keras_vit.export.runtime import load_exported, tflite_interpreter
+from keras_vit.export.verify import TOLERANCES
+
+__all__ = [
+    "DEFAULT_FORMATS",
+    "ExportError",
+    "ExportFormat",
+    "ExportResult",
+    "FORMATS",
+    "InvalidModelFileError",
+    "TOLERANCES",
+    "UnconvertibleModelError",
+    "VerificationError",
+    "check_model_file",
+    "digits_images",
+    "export_model",
+    "load_exported",
+    "load_model_file",
+    "parse_formats",
+    "tflite_interpreter",
+]

@@ -1,0 +1,305 @@
+"""``export_model``: a Keras model (or model file) in, verified deployable files out."""
+
+import dataclasses
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from keras_vit.export import representative as rep
+from keras_vit.export.atomic import StagedOutputs, check_targets
+from keras_vit.export.errors import (
+    ExportError,
+    InvalidModelFileError,
+    UnconvertibleModelError,
+    VerificationError,
+)
+from keras_vit.export.formats import FORMATS, parse_formats
+from keras_vit.export.verify import TOLERANCES, softmax, verify_export
+
+
+@dataclasses.dataclass
+class ExportResult:
+    """What ``export_model`` wrote.
+
+    Attributes:
+        paths: ``{format name: path}`` of every file or folder written.
+        checks: ``{format name: measured numbers}`` from the verification against the
+            Keras model (``max_abs_diff``, ``top1_agreement``, ...).
+        outputs_probabilities: whether the model itself ends in a softmax.
+    """
+
+    paths: dict
+    checks: dict
+    outputs_probabilities: bool = False
+
+    def summary(self):
+        """One line per format: name, size, and the verification numbers."""
+        lines = []
+        for name, path in self.paths.items():
+            check = self.checks.get(name, {})
+            numbers = ", ".join(
+                f"{k}={check[k]:.2g}" for k in ("max_abs_diff", "mean_abs_diff", "top1_agreement") if k in check
+            )
+            lines.append(f"{name:<20} {_size(path) / 1e6:8.2f} MB  {path}  ({numbers})")
+        return "\n".join(lines)
+
+
+def export_model(
+    model,
+    output,
+    formats=None,
+    *,
+    overwrite=False,
+    representative_data=None,
+    num_representative=rep.DEFAULT_NUM_REPRESENTATIVE,
+    verification_images=None,
+    top_k=5,
+    normalization="vit",
+    model_name=None,
+    image_size=None,
+    num_classes=None,
+    model_kwargs=None,
+    imports=(),
+    tolerances=None,
+    opset=None,
+    verbose=False,
+):
+    """Exports a classifier as SavedModel, LiteRT and/or ONNX files, each verified.
+
+    Every export takes raw ``uint8`` images ``(batch, H, W, C)`` (any batch size) and does
+    the model's pre-processing inside; it returns ``probabilities`` (softmax), and the
+    SavedModel also ``top_k_scores`` / ``top_k_indices`` plus a ``serving_preprocessed``
+    signature for float32 images already in the model's range.
+
+    Each file is written at a hidden temporary path beside its target, reloaded and
+    compared with the Keras model on a few images, and moved into place only if every
+    requested format passed; on any failure nothing is left behind.
+
+    Works on every backend: the converters need TensorFlow graphs, so on JAX or PyTorch
+    the model is saved to a temporary ``.keras`` file and converted by a child process
+    with ``KERAS_BACKEND=tensorflow``; verification still runs here, against the
+    caller's own model.
+
+    Args:
+        model: a Keras model (a classifier with one image input), or the path of a
+            ``.keras`` file or of a checkpoint ``keras_vit.load_weights`` reads (then give
+            ``model_name``).
+        output: the folder to write into; created if missing. Files inside are named after
+            the formats (``savedmodel/``, ``model_float32.tflite``, ``model.onnx``, ...).
+        formats: names (list, or a comma-separated string; ``"all"``), see ``FORMATS``;
+            default all but ``tflite_int8`` unless ``representative_data`` is given.
+        overwrite: replace existing exports (never done otherwise).
+        representative_data: ``"digits"`` (the embedded training split) or uint8 images;
+            calibrates ``tflite_int8`` and supplies the verification images.
+        num_representative: how many images calibrate ``tflite_int8``.
+        verification_images: uint8 images to verify on (default: from
+            ``representative_data``'s source, else seeded noise).
+        top_k: length of the SavedModel's top-k outputs.
+        normalization: the model's pre-processing (``"vit"``: ``x / 127.5 - 1``; or
+            ``"imagenet"``; see ``keras_vit.data.NORMALIZATIONS``).
+        model_name, image_size, num_classes, model_kwargs: how to build the model from a
+            file (see ``load_model_file``).
+        imports: modules defining custom layers, imported before loading (also in the
+            TensorFlow child process).
+        tolerances: ``{format: {...}}`` overriding ``verify.TOLERANCES``.
+        opset: ONNX opset (default 17).
+        verbose: show the converters' output.
+
+    Returns:
+        An ``ExportResult``.
+
+    Raises (before any work where possible):
+        ValueError: unknown format (the message lists the known ones), missing
+            representative data for ``tflite_int8``, a model that is not an image classifier.
+        FileExistsError: a target exists and ``overwrite`` is False.
+        InvalidModelFileError: ``model`` is a path to something that is not a model file.
+        UnconvertibleModelError: a format cannot express some layers (``.layers`` names them).
+        VerificationError: an export does not reproduce the model.
+
+    Example:
+    >>> import tempfile, keras_vit
+    >>> from keras_vit.export import export_model
+    >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1)
+    >>> result = export_model(model, tempfile.mkdtemp(), formats="tflite_float32")
+    >>> sorted(result.paths)
+    ['tflite_float32']
+    """
+    import keras
+
+    # 1. Everything that can be checked without the model.
+    for module in imports:
+        importlib.import_module(module)
+    if formats is None:
+        formats = [f for f in FORMATS if representative_data is not None or not FORMATS[f].needs_representative_data]
+    names = parse_formats(formats)
+    output = os.path.abspath(os.fspath(output))
+    if os.path.exists(output) and not os.path.isdir(output):
+        raise FileExistsError(f"Expected an output folder; {output} is a file.")
+    targets = {name: os.path.join(output, FORMATS[name].filename) for name in names}
+    check_targets(targets.values(), overwrite)
+    rep.check_source(representative_data)
+    needs_data = [n for n in names if FORMATS[n].needs_representative_data]
+    if needs_data and representative_data is None:
+        raise ValueError(
+            f"{', '.join(needs_data)} needs representative data to calibrate on: "
+            f"representative_data='digits' (--representative-data digits) or a uint8 array of "
+            "a few hundred training images; got none."
+        )
+    from keras_vit.data.preprocessing import check_normalization
+
+    check_normalization(normalization)
+    if int(top_k) < 0:
+        raise ValueError(f"Expected top_k >= 0; got {top_k}.")
+    unknown = set(tolerances or {}) - set(FORMATS)
+    if unknown:
+        raise ValueError(f"tolerances has unknown formats {sorted(unknown)}; known: {', '.join(FORMATS)}.")
+    model_path = None
+    if isinstance(model, (str, os.PathLike)):
+        from keras_vit.export.model_file import check_model_file, load_model_file
+
+        model_path = os.fspath(model)
+        container = check_model_file(model_path, model_name)
+        model = load_model_file(model_path, model_name, image_size, num_classes, **(model_kwargs or {}))
+        if container != "keras" or image_size is not None:
+            model_path = None  # the child needs the model as built here, saved anew
+    elif not isinstance(model, keras.Model):
+        raise InvalidModelFileError(f"Expected a keras.Model or a model file path; got {type(model).__name__}.")
+
+    # 2. The model: an image classifier; its reference outputs on the verification images.
+    from keras_vit.data import normalize
+    from keras_vit.export.serving import image_spec
+
+    image_shape = image_spec(model)
+    calibration = rep.representative_images(representative_data, image_shape, num_representative)
+    check_images = rep.verification_images(
+        verification_images if verification_images is not None else representative_data, image_shape
+    )
+    preprocessed = np.asarray(normalize(check_images, normalization))
+    if keras.backend.backend() == "tensorflow":
+        # Eager TF is fast for one batch, and tracing a predict function per exported
+        # model would only add time (and retracing warnings in loops over models).
+        scores = model(preprocessed, training=False)
+    else:
+        # The compiled inference path: on JAX one jitted call instead of op-by-op dispatch
+        # that compiles every op for a new batch shape; on PyTorch, without autograd.
+        scores = model.predict_on_batch(preprocessed)
+    scores = keras.ops.convert_to_numpy(scores).astype(np.float32)
+    outputs_probabilities = _outputs_probabilities(model, scores)
+    reference = scores if outputs_probabilities else softmax(scores)
+
+    # 3. Convert into temporary paths, verify every file, then move them all into place.
+    options = dict(
+        representative_images=calibration,
+        top_k=int(top_k),
+        normalization=normalization,
+        outputs_probabilities=outputs_probabilities,
+        opset=opset,
+    )
+    checks = {}
+    with StagedOutputs(targets, overwrite) as staging:
+        if keras.backend.backend() == "tensorflow":
+            from keras_vit.export.convert import convert_model
+
+            convert_model(model, staging.paths, **options)
+        else:
+            _convert_in_tensorflow_process(model, model_path, staging.paths, imports, verbose, **options)
+        for name in names:
+            tolerance = (tolerances or {}).get(name, TOLERANCES[name])
+            checks[name] = verify_export(
+                name, staging.paths[name], check_images, reference, tolerance, preprocessed_images=preprocessed
+            )
+        staging.commit()
+    return ExportResult(paths=dict(targets), checks=checks, outputs_probabilities=outputs_probabilities)
+
+
+def _outputs_probabilities(model, scores):
+    """Whether the model ends in a softmax (serve as is) or outputs logits (add one)."""
+    config = getattr(model, "vit_config", None)
+    if config is not None:
+        activation = config.get("classifier_activation")
+        if activation in (None, "linear"):
+            return False
+        if activation == "softmax":
+            return True
+        raise ValueError(
+            f"Expected a classifier that outputs logits (classifier_activation=None) or "
+            f"probabilities ('softmax'); got classifier_activation={activation!r}."
+        )
+    # Any other model: judged by its outputs.
+    return bool(np.all(scores >= 0) and np.allclose(scores.sum(-1), 1.0, atol=1e-4))
+
+
+_ERRORS = {
+    cls.__name__: cls
+    for cls in (ExportError, UnconvertibleModelError, VerificationError, InvalidModelFileError, ValueError,
+                FileExistsError, FileNotFoundError, TypeError, RuntimeError)
+}
+
+
+def _convert_in_tensorflow_process(model, model_path, paths, imports, verbose, **options):
+    """Runs ``convert_model`` in a child process with ``KERAS_BACKEND=tensorflow``."""
+    with tempfile.TemporaryDirectory(prefix="keras_vit_export_job-") as job_dir:
+        if model_path is None:
+            model_path = os.path.join(job_dir, "model.keras")
+            model.save(model_path)
+        representative_path = None
+        if options["representative_images"] is not None:
+            representative_path = os.path.join(job_dir, "representative.npy")
+            np.save(representative_path, options["representative_images"])
+        job = {
+            "model_path": os.path.abspath(model_path),
+            "paths": paths,
+            "representative_path": representative_path,
+            "top_k": options["top_k"],
+            "normalization": options["normalization"],
+            "outputs_probabilities": options["outputs_probabilities"],
+            "opset": options["opset"],
+            "imports": list(imports),
+            "scratch_dir": job_dir,
+            "answer_path": os.path.join(job_dir, "answer.json"),
+        }
+        job_path = os.path.join(job_dir, "job.json")
+        with open(job_path, "w") as f:
+            json.dump(job, f)
+        env = dict(os.environ, KERAS_BACKEND="tensorflow")
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # The child imports what this process can (keras_vit from a checkout, the modules
+        # named in `imports`), whether or not they are installed.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        log_path = os.path.join(job_dir, "worker.log")
+        with open(log_path, "w") as log:
+            subprocess.run(
+                [sys.executable, "-m", "keras_vit.export._worker", job_path],
+                env=env,
+                stdout=None if verbose else log,
+                stderr=None if verbose else subprocess.STDOUT,
+                check=False,
+            )
+        answer = None
+        if os.path.exists(job["answer_path"]):
+            with open(job["answer_path"]) as f:
+                answer = json.load(f)
+        if answer and answer["ok"]:
+            return
+        with open(log_path) as f:
+            log_tail = f.read()[-3000:]
+        if answer is None:
+            raise ExportError(f"The TensorFlow export process died without an answer. Its output:\n{log_tail}")
+        cls = _ERRORS.get(answer["type"], ExportError)
+        message = answer["message"] if cls is not ExportError else f"{answer['type']}: {answer['message']}"
+        if issubclass(cls, UnconvertibleModelError):
+            raise cls(message, format=answer["format"], layers=answer["layers"], ops=answer["ops"])
+        if cls is ExportError:
+            message += f"\n(in the TensorFlow export process)\n{answer['traceback'][-2000:]}"
+        raise cls(message)
+
+
+def _size(path):
+    if os.path.isdir(path):
+        return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+    return os.path.getsize(path)

@@ -1,0 +1,81 @@
+"""Running an exported file: one call for SavedModel folders, ``.tflite`` and ``.onnx`` files.
+
+Used by the export's own verification, the tests and the benchmark; handy for a quick
+check of a file before deploying it. Works on any Keras backend (none is used).
+"""
+
+import os
+
+import numpy as np
+
+
+def tflite_interpreter(path, num_threads=2):
+    """A LiteRT interpreter for ``path`` with the XNNPACK CPU delegate (LiteRT's default).
+
+    >>> import numpy as np, tempfile, keras_vit
+    >>> from keras_vit.export import export_model
+    >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1)
+    >>> path = export_model(model, tempfile.mkdtemp(), "tflite_float16").paths["tflite_float16"]
+    >>> runner = tflite_interpreter(path).get_signature_runner("serving_default")
+    >>> runner(images=np.zeros((4, 16, 16, 3), np.uint8))["probabilities"].shape
+    (4, 3)
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    return Interpreter(model_path=os.fspath(path), num_threads=num_threads)
+
+
+def load_exported(path, num_threads=2, signature="serving_default"):
+    """A function ``images -> {output name: numpy array}`` for an exported file.
+
+    Args:
+        path: a SavedModel folder, a ``.tflite`` or an ``.onnx`` file written by
+            ``export_model``.
+        num_threads: LiteRT / onnxruntime CPU threads.
+        signature: the SavedModel signature (``"serving_default"`` takes uint8 images,
+            ``"serving_preprocessed"`` float32 images in [-1, 1]); the other formats have
+            only the uint8 one.
+
+    Example:
+    >>> import tempfile, keras_vit
+    >>> from keras_vit.export import export_model
+    >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1)
+    >>> path = export_model(model, tempfile.mkdtemp(), "onnx").paths["onnx"]
+    >>> outputs = load_exported(path)(np.zeros((2, 16, 16, 3), np.uint8))
+    >>> sorted(outputs), outputs["probabilities"].shape
+    (['probabilities', 'top_k_indices', 'top_k_scores'], (2, 3))
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        import tensorflow as tf
+
+        function = tf.saved_model.load(path).signatures[signature]
+        dtype = function.structured_input_signature[1]["images"].dtype.as_numpy_dtype
+
+        def predict_savedmodel(images):
+            outputs = function(images=tf.constant(np.asarray(images, dtype)))
+            return {k: v.numpy() for k, v in outputs.items()}
+
+        return predict_savedmodel
+    if signature != "serving_default":
+        raise ValueError(f"Only SavedModels have the {signature!r} signature; {path} has serving_default only.")
+    if path.endswith(".tflite"):
+        runner = tflite_interpreter(path, num_threads).get_signature_runner("serving_default")
+
+        def predict_tflite(images):
+            return runner(images=np.asarray(images, np.uint8))
+
+        return predict_tflite
+    if path.endswith(".onnx"):
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = num_threads
+        session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+
+        def predict_onnx(images):
+            return dict(zip(names, session.run(names, {"images": np.asarray(images, np.uint8)})))
+
+        return predict_onnx
+    raise ValueError(f"Expected a SavedModel folder, a .tflite or an .onnx file; got {path}.")

@@ -1,0 +1,108 @@
+"""The serving functions every export is made from (TensorFlow backend only).
+
+The exported graphs take what a client has, raw ``uint8`` images, and do the model's
+pre-processing inside, so that no client can get it wrong: a served ViT fed 0..255
+pixels instead of [-1, 1] still answers, only wrongly.
+"""
+
+import keras
+
+from keras_vit.export.errors import UnconvertibleModelError
+
+DEFAULT_SIGNATURE = "serving_default"
+PREPROCESSED_SIGNATURE = "serving_preprocessed"
+
+
+def image_spec(model):
+    """``(height, width, channels)`` of the model's image input, checked to be one NHWC input."""
+    shape = model.input_shape
+    if isinstance(shape, list) or len(shape) != 4 or None in shape[1:]:
+        raise ValueError(
+            "Expected a model with one image input of fixed shape (batch, height, width, "
+            f"channels); got input_shape={shape}."
+        )
+    outputs = model.output_shape
+    if isinstance(outputs, list) or len(outputs) != 2:
+        raise ValueError(
+            "Expected a classifier with one (batch, num_classes) output to serve probabilities; "
+            f"got output_shape={outputs} (build the model with include_top=True)."
+        )
+    return tuple(int(s) for s in shape[1:])
+
+
+def _scores_to_outputs(tf, scores, outputs_probabilities, top_k):
+    scores = tf.cast(scores, tf.float32)  # mixed-precision models answer in float32 too
+    probabilities = scores if outputs_probabilities else tf.nn.softmax(scores, axis=-1)
+    outputs = {"probabilities": probabilities}
+    if top_k:
+        top = tf.math.top_k(probabilities, k=top_k)
+        outputs["top_k_scores"] = top.values
+        outputs["top_k_indices"] = top.indices
+    return outputs
+
+
+def build_archive(model, *, top_k=5, normalization="vit", outputs_probabilities=False, preprocessed_signature=True):
+    """A ``keras.export.ExportArchive`` with the serving signatures of ``model``.
+
+    - ``serving_default``: ``images`` uint8 ``(batch, H, W, C)`` -> ``probabilities``
+      float32 ``(batch, classes)``, ``top_k_scores`` float32 and ``top_k_indices`` int32
+      ``(batch, k)`` (top-k left out when ``top_k`` is 0).
+    - ``serving_preprocessed`` (if ``preprocessed_signature``): the same from float32
+      images already pre-processed as the model expects.
+
+    Args:
+        model: a Keras model on the TensorFlow backend.
+        top_k: how many classes the top-k outputs hold (capped at the number of classes).
+        normalization: the pre-processing, one of ``keras_vit.data.NORMALIZATIONS``
+            (``"vit"``: ``x / 127.5 - 1``).
+        outputs_probabilities: the model already ends in a softmax (else it outputs logits).
+
+    Example (TensorFlow backend):
+    >>> import keras, keras_vit
+    >>> if keras.backend.backend() == "tensorflow":
+    ...     model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1)
+    ...     archive = build_archive(model, top_k=2)
+    """
+    import tensorflow as tf
+
+    from keras_vit.data import normalize
+
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError(
+            "build_archive needs the TensorFlow backend (KERAS_BACKEND=tensorflow); got "
+            f"{keras.backend.backend()!r}. keras_vit.export.export_model handles other backends."
+        )
+    height, width, channels = image_spec(model)
+    num_classes = int(model.output_shape[-1])
+    top_k = min(int(top_k), num_classes)
+
+    def serve_preprocessed(images):
+        return _scores_to_outputs(tf, model(images, training=False), outputs_probabilities, top_k)
+
+    def serve_raw(images):
+        return serve_preprocessed(normalize(images, normalization))
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    endpoints = [(DEFAULT_SIGNATURE, serve_raw, tf.uint8)]
+    if preprocessed_signature:
+        endpoints.append((PREPROCESSED_SIGNATURE, serve_preprocessed, tf.float32))
+    for name, fn, dtype in endpoints:
+        spec = tf.TensorSpec((None, height, width, channels), dtype, name="images")
+        try:
+            archive.add_endpoint(name, fn, input_signature=[spec])
+        except Exception as error:
+            # Tracing runs every layer's call() on symbolic TF tensors: a layer written
+            # with another backend's own ops (jax.numpy, torch) fails here.
+            from keras_vit.export.diagnose import unsupported_ops
+
+            layers, ops = unsupported_ops(str(error), model)
+            what = f"layers {', '.join(layers)}" if layers else "the model"
+            raise UnconvertibleModelError(
+                f"TensorFlow could not trace {what} for the {name} signature; every layer must "
+                f"be written with keras.ops (not jax.numpy or torch) to export. ({error})",
+                format="savedmodel",
+                layers=layers,
+                ops=ops,
+            ) from error
+    return archive

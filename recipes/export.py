@@ -1,0 +1,110 @@
+"""Export a trained model for serving: TF SavedModel, LiteRT (TFLite) and ONNX, each verified.
+
+Works whatever KERAS_BACKEND you run it with, on a model file written by any backend:
+on JAX or PyTorch the conversion runs in a child process with the TensorFlow backend.
+
+    python recipes/export.py saved_models/run/model.keras \\
+        --formats savedmodel,tflite_float32,tflite_float16,tflite_dynamic_int8,tflite_int8,onnx \\
+        --output saved_models/run/export --representative-data digits
+
+    # a checkpoint (weights only) needs the architecture:
+    python recipes/export.py ViT-B_16.npz --model vit_b16 --image-size 224 \\
+        --formats savedmodel,onnx --output saved_models/vit_b16/export
+
+Every export takes raw uint8 images (any batch size) and pre-processes them inside; each
+is written beside its target, checked against the Keras model, and only then moved into
+place. An existing export is replaced only with --overwrite. Exit status: 0 done, 2 bad
+input (nothing was done), 1 the export failed (nothing was left behind).
+"""
+
+import argparse
+import ast
+import os
+import sys
+
+try:
+    import keras_vit  # noqa: F401
+except ImportError:  # run from a checkout without installing
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from keras_vit.export import FORMATS, export_model, parse_formats  # noqa: E402
+from keras_vit.export.errors import ExportError, InvalidModelFileError  # noqa: E402
+
+
+def _model_arg(text):
+    key, sep, value = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. gelu_approximate=False); got {text!r}")
+    try:
+        return key, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return key, value  # a bare string, e.g. pooling=gap
+
+
+def build_parser():
+    formats = "\n".join(f"  {f.name:<20} {f.description}" for f in FORMATS.values())
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=f"formats:\n{formats}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("model_file", help="a .keras file, or a checkpoint keras_vit.load_weights reads (with --model)")
+    parser.add_argument("--formats", default="all", help="comma-separated format names, or 'all' (default)")
+    parser.add_argument("--output", required=True, help="folder to write into, e.g. saved_models/<run>/export")
+    parser.add_argument("--overwrite", action="store_true", help="replace existing exports")
+    parser.add_argument("--image-size", type=int, help="export at this input size (position embeddings resampled)")
+    parser.add_argument("--representative-data", choices=["digits"],
+                        help="calibration data for tflite_int8 (and the images exports are verified on)")
+    parser.add_argument("--num-representative", type=int, default=300, help="calibration images (default 300)")
+    parser.add_argument("--model", dest="model_name", help="architecture for a checkpoint, e.g. vit_b16")
+    parser.add_argument("--num-classes", type=int, help="classifier size when building from a checkpoint")
+    parser.add_argument("--model-arg", action="append", type=_model_arg, default=[], metavar="KEY=VALUE",
+                        help="further create_model option for a checkpoint (repeatable)")
+    parser.add_argument("--top-k", type=int, default=5, help="length of the SavedModel's top-k outputs")
+    parser.add_argument("--normalization", default="vit", choices=["vit", "imagenet"],
+                        help="the model's pre-processing (vit: x / 127.5 - 1)")
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="module defining custom layers, imported first (repeatable)")
+    parser.add_argument("--verbose", action="store_true", help="show the converters' output")
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        formats = parse_formats(args.formats)
+        if args.representative_data is None and args.formats == "all":
+            # 'all' without calibration data: everything that needs none.
+            formats = tuple(f for f in formats if not FORMATS[f].needs_representative_data)
+            print("note: tflite_int8 skipped; give --representative-data digits to include it", file=sys.stderr)
+    except ValueError as error:
+        parser.error(str(error))
+    try:
+        result = export_model(
+            args.model_file,
+            args.output,
+            formats,
+            overwrite=args.overwrite,
+            representative_data=args.representative_data,
+            num_representative=args.num_representative,
+            top_k=args.top_k,
+            normalization=args.normalization,
+            model_name=args.model_name,
+            image_size=args.image_size,
+            num_classes=args.num_classes,
+            model_kwargs=dict(args.model_arg),
+            imports=args.imports,
+            verbose=args.verbose,
+        )
+    except (ValueError, FileExistsError, InvalidModelFileError) as error:
+        parser.error(str(error))  # exit status 2
+    except ExportError as error:
+        print(f"export failed, nothing was written: {error}", file=sys.stderr)
+        return 1
+    print(result.summary())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

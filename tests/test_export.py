@@ -1,0 +1,439 @@
+"""keras_vit.export: SavedModel, LiteRT and ONNX exports agree with the Keras model.
+
+Runs once per backend (KERAS_BACKEND=tensorflow|jax|torch). A tiny ViT (exact GELU, the
+case tf2onnx cannot convert unaided) and a tiny hybrid ResNet+ViT are trained on the
+current backend on the embedded digits (16x16 RGB) to >90% test accuracy, saved as
+``.keras`` and exported (the ViT from that file, the hybrid from memory); every export is
+reloaded in its own runtime and compared with the Keras model on the same raw uint8 images.
+"""
+
+import contextlib
+import csv
+import importlib.util
+import os
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from conftest import to_numpy
+from keras_vit.export import (
+    FORMATS,
+    InvalidModelFileError,
+    UnconvertibleModelError,
+    VerificationError,
+    digits_images,
+    export_model,
+)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BACKEND = keras.backend.backend()
+IMAGE_SIZE = 16
+FLOAT_TOLERANCE = 1e-4
+# float16 LiteRT stores weights in half precision (relative rounding error <= 2**-11, about
+# 4.9e-4) and computes in float32. On these trained models the logits reach +-15, so they
+# move by up to ~1e-2 and probabilities by up to ~p(1-p) times twice that: measured max
+# |p16 - p_keras| 0.6e-3 to 4.7e-3 over the three backends and both models. 2e-2 (4x the
+# worst measured) does not flake with another seed, and still fails for real defects (a
+# missing softmax or wrong pre-processing moves probabilities by 0.1 to 1).
+FLOAT16_TOLERANCE = 2e-2
+MIN_INT8_TOP1_AGREEMENT = 0.98
+MIN_TEST_ACCURACY = 0.9
+# Enough for >90% test accuracy (measured: ViT ~95% after 25 epochs, the hybrid ~98% after 6).
+EPOCHS = {"vit_ti16": 25, "r26_vit_s32": 6}
+
+TINY_VIT = dict(
+    name="vit_ti16", image_size=IMAGE_SIZE, patch_size=4, depth=2, hidden_size=32, num_heads=2,
+    mlp_dim=64, num_classes=10, gelu_approximate=False,
+)
+# The hybrid cut to two stages of one unit (total stride 8, a 2x2 token grid at 16x16)
+# and width 32, the least its GroupNorm's 32 groups allow: the same layers as R26, small.
+TINY_HYBRID = dict(
+    name="r26_vit_s32", image_size=IMAGE_SIZE, resnet_block_units=(1, 1), resnet_width=32,
+    depth=1, hidden_size=32, num_heads=2, mlp_dim=64, num_classes=10,
+)
+
+
+# Exports that fail today for a reason outside keras_vit/export; each is still attempted
+# (see test_int8_keeps_float_top1_on_test_split) and passes as soon as the cause is fixed.
+KNOWN_FAILURES = {
+    ("r26_vit_s32", "tflite_int8"): (
+        "LiteRT aborts (free(): double free) allocating the full-integer hybrid: the ResNet "
+        "root max-pools after GroupNorm+ReLU with -inf padding (keras_vit/layers/resnet.py "
+        "_max_pool_same); padding with 0, exact after the ReLU, converts and runs"
+    ),
+}
+
+
+def _hybrid_available():
+    # By name, not by building one: building the hybrid takes seconds on JAX.
+    try:
+        import keras_vit.layers.resnet  # noqa: F401
+    except ImportError:
+        return False
+    return TINY_HYBRID["name"] in keras_vit.list_models()
+
+
+MODELS = [
+    pytest.param(TINY_VIT, id="vit"),
+    pytest.param(
+        TINY_HYBRID, id="hybrid",
+        marks=pytest.mark.skipif(not _hybrid_available(), reason="hybrid ResNet+ViT not available yet"),
+    ),
+]
+
+
+def _build(config):
+    config = dict(config)
+    return keras_vit.create_model(config.pop("name"), **config)
+
+
+def _preprocess(images):
+    return (np.asarray(images, np.float32) / 127.5 - 1.0).astype(np.float32)
+
+
+def _softmax(logits):
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _keras_probabilities(model, images):
+    # predict_on_batch: the compiled inference path (one jitted call on JAX, where eager
+    # calls compile op by op for every new batch shape).
+    return _softmax(to_numpy(model.predict_on_batch(_preprocess(images))).astype(np.float64))
+
+
+@contextlib.contextmanager
+def _one_torch_thread():
+    # Tiny matmuls: on a 2-core machine shared with other jobs a second OpenMP thread
+    # spins more than it computes (measured ~7x slower training steps).
+    if BACKEND != "torch":
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    train = digits_images(IMAGE_SIZE, "train")
+    test = digits_images(IMAGE_SIZE, "test")
+    return {"train": train, "test": test}
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def exported(request, digits, tmp_path_factory):
+    """A model trained on this backend, saved as .keras and exported in all formats."""
+    keras.utils.set_random_seed(0)
+    model = _build(request.param)
+    name = request.param["name"]
+    epochs = EPOCHS[name]
+    (x_train, y_train), (x_test, y_test) = digits["train"], digits["test"]
+    # Trained to ~95% test accuracy: an under-trained model has many near-ties between
+    # classes, where any perturbation flips the top-1, which would measure the model's
+    # indecision rather than the quantisation.
+    steps = epochs * -(-len(x_train) // 64)
+    model.compile(
+        keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(3e-3, steps)),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    with _one_torch_thread():
+        model.fit(_preprocess(x_train), y_train, epochs=epochs, batch_size=64, verbose=0)
+        reference = _keras_probabilities(model, x_test)  # once; tests compare with slices
+    accuracy = float((reference.argmax(-1) == y_test).mean())
+    folder = tmp_path_factory.mktemp(f"export_{request.param['name']}")
+    model_file = str(folder / "model.keras")
+    model.save(model_file)
+    output = str(folder / "export")
+    formats = [f for f in FORMATS if (name, f) not in KNOWN_FAILURES]
+    # The ViT is exported from its file, the hybrid from the model in memory: both entry
+    # points, and on JAX the hybrid is not rebuilt from the file (seconds).
+    source = model_file if name == TINY_VIT["name"] else model
+    result = export_model(source, output, formats=formats, representative_data="digits")
+    return dict(model=model, name=name, model_file=model_file, output=output, result=result,
+                accuracy=accuracy, x_test=x_test, y_test=y_test, reference=reference, formats=formats)
+
+
+# ---------------------------------------------------------------- the exported files
+
+
+def test_model_trained_and_every_format_written(exported):
+    assert exported["accuracy"] >= MIN_TEST_ACCURACY, exported["accuracy"]
+    paths = exported["result"].paths
+    assert set(paths) == set(exported["formats"])
+    for name, path in paths.items():
+        assert os.path.exists(path), name
+        assert os.path.dirname(path) == exported["output"]
+    # No temporary or scratch files are left beside the exports.
+    assert not [n for n in os.listdir(exported["output"]) if n.startswith(".")]
+
+
+def test_savedmodel_serving_signatures_match_keras(exported):
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(exported["result"].paths["savedmodel"])
+    assert set(loaded.signatures) == {"serving_default", "serving_preprocessed"}
+    serving = loaded.signatures["serving_default"]
+    spec = serving.structured_input_signature[1]["images"]
+    assert spec.dtype == tf.uint8 and spec.shape.as_list() == [None, IMAGE_SIZE, IMAGE_SIZE, 3]
+    for batch in (1, 5):
+        images = exported["x_test"][:batch]
+        expected = exported["reference"][:batch]
+        outputs = {k: v.numpy() for k, v in serving(images=tf.constant(images)).items()}
+        assert set(outputs) == {"probabilities", "top_k_indices", "top_k_scores"}
+        np.testing.assert_allclose(outputs["probabilities"], expected, atol=FLOAT_TOLERANCE)
+        assert outputs["top_k_indices"].shape == (batch, 5)
+        np.testing.assert_array_equal(outputs["top_k_indices"][:, 0], expected.argmax(-1))
+        np.testing.assert_allclose(
+            outputs["top_k_scores"], np.sort(expected, -1)[:, ::-1][:, :5], atol=FLOAT_TOLERANCE
+        )
+        pre = loaded.signatures["serving_preprocessed"](images=tf.constant(_preprocess(images)))
+        np.testing.assert_allclose(pre["probabilities"].numpy(), expected, atol=FLOAT_TOLERANCE)
+
+
+def _litert_probabilities(path, images):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=path, num_threads=2)
+    runner = interpreter.get_signature_runner("serving_default")
+    return runner(images=np.asarray(images, np.uint8))["probabilities"]
+
+
+def test_tflite_float32_matches_keras_on_raw_images(exported):
+    path = exported["result"].paths["tflite_float32"]
+    for batch in (1, 3):
+        images = exported["x_test"][:batch]
+        np.testing.assert_allclose(
+            _litert_probabilities(path, images), exported["reference"][:batch], atol=FLOAT_TOLERANCE,
+        )
+
+
+def test_tflite_float16_within_bound(exported):
+    images = exported["x_test"][:64]
+    got = _litert_probabilities(exported["result"].paths["tflite_float16"], images)
+    diff = np.abs(got - exported["reference"][:64]).max()
+    print(f"{BACKEND} {exported['name']} tflite_float16: max |p16 - p_keras| {diff:.2e} on 64 test images")
+    assert diff <= FLOAT16_TOLERANCE, diff
+    assert os.path.getsize(exported["result"].paths["tflite_float16"]) < os.path.getsize(
+        exported["result"].paths["tflite_float32"]
+    )
+
+
+@pytest.mark.parametrize("name", ["tflite_dynamic_int8", "tflite_int8"])
+def test_int8_keeps_float_top1_on_test_split(exported, name, tmp_path):
+    path = exported["result"].paths.get(name)
+    reason = KNOWN_FAILURES.get((exported["name"], name))
+    if reason:
+        if BACKEND != "tensorflow":
+            pytest.skip("conversion is the same TensorFlow code on every backend; tried once, on tensorflow")
+        try:
+            path = export_model(exported["model_file"], tmp_path, formats=name, representative_data="digits").paths[name]
+        except VerificationError as error:
+            assert "LiteRT interpreter failed" in str(error)
+            assert os.listdir(tmp_path) == []
+            pytest.xfail(reason)
+    images = exported["x_test"]
+    expected = exported["reference"].argmax(-1)
+    got = _litert_probabilities(path, images).argmax(-1)
+    agreement = float((got == expected).mean())
+    print(f"{BACKEND} {exported['name']} {name}: top-1 agreement with float {agreement:.4f} on {len(images)} test images")
+    assert agreement >= MIN_INT8_TOP1_AGREEMENT, agreement
+
+
+def test_onnx_matches_keras_at_two_batch_sizes(exported):
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(exported["result"].paths["onnx"], providers=["CPUExecutionProvider"])
+    (inp,) = session.get_inputs()
+    assert inp.name == "images" and inp.shape[0] == "batch"
+    for batch in (1, 3):  # the same file, the same session
+        images = exported["x_test"][:batch]
+        (got,) = session.run(["probabilities"], {"images": images})
+        np.testing.assert_allclose(got, exported["reference"][:batch], atol=FLOAT_TOLERANCE)
+
+
+def _recipe():
+    spec = importlib.util.spec_from_file_location("export_recipe", os.path.join(REPO, "recipes", "export.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_recipe_exports_from_this_backend(exported, tmp_path, capsys):
+    # In this process, so on this test run's backend: the recipe must work on any.
+    if exported["name"] != TINY_VIT["name"]:
+        pytest.skip("the recipe is the same call for every model; once is enough")
+    output = tmp_path / "recipe_export"
+    status = _recipe().main([exported["model_file"], "--formats", "tflite_float32,onnx", "--output", str(output)])
+    assert status == 0
+    assert "tflite_float32" in capsys.readouterr().out
+    assert sorted(os.listdir(output)) == ["model.onnx", "model_float32.tflite"]
+    images = exported["x_test"][:4]
+    np.testing.assert_allclose(
+        _litert_probabilities(str(output / "model_float32.tflite"), images),
+        exported["reference"][:4], atol=FLOAT_TOLERANCE,
+    )
+
+
+def test_benchmark_quick_mode(exported, tmp_path, capsys):
+    if exported["name"] != TINY_VIT["name"]:
+        pytest.skip("the benchmark is the same code for every model; once is enough")
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    try:
+        import export_benchmark
+    finally:
+        sys.path.remove(os.path.join(REPO, "benchmarks"))
+    csv_path = tmp_path / "bench.csv"
+    rows = export_benchmark.main(
+        [exported["model_file"], "--export-dir", exported["output"], "--quick", "--csv", str(csv_path)]
+    )
+    printed = capsys.readouterr().out
+    names = [row["variant"] for row in rows]
+    assert names[0] == "keras" and {"tflite_float32", "tflite_dynamic_int8"} <= set(names)
+    for row in rows:
+        assert row["size_mb"] > 0 and row["latency_ms"] > 0 and 0 <= row["accuracy"] <= 1
+        assert row["variant"] in printed
+    with open(csv_path) as f:
+        assert [r["variant"] for r in csv.DictReader(f)] == names
+
+
+# ---------------------------------------------------------------- bad input, no half-written exports
+
+
+@pytest.fixture(scope="module")
+def tiny_model_file(tmp_path_factory):
+    model = _build(dict(TINY_VIT, depth=1))
+    path = str(tmp_path_factory.mktemp("tiny") / "tiny.keras")
+    model.save(path)
+    return path
+
+
+def _listing(folder):
+    return sorted(os.listdir(folder)) if os.path.isdir(folder) else None
+
+
+def test_unknown_format_lists_known_ones(tiny_model_file, tmp_path):
+    with pytest.raises(ValueError, match="Unknown export format 'tflite_fp8'") as error:
+        export_model(tiny_model_file, tmp_path / "out", formats="savedmodel,tflite_fp8")
+    for name in FORMATS:
+        assert name in str(error.value)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--formats", "tflite_float64"], "Known formats: savedmodel, tflite_float32"),
+        (["--formats", "tflite_int8"], "needs representative data"),
+        (["--model", "vit_b99"], "Unknown model name 'vit_b99'"),
+    ],
+)
+def test_recipe_rejects_bad_input_before_work(tiny_model_file, tmp_path, capsys, arguments, message):
+    with pytest.raises(SystemExit) as exit_info:
+        _recipe().main([tiny_model_file, "--output", str(tmp_path / "out"), *arguments])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("content", [b"not a model at all", b"PK\x03\x04 truncated zip", b""])
+def test_not_a_model_file(tmp_path, content):
+    path = tmp_path / "model.keras"
+    path.write_bytes(content)
+    with pytest.raises(InvalidModelFileError, match="not a model file"):
+        export_model(str(path), tmp_path / "out", formats="onnx")
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_model_file_and_checkpoint_without_model_name(tmp_path):
+    with pytest.raises(InvalidModelFileError, match="is nothing"):
+        export_model(str(tmp_path / "missing.keras"), tmp_path / "out", formats="onnx")
+    np.savez(tmp_path / "weights.npz", cls=np.zeros((1, 1, 8), np.float32))
+    with pytest.raises(InvalidModelFileError, match="model_name"):
+        export_model(str(tmp_path / "weights.npz"), tmp_path / "out", formats="onnx")
+
+
+def test_int8_without_representative_data(tiny_model_file, tmp_path):
+    with pytest.raises(ValueError, match="representative data"):
+        export_model(tiny_model_file, tmp_path / "out", formats="tflite_int8")
+
+
+def test_existing_target_refused_then_overwritten(tiny_model_file, tmp_path):
+    output = tmp_path / "out"
+    output.mkdir()
+    target = output / FORMATS["tflite_float32"].filename
+    target.write_bytes(b"an older export")
+    with pytest.raises(FileExistsError, match="overwrite"):
+        export_model(tiny_model_file, output, formats="tflite_float32")
+    assert target.read_bytes() == b"an older export"
+    result = export_model(tiny_model_file, output, formats="tflite_float32", overwrite=True)
+    assert target.read_bytes()[4:8] == b"TFL3"  # a flat buffer's file identifier
+    assert _listing(output) == [target.name]
+    assert result.checks["tflite_float32"]["max_abs_diff"] <= FLOAT_TOLERANCE
+
+
+def test_failed_verification_leaves_nothing_behind(tiny_model_file, tmp_path, monkeypatch):
+    import keras_vit.export.api as api
+
+    def failing_verify(name, path, *args, **kwargs):
+        assert os.path.exists(path)  # the converted file was there, at its temporary path
+        raise VerificationError(f"{name}: forced failure", format=name)
+
+    monkeypatch.setattr(api, "verify_export", failing_verify)
+    # An existing export, to be overwritten: kept as it was, nothing left beside it.
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / "model_float32.tflite").write_bytes(b"an older export")
+    with pytest.raises(VerificationError, match="forced failure"):
+        export_model(tiny_model_file, output, formats="tflite_float32", overwrite=True)
+    assert _listing(output) == ["model_float32.tflite"]
+    assert (output / "model_float32.tflite").read_bytes() == b"an older export"
+
+
+def test_crash_during_conversion_leaves_nothing_behind(tiny_model_file, tmp_path, monkeypatch):
+    import keras_vit.export.api as api
+    import keras_vit.export.convert as convert
+
+    def half_write_then_crash(model, paths, *args, **kwargs):
+        for path in paths.values():
+            with open(path, "wb") as f:
+                f.write(b"half")
+        raise KeyboardInterrupt  # anything, even an interrupt
+
+    monkeypatch.setattr(convert, "convert_model", half_write_then_crash)
+    monkeypatch.setattr(api, "_convert_in_tensorflow_process", lambda model, path, paths, *a, **k: half_write_then_crash(model, paths))
+    output = tmp_path / "new" / "export"  # folders it creates are removed again
+    with pytest.raises(KeyboardInterrupt):
+        export_model(tiny_model_file, output, formats="tflite_float32,onnx")
+    assert not (tmp_path / "new").exists()
+
+
+@keras.saving.register_keras_serializable(package="keras_vit_export_test")
+class ErfinvHead(keras.layers.Layer):
+    """A layer whose op (Erfinv) neither LiteRT's built-ins nor tf2onnx can express."""
+
+    def call(self, x):
+        return keras.ops.erfinv(keras.ops.tanh(x) * 0.5)
+
+
+@pytest.mark.parametrize("name", ["tflite_float32", "onnx"])
+def test_unconvertible_layer_is_named(tmp_path, name):
+    if name == "onnx" and BACKEND != "tensorflow":
+        pytest.skip("the same code path as tflite_float32 here; one TensorFlow child process is enough")
+    inputs = keras.Input((IMAGE_SIZE, IMAGE_SIZE, 3), name="images")
+    features = _build(dict(TINY_VIT, depth=1))(inputs)
+    model = keras.Model(inputs, ErfinvHead(name="erfinv_head")(features), name="with_custom_op")
+    with pytest.raises(UnconvertibleModelError) as error:
+        # `imports`: the child process that converts on JAX / PyTorch needs the class too.
+        export_model(model, tmp_path / "out", formats=name, imports=["test_export"])
+    assert error.value.layers == ["erfinv_head"] and "Erfinv" in error.value.ops
+    assert "erfinv_head" in str(error.value)
+    assert not (tmp_path / "out").exists()
