@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-export KERAS_BACKEND=${KERAS_BACKEND:-jax}
+export KERAS_BACKEND=${KERAS_BACKEND:-tensorflow}
 exec .venv/bin/python recipes/main.py "$@"
