@@ -181,7 +181,6 @@ def _column(index, extra=()):
 
 
 TABLES = {"original": _column(1, RESNET_ORIGINAL), "timm": _column(2, RESNET_TIMM), "hf": _column(3)}
-LAYOUTS = ("original", "timm", "hf", "keras")
 
 # Keys that identify a layout, and the key prefixes that wrappers add to it.
 _SIGNATURES = {

@@ -10,9 +10,6 @@ import zipfile
 
 import numpy as np
 
-CONTAINERS = ("npz", "torch", "safetensors", "keras", "keras_weights")
-
-
 def sniff_container(path):
     """Which container a file is, from its first bytes (and zip member names)."""
     with open(path, "rb") as f:

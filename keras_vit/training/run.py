@@ -129,7 +129,8 @@ def _build(config, recipe, num_classes):
     kwargs = _model_kwargs(config)
     if recipe == "pretrain":
         return keras_vit.create_model(config.model, config.image_size, num_classes, **kwargs), None
-    pretrained, name = _load_pretrained(config)
+    pretrained = _load_pretrained(config)
+    name = config.init_model or config.model
     if pretrained is not None:
         kwargs.update({k: v for k, v in pretrained.vit_config.items() if k in INHERITED})
     model = keras_vit.create_model(name, config.image_size, num_classes, head_zero_init=True, **kwargs)
@@ -139,10 +140,10 @@ def _build(config, recipe, num_classes):
 
 
 def _load_pretrained(config):
+    """The pre-trained keras-vit model when ``init_from`` is a .keras file, else None."""
     if config.init_from.endswith(".keras"):
-        pretrained = keras.saving.load_model(config.init_from, compile=False)
-        return pretrained, config.init_model or config.model
-    return None, config.init_model or config.model
+        return keras.saving.load_model(config.init_from, compile=False)
+    return None
 
 
 def _cosine(a, b):
