@@ -56,17 +56,6 @@ TINY_HYBRID = dict(
 )
 
 
-# Exports that fail today for a reason outside keras_vit/export; each is still attempted
-# (see test_int8_keeps_float_top1_on_test_split) and passes as soon as the cause is fixed.
-KNOWN_FAILURES = {
-    ("r26_vit_s32", "tflite_int8"): (
-        "LiteRT aborts (free(): double free) allocating the full-integer hybrid: the ResNet "
-        "root max-pools after GroupNorm+ReLU with -inf padding (keras_vit/layers/resnet.py "
-        "_max_pool_same); padding with 0, exact after the ReLU, converts and runs"
-    ),
-}
-
-
 def _hybrid_available():
     # By name, not by building one: building the hybrid takes seconds on JAX.
     try:
@@ -153,7 +142,7 @@ def exported(request, digits, tmp_path_factory):
     model_file = str(folder / "model.keras")
     model.save(model_file)
     output = str(folder / "export")
-    formats = [f for f in FORMATS if (name, f) not in KNOWN_FAILURES]
+    formats = list(FORMATS)
     # The ViT is exported from its file, the hybrid from the model in memory: both entry
     # points, and on JAX the hybrid is not rebuilt from the file (seconds).
     source = model_file if name == TINY_VIT["name"] else model
@@ -228,18 +217,8 @@ def test_tflite_float16_within_bound(exported):
 
 
 @pytest.mark.parametrize("name", ["tflite_dynamic_int8", "tflite_int8"])
-def test_int8_keeps_float_top1_on_test_split(exported, name, tmp_path):
-    path = exported["result"].paths.get(name)
-    reason = KNOWN_FAILURES.get((exported["name"], name))
-    if reason:
-        if BACKEND != "tensorflow":
-            pytest.skip("conversion is the same TensorFlow code on every backend; tried once, on tensorflow")
-        try:
-            path = export_model(exported["model_file"], tmp_path, formats=name, representative_data="digits").paths[name]
-        except VerificationError as error:
-            assert "LiteRT interpreter failed" in str(error)
-            assert os.listdir(tmp_path) == []
-            pytest.xfail(reason)
+def test_int8_keeps_float_top1_on_test_split(exported, name):
+    path = exported["result"].paths[name]
     images = exported["x_test"]
     expected = exported["reference"].argmax(-1)
     got = _litert_probabilities(path, images).argmax(-1)

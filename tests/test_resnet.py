@@ -292,6 +292,23 @@ def test_max_pool_same_pads_with_minus_inf(h, w):
     np.testing.assert_array_equal(out, ref)
 
 
+@pytest.mark.parametrize("h,w", [(8, 8), (7, 10)])
+def test_max_pool_zero_padding_is_exact_after_relu(h, w):
+    # The root pools ReLU outputs; padding them with 0 (which full-integer LiteRT can
+    # represent) must give timm's -inf-padded result bit for bit, zeros at the border included.
+    from timm.layers.pool2d_same import MaxPool2dSame
+
+    from keras_vit.layers.resnet import _max_pool_same
+
+    x = np.maximum(_images(h, w, seed=h) - 0.5, 0.0).astype("float32")
+    x[:, -1, :, :] = 0.0  # a border of exact zeros, where a padded 0 ties
+    with torch.no_grad():
+        ref = MaxPool2dSame(3, 2)(torch.from_numpy(x.transpose(0, 3, 1, 2)))
+    ref = ref.numpy().transpose(0, 2, 3, 1)
+    out = ops.convert_to_numpy(_max_pool_same(ops.convert_to_tensor(x), 3, 2, pad_value=0.0))
+    np.testing.assert_array_equal(out, ref)
+
+
 def test_dynamic_spatial_shape_functional():
     # None spatial dims: graph tracing (TF) falls back to the native "SAME".
     layer = ResNetBackbone((1, 1), width=16, num_groups=8)

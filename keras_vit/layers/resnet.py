@@ -14,7 +14,7 @@ defined upstream:
 Architecture (channels_last / NHWC everywhere):
 
 * root: ``StdConv2D`` 7x7 stride 2 (TF "SAME") -> GroupNorm -> ReLU ->
-  max pool 3x3 stride 2 (TF "SAME", padded with -inf);
+  max pool 3x3 stride 2 (TF "SAME", padded with 0, exact after its ReLU);
 * stage ``i`` (0-based) has ``block_units[i]`` NON-pre-activation bottleneck
   units with ``width * 2**i`` middle channels and ``4 * width * 2**i`` output
   channels. Stage 0 has stride 1, every later stage stride 2, applied by the
@@ -174,8 +174,13 @@ def _check_nhwc(input_shape, layer_name):
     _check_positive_spatial(input_shape, "the input", layer_name)
 
 
-def _max_pool_same(x, pool_size=3, strides=2):
-    """Max pool with TF "SAME" padding, as timm's `MaxPool2dSame`."""
+def _max_pool_same(x, pool_size=3, strides=2, pad_value=float("-inf")):
+    """Max pool with TF "SAME" padding, as timm's `MaxPool2dSame`.
+
+    ``pad_value=-inf`` never lets a padded position win, for any input. After
+    a ReLU (x >= 0) padding with 0 gives the same result exactly, and only a
+    finite pad survives full-integer quantisation (LiteRT aborts on -inf).
+    """
     height, width = x.shape[1], x.shape[2]
     if height is None or width is None:
         # Only reached when tracing a TF graph with unknown spatial dims; TF's
@@ -184,12 +189,7 @@ def _max_pool_same(x, pool_size=3, strides=2):
     pad_h = _same_padding(height, pool_size, strides)
     pad_w = _same_padding(width, pool_size, strides)
     if any(pad_h + pad_w):
-        # -inf so padded positions never win, as in timm / TF.
-        x = ops.pad(
-            x,
-            ((0, 0), pad_h, pad_w, (0, 0)),
-            constant_values=float("-inf"),
-        )
+        x = ops.pad(x, ((0, 0), pad_h, pad_w, (0, 0)), constant_values=pad_value)
     return ops.max_pool(x, pool_size, strides, padding="valid")
 
 
@@ -695,7 +695,8 @@ class ResNetBackbone(keras.layers.Layer):
 
     def call(self, inputs):
         x = ops.relu(self.gn_root(self.conv_root(inputs)))
-        x = _max_pool_same(x, 3, 2)
+        # x >= 0 after the ReLU, so 0 padding equals timm's -inf padding.
+        x = _max_pool_same(x, 3, 2, pad_value=0.0)
         for stage in self.stages:
             x = stage(x)
         return x
