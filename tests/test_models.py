@@ -6,6 +6,7 @@ import pytest
 import keras
 import keras_vit
 from conftest import to_numpy
+from keras_vit.inspect import count_parameters
 
 # keras-vit name -> timm name, for every size/patch pair that timm registers.
 TIMM_NAMES = {
@@ -26,15 +27,6 @@ def test_list_models_covers_every_size_and_patch():
             assert f"vit_{size}{patch}" in names
 
 
-def _parameter_count(name, **kwargs):
-    # Counting needs built weights; L and H would allocate GBs on every backend, so the
-    # count is taken from a depth-1 build of the real widths plus identical blocks (the
-    # full builds below check that extrapolation directly).
-    model = keras_vit.create_model(name, depth=1, **kwargs)
-    block = model.get_layer("block_0").count_params()
-    return model.count_params() + (keras_vit.get_config(name).depth - 1) * block
-
-
 @pytest.mark.parametrize("name", sorted(TIMM_NAMES))
 def test_parameter_count_matches_timm(timm, name):
     import torch
@@ -42,18 +34,18 @@ def test_parameter_count_matches_timm(timm, name):
     with torch.device("meta"):
         peer = timm.create_model(TIMM_NAMES[name], pretrained=False, num_classes=1000)
     expected = sum(p.numel() for p in peer.parameters())
-    assert _parameter_count(name) == expected
+    assert count_parameters(name) == expected
 
 
 def test_parameter_counts_of_the_paper():
-    assert _parameter_count("vit_b16") == 86_567_656
-    assert _parameter_count("vit_l16") == 304_326_632
-    assert _parameter_count("vit_h14") == 632_045_800
+    assert count_parameters("vit_b16") == 86_567_656
+    assert count_parameters("vit_l16") == 304_326_632
+    assert count_parameters("vit_h14") == 632_045_800
 
 
-@pytest.mark.parametrize("name", ["vit_ti16", "vit_s32"])
+@pytest.mark.parametrize("name", ["vit_ti16", "vit_s32", "r26_vit_s32"])
 def test_extrapolated_count_equals_full_build(name):
-    assert _parameter_count(name) == keras_vit.create_model(name).count_params()
+    assert count_parameters(name) == keras_vit.create_model(name).count_params()
 
 
 def test_any_image_size_divisible_by_the_patch(rng):

@@ -1,0 +1,416 @@
+"""Inference and training speed of keras-vit beside its peers, measured in one run.
+
+Rows: ViT-Ti/16, S/16 and B/16 at 224 and B/16 at 384; inference at batch 1 and 32
+(the compiled ``predict_on_batch``), training at batch 32 (``train_on_batch``: forward,
+backward, AdamW); float32 and ``mixed_bfloat16``. Engines, each in its own process:
+
+    keras-vit:<backend>   this package on tensorflow, jax or torch
+    keras-hub:<backend>   keras-hub's ViTImageClassifier on the same backend
+    timm, timm-compile    timm's VisionTransformer in PyTorch, eager and torch.compile
+    hf                    transformers' ViTForImageClassification (SDPA attention)
+
+Each engine process first measures its framework's matmul peak (2048x2048, float32 and
+bfloat16), so every row shows its achieved GFLOP/s as a fraction of the peak measured in the
+same run. FLOPs are keras_vit.inspect.count_flops (matrix products, a multiply-add = 2;
+training = 3x forward). Peak memory is the process's peak resident set during the row
+(Linux VmHWM, reset before each row), weights included. Times are medians over repeated
+steps after warm-up.
+
+    python benchmarks/speed_benchmark.py                      # everything (about an hour here)
+    python benchmarks/speed_benchmark.py --models vit_b16@224 --modes infer_b32,train_b32
+    python benchmarks/speed_benchmark.py --engines keras-vit:jax,timm --precisions float32
+    python benchmarks/speed_benchmark.py --quick              # tiny model, a few steps (tests)
+
+The table goes to stdout, the rows to --csv (default saved_models/benchmarks/speed.csv).
+"""
+
+import argparse
+import csv
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BACKENDS = ("tensorflow", "jax", "torch")
+ENGINES = tuple(f"keras-vit:{b}" for b in BACKENDS) + tuple(f"keras-hub:{b}" for b in BACKENDS) + (
+    "timm", "timm-compile", "hf")
+PRECISIONS = ("float32", "mixed_bfloat16")
+MODES = {"infer_b1": ("infer", 1), "infer_b32": ("infer", 32), "train_b32": ("train", 32)}
+COLUMNS = ("engine", "model", "precision", "mode", "batch", "images_per_s", "ms_per_step",
+           "gflops_per_s", "peak_gflops_per_s", "fraction_of_peak", "peak_rss_mb", "note")
+
+
+@dataclasses.dataclass(frozen=True)
+class Arch:
+    """One benchmarked architecture: a keras-vit name and the fields every peer needs."""
+
+    name: str
+    image_size: int
+    patch_size: int
+    hidden_size: int
+    depth: int
+    num_heads: int
+    mlp_dim: int
+    timm_name: str
+
+
+def _arch(name, timm_name, image_size, **overrides):
+    import keras_vit
+
+    config = keras_vit.get_config(name).as_kwargs()
+    config.update(overrides)
+    return Arch(name, image_size, config["patch_size"], config["hidden_size"], config["depth"],
+                config["num_heads"], config["mlp_dim"], timm_name)
+
+
+def architectures():
+    return {
+        "vit_ti16@224": _arch("vit_ti16", "vit_tiny_patch16_224", 224),
+        "vit_s16@224": _arch("vit_s16", "vit_small_patch16_224", 224),
+        "vit_b16@224": _arch("vit_b16", "vit_base_patch16_224", 224),
+        "vit_b16@384": _arch("vit_b16", "vit_base_patch16_384", 384),
+        # --quick: ViT-Ti's widths, 2 blocks, 32x32 images (4 patches).
+        "tiny": _arch("vit_ti16", "vit_tiny_patch16_224", 32, depth=2),
+    }
+
+
+# ---------------------------------------------------------------------------
+# measuring (inside an engine's process)
+# ---------------------------------------------------------------------------
+
+def _reset_peak_rss():
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM (Linux >= 4.0)
+    except OSError:
+        pass
+
+
+def _peak_rss_mb():
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def _median_seconds(step, warmup, min_steps, min_seconds):
+    """Median wall time of ``step()`` (which must block until its result exists)."""
+    for _ in range(warmup):
+        step()
+    times, start = [], time.perf_counter()
+    while len(times) < min_steps or time.perf_counter() - start < min_seconds:
+        begin = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - begin)
+    return statistics.median(times)
+
+
+def _matmul_peak(matmul, n=2048, min_seconds=1.0):
+    seconds = _median_seconds(matmul, warmup=2, min_steps=5, min_seconds=min_seconds)
+    return 2 * n**3 / seconds / 1e9
+
+
+def _keras_peaks(backend):
+    import numpy as np
+
+    a = np.random.default_rng(0).normal(size=(2048, 2048)).astype("float32")
+    peaks = {}
+    for dtype in ("float32", "bfloat16"):
+        if backend == "tensorflow":
+            import tensorflow as tf
+
+            x = tf.cast(tf.constant(a), dtype)
+            peaks[dtype] = _matmul_peak(lambda: tf.linalg.matmul(x, x).numpy())
+        elif backend == "jax":
+            import jax
+            import jax.numpy as jnp
+
+            x = jnp.asarray(a, dtype=dtype)
+            f = jax.jit(jnp.matmul)
+            peaks[dtype] = _matmul_peak(lambda: f(x, x).block_until_ready())
+        else:
+            peaks[dtype] = _torch_peaks()[dtype]
+    return peaks
+
+
+def _torch_peaks():
+    import torch
+
+    peaks = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(2048, 2048, dtype=dtype)
+        with torch.no_grad():
+            peaks[str(dtype).split(".")[1]] = _matmul_peak(lambda: torch.matmul(x, x))
+    return peaks
+
+
+def _keras_model(engine, arch):
+    import keras
+
+    if engine.startswith("keras-vit"):
+        import keras_vit
+
+        return keras_vit.create_model(arch.name, image_size=arch.image_size, depth=arch.depth)
+    import keras_hub
+
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(arch.image_size, arch.image_size, 3), patch_size=arch.patch_size,
+        num_layers=arch.depth, num_heads=arch.num_heads, hidden_dim=arch.hidden_size,
+        mlp_dim=arch.mlp_dim)
+    model = keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=1000)
+    assert isinstance(model, keras.Model)
+    return model
+
+
+def _keras_steps(engine, arch, precision, batch):
+    import keras
+    import numpy as np
+
+    keras.config.set_dtype_policy(precision)
+    model = _keras_model(engine, arch)
+    model.compile(optimizer=keras.optimizers.AdamW(1e-4),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, size=(batch, arch.image_size, arch.image_size, 3)).astype("float32")
+    y = rng.integers(0, 1000, size=(batch,))
+    return (lambda: model.predict_on_batch(x)), (lambda: model.train_on_batch(x, y)), model
+
+
+def _torch_model(engine, arch):
+    if engine == "hf":
+        import transformers
+
+        config = transformers.ViTConfig(
+            hidden_size=arch.hidden_size, num_hidden_layers=arch.depth,
+            num_attention_heads=arch.num_heads, intermediate_size=arch.mlp_dim,
+            image_size=arch.image_size, patch_size=arch.patch_size, num_labels=1000,
+            layer_norm_eps=1e-6, attn_implementation="sdpa")
+        return transformers.ViTForImageClassification(config)
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import torchvision_stub  # timm imports torchvision names its ViT does not use; see that file
+
+    torchvision_stub.install()
+    import timm
+
+    return timm.create_model(arch.timm_name, pretrained=False, img_size=arch.image_size,
+                             depth=arch.depth, num_classes=1000)
+
+
+def _torch_steps(engine, arch, precision, batch):
+    import torch
+
+    model = _torch_model(engine, arch)
+    forward = torch.compile(model) if engine == "timm-compile" else model
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "mixed_bfloat16")
+    x = torch.rand(batch, 3, arch.image_size, arch.image_size) * 2 - 1
+    y = torch.randint(0, 1000, (batch,))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def logits(out):
+        return out.logits if hasattr(out, "logits") else out
+
+    def infer():
+        model.eval()
+        with torch.inference_mode(), autocast:
+            return logits(forward(x))
+
+    def train():
+        model.train()
+        with autocast:
+            loss = torch.nn.functional.cross_entropy(logits(forward(x)).float(), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+    return infer, train, model
+
+
+def run_engine(engine, models, precisions, modes, quick):
+    """Yields one dict per row; runs in the engine's own process."""
+    import keras_vit.inspect
+
+    keras_engine = engine.startswith("keras")
+    peaks = _keras_peaks(engine.split(":")[1]) if keras_engine else _torch_peaks()
+    if not keras_engine:
+        import torch
+
+        torch.manual_seed(0)
+    arches = architectures()
+    timing = dict(warmup=1, min_steps=2, min_seconds=0.0) if quick else dict(warmup=2, min_steps=3, min_seconds=3.0)
+    for precision in precisions:
+        peak = peaks["float32" if precision == "float32" else "bfloat16"]
+        for key in models:
+            arch = arches[key]
+            flops = keras_vit.inspect.count_flops(arch.name, image_size=arch.image_size, depth=arch.depth)
+            for mode in modes:
+                kind, batch = MODES[mode]
+                row = dict(engine=engine, model=key, precision=precision, mode=mode, batch=batch,
+                           peak_gflops_per_s=_significant(peak), note="")
+                try:
+                    make = _keras_steps if keras_engine else _torch_steps
+                    infer, train, model = make(engine, arch, precision, batch)
+                    _reset_peak_rss()
+                    step = infer if kind == "infer" else train
+                    warmup = timing["warmup"] + (2 if batch == 1 and not quick else 0)
+                    seconds = _median_seconds(step, warmup, timing["min_steps"], timing["min_seconds"])
+                    work = flops * batch * (3 if kind == "train" else 1)
+                    row.update(images_per_s=_significant(batch / seconds), ms_per_step=_significant(seconds * 1e3),
+                               gflops_per_s=_significant(work / seconds / 1e9),
+                               fraction_of_peak=_significant(work / seconds / 1e9 / peak),
+                               peak_rss_mb=round(_peak_rss_mb()))
+                    del model, infer, train
+                except Exception as error:  # noqa: BLE001  (a peer that fails here is a row, not a crash)
+                    row["note"] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
+                yield row
+                _release(keras_engine)
+
+
+def _significant(value, digits=4):
+    return float(f"{value:.{digits}g}")
+
+
+def _release(keras_engine):
+    import gc
+
+    if keras_engine:
+        import keras
+
+        keras.backend.clear_session()
+    gc.collect()
+
+
+# ---------------------------------------------------------------------------
+# orchestrating (the parent process)
+# ---------------------------------------------------------------------------
+
+def _engine_command(engine, args):
+    return [sys.executable, os.path.abspath(__file__), "--worker", engine,
+            "--models", ",".join(args.models), "--precisions", ",".join(args.precisions),
+            "--modes", ",".join(args.modes)] + (["--quick"] if args.quick else [])
+
+
+def _engine_env(engine):
+    env = dict(os.environ)
+    if engine.startswith("keras"):
+        env["KERAS_BACKEND"] = engine.split(":")[1]
+    else:
+        env["KERAS_BACKEND"] = "torch"  # transformers/timm import keras only through peers
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+def run_all(args):
+    rows = []
+    for engine in args.engines:
+        print(f"# {engine} ...", file=sys.stderr, flush=True)
+        done = subprocess.run(_engine_command(engine, args), env=_engine_env(engine), capture_output=True,
+                              text=True, timeout=args.engine_timeout)
+        got = [json.loads(line[4:]) for line in done.stdout.splitlines() if line.startswith("ROW ")]
+        if done.returncode != 0 and not got:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            got = [dict(engine=engine, model="*", precision="*", mode="*", note=f"engine failed: {tail[0][:160]}")]
+        rows.extend(got)
+    return rows
+
+
+def _cell(value):
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+    return str(value)
+
+
+def format_table(rows, columns=COLUMNS):
+    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def ratios(rows):
+    """keras-vit's speed over each peer's, per row measured for both (same model/precision/mode)."""
+    index = {(r["engine"], r["model"], r["precision"], r["mode"]): r for r in rows if r.get("images_per_s")}
+    out = []
+    for (engine, model, precision, mode), ours in index.items():
+        if not engine.startswith("keras-vit:"):
+            continue
+        backend = engine.split(":")[1]
+        for peer in (f"keras-hub:{backend}", "timm", "timm-compile", "hf"):
+            theirs = index.get((peer, model, precision, mode))
+            if theirs:
+                out.append(dict(engine=engine, peer=peer, model=model, precision=precision, mode=mode,
+                                speedup=round(ours["images_per_s"] / theirs["images_per_s"], 3)))
+    return out
+
+
+def write_csv(rows, path):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+
+
+def _choices(text, allowed, what):
+    values = [v for v in text.split(",") if v]
+    unknown = [v for v in values if v not in allowed]
+    if unknown or not values:
+        raise SystemExit(f"speed_benchmark: unknown {what} {unknown or text!r}; expected a comma-separated "
+                         f"list of {', '.join(allowed)}.")
+    return values
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--models", default="vit_ti16@224,vit_s16@224,vit_b16@224,vit_b16@384")
+    parser.add_argument("--precisions", default=",".join(PRECISIONS))
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--quick", action="store_true", help="the tiny model and a few steps (a smoke run)")
+    parser.add_argument("--csv", default=os.path.join(ROOT, "saved_models", "benchmarks", "speed.csv"))
+    parser.add_argument("--engine-timeout", type=float, default=4 * 3600, help="seconds per engine process")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.engines = _choices(args.engines, ENGINES, "engine")
+    args.precisions = _choices(args.precisions, PRECISIONS, "precision")
+    args.modes = _choices(args.modes, tuple(MODES), "mode")
+    if args.quick and "--models" not in (argv if argv is not None else sys.argv):
+        args.models = "tiny"
+    args.models = _choices(args.models, tuple(architectures()), "model")
+    return args
+
+
+def main(argv=None):
+    """Runs the benchmark and returns its rows (a worker prints them for its parent)."""
+    args = parse_args(argv)
+    if args.worker:
+        for row in run_engine(args.worker, args.models, args.precisions, args.modes, args.quick):
+            print("ROW " + json.dumps(row), flush=True)
+        return []
+    rows = run_all(args)
+    print(format_table(rows))
+    speedups = ratios(rows)
+    if speedups:
+        print("\nkeras-vit images/s over the peer's, same row:")
+        print(format_table(speedups, ("engine", "peer", "model", "precision", "mode", "speedup")))
+    write_csv(rows, args.csv)
+    print(f"\nwrote {args.csv}")
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(1 if any(row.get("note") for row in main()) else 0)

@@ -1,0 +1,39 @@
+"""A Markdown table of every named model's parameters and forward GFLOPs.
+
+    python -m keras_vit.inspect.table              # at 224x224, 1000 classes
+    python -m keras_vit.inspect.table --image-size 384
+"""
+
+import argparse
+
+from keras_vit.inspect.cost import count_flops, count_parameters
+from keras_vit.layers.resnet import resnet_feature_stride
+from keras_vit.models.configs import CONFIGS
+
+
+def variants_table(image_size=224, num_classes=1000):
+    """Markdown rows: name, architecture, parameters (M), GFLOPs per image (see ``count_flops``).
+
+    >>> print(variants_table().splitlines()[0])
+    | model | width x depth, heads | stem | tokens | parameters (M) | GFLOPs |
+    """
+    lines = ["| model | width x depth, heads | stem | tokens | parameters (M) | GFLOPs |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for name, config in CONFIGS.items():  # sizes Ti..H, patches 8..32, then the hybrids
+        units = config.resnet_block_units
+        stride = config.patch_size * (resnet_feature_stride(units) if units else 1)
+        tokens = (image_size // stride) ** 2 + 1
+        stem = f"ResNet {units}, stride {stride}" if units else f"{stride}x{stride} patches"
+        params = count_parameters(name, image_size=image_size, num_classes=num_classes)
+        flops = count_flops(name, image_size=image_size, num_classes=num_classes)
+        lines.append(f"| `{name}` | {config.hidden_size} x {config.depth}, {config.num_heads} | {stem} | "
+                     f"{tokens} | {params / 1e6:.1f} | {flops / 1e9:.1f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--num-classes", type=int, default=1000)
+    args = parser.parse_args()
+    print(variants_table(args.image_size, args.num_classes))
