@@ -16,7 +16,7 @@ training = 3x forward). Peak memory is the process's peak resident set during th
 (Linux VmHWM, reset before each row), weights included. Times are medians over repeated
 steps after warm-up.
 
-    python benchmarks/speed_benchmark.py                      # everything (about an hour here)
+    python benchmarks/speed_benchmark.py                      # everything (hours here)
     python benchmarks/speed_benchmark.py --models vit_b16@224 --modes infer_b32,train_b32
     python benchmarks/speed_benchmark.py --engines keras-vit:jax,timm --precisions float32
     python benchmarks/speed_benchmark.py --quick              # tiny model, a few steps (tests)
