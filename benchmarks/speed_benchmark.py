@@ -67,15 +67,22 @@ def _arch(name, timm_name, image_size, **overrides):
                 config["num_heads"], config["mlp_dim"], timm_name)
 
 
+# Row name -> (keras-vit name, timm name, image size, architecture overrides). Plain data,
+# so that the parent process checks --models without importing Keras and a backend.
+MODELS = {
+    "vit_ti16@224": ("vit_ti16", "vit_tiny_patch16_224", 224, {}),
+    "vit_s16@224": ("vit_s16", "vit_small_patch16_224", 224, {}),
+    "vit_b16@224": ("vit_b16", "vit_base_patch16_224", 224, {}),
+    "vit_b16@384": ("vit_b16", "vit_base_patch16_384", 384, {}),
+    # --quick: ViT-Ti's widths, 2 blocks, 32x32 images (4 patches).
+    "tiny": ("vit_ti16", "vit_tiny_patch16_224", 32, {"depth": 2}),
+}
+
+
 def architectures():
-    return {
-        "vit_ti16@224": _arch("vit_ti16", "vit_tiny_patch16_224", 224),
-        "vit_s16@224": _arch("vit_s16", "vit_small_patch16_224", 224),
-        "vit_b16@224": _arch("vit_b16", "vit_base_patch16_224", 224),
-        "vit_b16@384": _arch("vit_b16", "vit_base_patch16_384", 384),
-        # --quick: ViT-Ti's widths, 2 blocks, 32x32 images (4 patches).
-        "tiny": _arch("vit_ti16", "vit_tiny_patch16_224", 32, depth=2),
-    }
+    """``MODELS`` resolved to ``Arch`` rows (imports keras_vit: called in engine processes)."""
+    return {key: _arch(name, timm_name, size, **overrides)
+            for key, (name, timm_name, size, overrides) in MODELS.items()}
 
 
 # ---------------------------------------------------------------------------
@@ -399,7 +406,7 @@ def parse_args(argv=None):
     args.modes = _choices(args.modes, tuple(MODES), "mode")
     if args.quick and "--models" not in (argv if argv is not None else sys.argv):
         args.models = "tiny"
-    args.models = _choices(args.models, tuple(architectures()), "model")
+    args.models = _choices(args.models, tuple(MODELS), "model")
     return args
 
 
