@@ -100,6 +100,47 @@ def test_fused_and_explicit_attention_agree(rng):
     np.testing.assert_allclose(fused, to_numpy(explicit), atol=1e-5)
 
 
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_inline_sublayer_calls_equal_full_keras_calls(rng, monkeypatch, policy):
+    # The encoder block runs its parts through call_inline; Keras' own __call__ must give
+    # the same numbers, dtypes included, so the shortcut changes speed only.
+    import keras_vit.layers.attention as attention_module
+    import keras_vit.layers.encoder_block as block_module
+    from keras_vit.layers import EncoderBlock
+
+    block = EncoderBlock(num_heads=4, mlp_dim=64, gelu_approximate=False, dtype=policy)
+    x = rng.standard_normal((2, 9, 32)).astype("float32")
+    inline, weights = block(x, return_attention_scores=True)
+    assert keras.backend.standardize_dtype(inline.dtype) == block.compute_dtype
+    full_path = lambda layer, *args, **kwargs: layer(*args, **kwargs)  # noqa: E731
+    monkeypatch.setattr(block_module, "call_inline", full_path)
+    monkeypatch.setattr(attention_module, "call_inline", full_path)
+    full, full_weights = block(x, return_attention_scores=True)
+    assert keras.backend.standardize_dtype(full.dtype) == block.compute_dtype
+    np.testing.assert_array_equal(to_numpy(inline).astype("float32"), to_numpy(full).astype("float32"))
+    np.testing.assert_array_equal(to_numpy(weights).astype("float32"), to_numpy(full_weights).astype("float32"))
+
+
+def test_inline_dropout_is_active_only_in_training(rng):
+    from keras_vit.layers import EncoderBlock
+
+    block = EncoderBlock(num_heads=2, mlp_dim=32, dropout_rate=0.5, drop_path_rate=0.5)
+    x = rng.standard_normal((8, 5, 16)).astype("float32")
+    inference = to_numpy(block(x, training=False))
+    np.testing.assert_array_equal(inference, to_numpy(block(x, training=False)))
+    assert not np.allclose(inference, to_numpy(block(x, training=True)))
+
+
+def test_inline_call_of_a_quantized_layer_takes_the_full_path(rng):
+    from keras_vit.layers.inline import call_inline
+
+    dense = keras.layers.Dense(8)
+    dense.build((None, 16))
+    dense.quantize("int8")
+    x = keras.ops.convert_to_tensor(rng.standard_normal((3, 16)).astype("float32"))
+    np.testing.assert_array_equal(to_numpy(call_inline(dense, x)), to_numpy(dense(x)))
+
+
 def test_sincos2d_position_embedding_has_no_weights(rng):
     model = keras_vit.create_model("vit_ti16", image_size=32, depth=1, position_embedding="sincos2d")
     assert not model.get_layer("position_embedding").weights

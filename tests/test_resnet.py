@@ -7,7 +7,6 @@ Run per backend: KERAS_BACKEND=jax python -m pytest tests/test_resnet.py
 
 import copy
 import re
-import sys
 from functools import partial
 
 import numpy as np
@@ -16,9 +15,7 @@ import pytest
 import keras
 from keras import ops
 
-sys.path.insert(0, "/work/main")
-
-from keras_vit.layers.resnet import (  # noqa: E402
+from keras_vit.layers.resnet import (
     BottleneckUnit,
     ResNetBackbone,
     ResNetStage,
@@ -307,6 +304,24 @@ def test_max_pool_zero_padding_is_exact_after_relu(h, w):
     ref = ref.numpy().transpose(0, 2, 3, 1)
     out = ops.convert_to_numpy(_max_pool_same(ops.convert_to_tensor(x), 3, 2, pad_value=0.0))
     np.testing.assert_array_equal(out, ref)
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_inline_sublayer_calls_equal_full_keras_calls(monkeypatch, policy):
+    # Units, stages and the root run their parts through call_inline; Keras' own
+    # __call__ must give the same numbers and dtype.
+    import keras_vit.layers.resnet as resnet_module
+
+    backbone = ResNetBackbone(block_units=(2, 1), width=8, num_groups=4, dtype=policy)
+    x = np.random.default_rng(0).standard_normal((2, 32, 24, 3)).astype("float32")
+    inline = backbone(x)
+    monkeypatch.setattr(resnet_module, "call_inline", lambda layer, *a, **k: layer(*a, **k))
+    full = backbone(x)
+    assert keras.backend.standardize_dtype(inline.dtype) == backbone.compute_dtype
+    assert keras.backend.standardize_dtype(full.dtype) == backbone.compute_dtype
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(ops.cast(inline, "float32")), ops.convert_to_numpy(ops.cast(full, "float32"))
+    )
 
 
 def test_dynamic_spatial_shape_functional():

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.inline import call_inline
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
@@ -30,7 +32,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.attention_dropout_rate = float(attention_dropout_rate)
-        self.attention_dropout = keras.layers.Dropout(self.attention_dropout_rate, name="attention_dropout")
+        self.attention_dropout = keras.layers.Dropout(
+            self.attention_dropout_rate, name="attention_dropout", dtype=self.dtype_policy
+        )
 
     def build(self, input_shape):
         width = input_shape[-1]
@@ -44,14 +48,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def call(self, tokens, return_attention_scores=False, training=None):
         length, width = tokens.shape[1], tokens.shape[2]
-        qkv = ops.reshape(self.qkv(tokens), (-1, length, 3, self.num_heads, self.head_dim))
+        qkv = ops.reshape(call_inline(self.qkv, tokens), (-1, length, 3, self.num_heads, self.head_dim))
         query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # (batch, length, heads, dim)
         dropout_active = training and self.attention_dropout_rate > 0
         if return_attention_scores or dropout_active:
             out, weights = self._explicit_attention(query, key, value, training)
         else:
             out, weights = ops.dot_product_attention(query, key, value), None
-        out = self.out(ops.reshape(out, (-1, length, width)))
+        out = call_inline(self.out, ops.reshape(out, (-1, length, width)))
         return (out, weights) if return_attention_scores else out
 
     def _explicit_attention(self, query, key, value, training):
@@ -60,7 +64,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         logits = ops.einsum("bqhd,bkhd->bhqk", query * scale, key)
         weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
         weights = ops.cast(weights, query.dtype)
-        dropped = self.attention_dropout(weights, training=training)
+        dropped = call_inline(self.attention_dropout, weights, training=training)
         return ops.einsum("bhqk,bkhd->bqhd", dropped, value), weights
 
     def get_config(self):

@@ -3,6 +3,7 @@
 import keras
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.inline import call_inline
 from keras_vit.layers.stochastic_depth import DropPath
 
 
@@ -26,7 +27,7 @@ class MlpBlock(keras.layers.Layer):
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
         self.gelu_approximate = bool(gelu_approximate)
-        self.dropout = keras.layers.Dropout(self.dropout_rate)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def build(self, input_shape):
         self.fc1 = keras.layers.Dense(self.mlp_dim, name="fc1", dtype=self.dtype_policy)
@@ -35,9 +36,9 @@ class MlpBlock(keras.layers.Layer):
         self.fc2.build(input_shape[:-1] + (self.mlp_dim,))
 
     def call(self, x, training=None):
-        x = keras.ops.gelu(self.fc1(x), approximate=self.gelu_approximate)
-        x = self.dropout(x, training=training)
-        return self.dropout(self.fc2(x), training=training)
+        x = keras.ops.gelu(call_inline(self.fc1, x), approximate=self.gelu_approximate)
+        x = call_inline(self.dropout, x, training=training)
+        return call_inline(self.dropout, call_inline(self.fc2, x), training=training)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -99,19 +100,29 @@ class EncoderBlock(keras.layers.Layer):
         )
         self.norm2 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="norm2", dtype=policy)
         self.mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate, name="mlp", dtype=policy)
-        self.dropout = keras.layers.Dropout(self.dropout_rate)
-        self.drop_path = DropPath(self.drop_path_rate)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.drop_path = DropPath(self.drop_path_rate, dtype=self.dtype_policy)
 
     def build(self, input_shape):
         for layer in (self.norm1, self.attention, self.norm2, self.mlp):
             layer.build(input_shape)
 
     def call(self, x, return_attention_scores=False, training=None):
-        y = self.attention(self.norm1(x), return_attention_scores=return_attention_scores, training=training)
+        y = call_inline(
+            self.attention,
+            call_inline(self.norm1, x),
+            return_attention_scores=return_attention_scores,
+            training=training,
+        )
         y, weights = y if return_attention_scores else (y, None)
-        x = x + self.drop_path(self.dropout(y, training=training), training=training)
-        x = x + self.drop_path(self.mlp(self.norm2(x), training=training), training=training)
+        x = x + self._residual(y, training)
+        mlp = call_inline(self.mlp, call_inline(self.norm2, x), training=training)
+        x = x + self._residual(mlp, training)
         return (x, weights) if return_attention_scores else x
+
+    def _residual(self, branch, training):
+        branch = call_inline(self.dropout, branch, training=training)
+        return call_inline(self.drop_path, branch, training=training)
 
     def get_config(self):
         return {

@@ -57,6 +57,8 @@ import math
 import keras
 from keras import ops
 
+from keras_vit.layers.inline import call_inline
+
 # timm's `_resnetv2` builds the hybrid backbone with
 # `partial(StdConv2dSame, eps=1e-8)`, and standardises as
 # (w - mean) / sqrt(var + eps). The original google-research code
@@ -236,7 +238,8 @@ class StdConv2D(keras.layers.Layer):
         **kwargs,
     ):
         # The kernel is standardised in its own (float32) dtype and cast
-        # afterwards, so skip Keras' automatic variable autocasting.
+        # afterwards, so skip Keras' automatic autocasting (the variables opt out
+        # too, so an owner's autocast scope cannot cast them either).
         kwargs.setdefault("autocast", False)
         super().__init__(**kwargs)
         self.filters = int(filters)
@@ -276,12 +279,14 @@ class StdConv2D(keras.layers.Layer):
             name="kernel",
             shape=self.kernel_size + (in_channels, self.filters),
             initializer=self.kernel_initializer,
+            autocast=False,
         )
         if self.use_bias:
             self.bias = self.add_weight(
                 name="bias",
                 shape=(self.filters,),
                 initializer=self.bias_initializer,
+                autocast=False,
             )
         else:
             self.bias = None
@@ -371,6 +376,10 @@ class StdConv2D(keras.layers.Layer):
             }
         )
         return config
+
+
+def _conv_norm(conv, norm, x):
+    return call_inline(norm, call_inline(conv, x))
 
 
 def _group_norm(name, num_groups, epsilon, dtype=None):
@@ -475,10 +484,10 @@ class BottleneckUnit(keras.layers.Layer):
     def call(self, inputs):
         shortcut = inputs
         if self.conv_proj is not None:
-            shortcut = self.gn_proj(self.conv_proj(inputs))
-        x = ops.relu(self.gn1(self.conv1(inputs)))
-        x = ops.relu(self.gn2(self.conv2(x)))
-        x = self.gn3(self.conv3(x))
+            shortcut = _conv_norm(self.conv_proj, self.gn_proj, inputs)
+        x = ops.relu(_conv_norm(self.conv1, self.gn1, inputs))
+        x = ops.relu(_conv_norm(self.conv2, self.gn2, x))
+        x = _conv_norm(self.conv3, self.gn3, x)
         return ops.relu(x + shortcut)
 
     def compute_output_shape(self, input_shape):
@@ -569,7 +578,7 @@ class ResNetStage(keras.layers.Layer):
     def call(self, inputs):
         x = inputs
         for unit in self.units:
-            x = unit(x)
+            x = call_inline(unit, x)
         return x
 
     def compute_output_shape(self, input_shape):
@@ -694,11 +703,11 @@ class ResNetBackbone(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        x = ops.relu(self.gn_root(self.conv_root(inputs)))
+        x = ops.relu(_conv_norm(self.conv_root, self.gn_root, inputs))
         # x >= 0 after the ReLU, so 0 padding equals timm's -inf padding.
         x = _max_pool_same(x, 3, 2, pad_value=0.0)
         for stage in self.stages:
-            x = stage(x)
+            x = call_inline(stage, x)
         return x
 
     def compute_output_shape(self, input_shape):
