@@ -194,3 +194,13 @@ def test_unknown_model_name_suggests_close_names():
 def test_bad_options_are_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         keras_vit.create_model("vit_ti16", image_size=32, depth=1, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["vit_ti16", "r26_vit_s32"])
+def test_every_layer_is_built_after_creation(name):
+    # Parts called through call_inline never pass through Keras' __call__, which is what
+    # marks a layer built; predict_on_batch reruns the model eagerly while any is unbuilt
+    # (on jax that made inference 3x slower).
+    model = keras_vit.create_model(name, image_size=64, depth=1, num_classes=3)
+    unbuilt = [layer.path for layer in model._flatten_layers() if not layer.built]
+    assert not unbuilt

@@ -45,6 +45,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.qkv.build(input_shape)
         self.out = keras.layers.Dense(width, name="out", dtype=self.dtype_policy)
         self.out.build(input_shape)
+        self.attention_dropout.build((None, self.num_heads, input_shape[1], input_shape[1]))
 
     def call(self, tokens, return_attention_scores=False, training=None):
         length, width = tokens.shape[1], tokens.shape[2]

@@ -34,6 +34,9 @@ class MlpBlock(keras.layers.Layer):
         self.fc1.build(input_shape)
         self.fc2 = keras.layers.Dense(input_shape[-1], name="fc2", dtype=self.dtype_policy)
         self.fc2.build(input_shape[:-1] + (self.mlp_dim,))
+        # Called through call_inline, so built here: Keras' predict_on_batch runs an extra
+        # eager forward pass whenever any layer of the model reports itself unbuilt.
+        self.dropout.build(input_shape)
 
     def call(self, x, training=None):
         x = keras.ops.gelu(call_inline(self.fc1, x), approximate=self.gelu_approximate)
@@ -104,7 +107,7 @@ class EncoderBlock(keras.layers.Layer):
         self.drop_path = DropPath(self.drop_path_rate, dtype=self.dtype_policy)
 
     def build(self, input_shape):
-        for layer in (self.norm1, self.attention, self.norm2, self.mlp):
+        for layer in (self.norm1, self.attention, self.norm2, self.mlp, self.dropout, self.drop_path):
             layer.build(input_shape)
 
     def call(self, x, return_attention_scores=False, training=None):

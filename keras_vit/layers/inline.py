@@ -11,12 +11,15 @@ def call_inline(layer, *args, **kwargs):
     steps (``tf.function``, ``jax.jit``) pay it once, at trace time, so nothing changes
     there.
 
-    This is exact only for sublayers that the owner built in its ``build``, that share the
-    owner's dtype policy (the owner's autocast scope is already open) or create their
-    variables with ``autocast=False`` (as Keras' norms and ``StdConv2D`` do), that get
-    ``training`` passed explicitly and that use no masks: the parts of an encoder block or
-    a ResNet unit. Quantized and rematerialised layers take the full ``__call__``, which
-    dispatches them. Tests compare both paths in float32 and mixed_bfloat16.
+    This is exact only for sublayers that
+    - the owner built in its ``build``, parameterless ones too: Keras' ``predict_on_batch``
+      reruns the whole model eagerly while any layer reports itself unbuilt;
+    - share the owner's dtype policy (the owner's autocast scope is already open) or create
+      their variables with ``autocast=False``, as Keras' norms and ``StdConv2D`` do;
+    - get ``training`` passed explicitly and use no masks.
+    The parts of an encoder block or a ResNet unit are such layers. Quantized and
+    rematerialised layers take the full ``__call__``, which dispatches them. Tests compare
+    both paths in float32 and mixed_bfloat16.
 
     >>> import keras, numpy as np
     >>> dense = keras.layers.Dense(2)
