@@ -1,6 +1,7 @@
 """The speed benchmark's quick mode runs end to end, so that it cannot rot."""
 
 import csv
+import importlib
 import itertools
 import os
 import sys
@@ -8,20 +9,24 @@ import sys
 import keras
 import pytest
 
+import keras_vit
 from keras_vit.inspect import count_flops
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKEND = keras.backend.backend()
 
 
-@pytest.fixture(scope="module")
-def speed_benchmark():
+def _import_benchmark(name):
     sys.path.insert(0, os.path.join(REPO, "benchmarks"))
     try:
-        import speed_benchmark as module
+        return importlib.import_module(name)
     finally:
         sys.path.remove(os.path.join(REPO, "benchmarks"))
-    return module
+
+
+@pytest.fixture(scope="module")
+def speed_benchmark():
+    return _import_benchmark("speed_benchmark")
 
 
 def test_quick_mode_measures_every_row_beside_the_peers(speed_benchmark, tmp_path, capsys):
@@ -60,3 +65,16 @@ def test_quick_mode_measures_every_row_beside_the_peers(speed_benchmark, tmp_pat
 def test_bad_arguments_say_what_is_expected(speed_benchmark, argv, message):
     with pytest.raises(SystemExit, match=message.replace("[", r"\[").replace("]", r"\]")):
         speed_benchmark.parse_args(argv)
+
+
+def test_matmul_ceiling_compares_the_model_with_its_own_matmuls():
+    matmul_ceiling = _import_benchmark("matmul_ceiling")
+
+    row = matmul_ceiling.measure(BACKEND, "vit_ti16", image_size=32, batch=2, min_seconds=0.0)
+    assert row["backend"] == BACKEND and row["model"] == "vit_ti16@32"
+    assert row["peak"] > 1 and row["matmuls"] > 0 and row["model_gflops"] > 0
+    # The chain holds every matrix product of the model but the patch embedding and head.
+    chain_flops = count_flops("vit_ti16", image_size=32) * 2 - 2 * 2 * (4 * 16 * 16 * 3 * 192 + 192 * 1000)
+    _, _, counted = matmul_ceiling._matmul_chain(keras_vit.get_config("vit_ti16").as_kwargs(), batch=2, tokens=5)
+    assert counted == chain_flops
+    assert row["model_over_matmuls_time"] == pytest.approx(row["matmuls"] / row["model_gflops"], rel=1e-6)

@@ -1,0 +1,137 @@
+"""What bounds ViT inference here: the model beside its own matrix products alone.
+
+For each Keras backend, in one process each, three rates in GFLOP/s:
+
+    peak        one 2048x2048 float32 matmul, best of many calls (as speed_benchmark.py)
+    matmuls     only the model's matrix products, at the model's shapes, compiled the way
+                the model's predict step is (jax.jit, tf.function with XLA, eager torch):
+                per block the fused qkv, QK^T, AV, output projection, fc1 and fc2
+    model       the whole model's predict_on_batch
+
+``model / matmuls`` near 1 says the non-matmul work (LayerNorm, softmax, GELU, residual adds,
+layout changes) costs next to nothing and the model runs as fast as its matmuls can; the
+gap to ``peak`` is then the matmul kernels at these shapes (a few hundred token rows,
+K = 768), not the model code.
+
+    python benchmarks/matmul_ceiling.py                      # ViT-B/16, 224, batch 32
+    python benchmarks/matmul_ceiling.py --model vit_s16 --batch 8 --backends jax
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import speed_benchmark  # noqa: E402  (the peak measurement and the engine environment)
+
+
+def _matmul_chain(config, batch, tokens):
+    """The model's matrix products alone; returns (function, inputs, FLOPs)."""
+    import numpy as np
+    from keras import ops
+
+    width, heads, mlp = config["hidden_size"], config["num_heads"], config["mlp_dim"]
+    rng = np.random.default_rng(0)
+    weight = lambda *shape: (rng.standard_normal(shape) * 0.02).astype("float32")  # noqa: E731
+    blocks = [dict(qkv=weight(width, 3 * width), out=weight(width, width), fc1=weight(width, mlp),
+                   fc2=weight(mlp, width)) for _ in range(config["depth"])]
+
+    def chain(x, blocks):
+        for w in blocks:
+            qkv = ops.reshape(ops.matmul(x, w["qkv"]), (batch, tokens, 3, heads, width // heads))
+            logits = ops.einsum("bqhd,bkhd->bhqk", qkv[:, :, 0], qkv[:, :, 1])
+            # A scale, not a softmax: the point is to leave only the products.
+            attended = ops.einsum("bhqk,bkhd->bqhd", logits * 1e-3, qkv[:, :, 2])
+            x = x + ops.matmul(ops.reshape(attended, (batch * tokens, width)), w["out"])
+            x = x + ops.matmul(ops.matmul(x, w["fc1"]), w["fc2"])
+        return x
+
+    per_block = 2 * batch * tokens * width * (3 * width + width + 2 * mlp) + 2 * 2 * batch * tokens * tokens * width
+    return chain, (weight(batch * tokens, width), blocks), config["depth"] * per_block
+
+
+def _compiled(chain, inputs, backend):
+    """A blocking call of ``chain`` compiled as the backend's predict step is."""
+    if backend == "jax":
+        import jax
+
+        f, args = jax.jit(chain), jax.tree_util.tree_map(jax.numpy.asarray, inputs)
+        return lambda: f(*args).block_until_ready()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        f, args = tf.function(chain, jit_compile=True), tf.nest.map_structure(tf.constant, inputs)
+        return lambda: f(*args).numpy()
+    import torch
+
+    args = tuple(torch.utils._pytree.tree_map(torch.from_numpy, inputs))
+
+    def eager():
+        with torch.no_grad():
+            return chain(*args)
+
+    return eager
+
+
+def measure(backend, name, image_size, batch, min_seconds):
+    """One backend's row; runs in that backend's process."""
+    import numpy as np
+
+    import keras_vit
+    from keras_vit.inspect import count_flops
+
+    config = keras_vit.get_config(name).as_kwargs()
+    tokens = (image_size // config["patch_size"]) ** 2 + 1
+    chain, inputs, chain_flops = _matmul_chain(config, batch, tokens)
+    best = lambda step: speed_benchmark._median_seconds(step, 2, 3, min_seconds)  # noqa: E731
+    chain_seconds = best(_compiled(chain, inputs, backend))
+    model = keras_vit.create_model(name, image_size=image_size)
+    images = np.random.default_rng(0).random((batch, image_size, image_size, 3), dtype=np.float32)
+    model_seconds = best(lambda: model.predict_on_batch(images))
+    model_flops = count_flops(name, image_size=image_size) * batch
+    return dict(backend=backend, model=f"{name}@{image_size}", batch=batch,
+                peak=speed_benchmark._keras_peaks(backend)["float32"],
+                matmuls=chain_flops / chain_seconds / 1e9, model_gflops=model_flops / model_seconds / 1e9,
+                model_over_matmuls_time=model_seconds / chain_seconds * chain_flops / model_flops)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="vit_b16")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--backends", default=",".join(speed_benchmark.BACKENDS))
+    parser.add_argument("--min-seconds", type=float, default=10.0, help="time each rate for at least this long")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        row = measure(args.worker, args.model, args.image_size, args.batch, args.min_seconds)
+        print("ROW " + json.dumps(row))
+        return [row]
+    backends = speed_benchmark._choices(args.backends, speed_benchmark.BACKENDS, "backend")
+    rows = []
+    for backend in backends:
+        command = [sys.executable, os.path.abspath(__file__), "--worker", backend, "--model", args.model,
+                   "--image-size", str(args.image_size), "--batch", str(args.batch),
+                   "--min-seconds", str(args.min_seconds)]
+        done = subprocess.run(command, env=speed_benchmark._engine_env(f"keras-vit:{backend}"),
+                              capture_output=True, text=True, check=False)
+        got = [json.loads(line[4:]) for line in done.stdout.splitlines() if line.startswith("ROW ")]
+        if not got:
+            raise RuntimeError(f"{backend} failed:\n{done.stderr[-2000:]}")
+        rows.extend(got)
+    print("| backend | model | batch | peak GFLOP/s | matmuls alone | whole model | model / peak "
+          "| matmuls / peak | model time / matmul time (per FLOP) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['backend']} | {r['model']} | {r['batch']} | {r['peak']:.0f} | {r['matmuls']:.0f} "
+              f"| {r['model_gflops']:.0f} | {r['model_gflops'] / r['peak']:.2f} | {r['matmuls'] / r['peak']:.2f} "
+              f"| {r['model_over_matmuls_time']:.2f} |")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
