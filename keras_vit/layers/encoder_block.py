@@ -103,8 +103,8 @@ class EncoderBlock(keras.layers.Layer):
         )
         self.norm2 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="norm2", dtype=policy)
         self.mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate, name="mlp", dtype=policy)
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
-        self.drop_path = DropPath(self.drop_path_rate, dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
+        self.drop_path = DropPath(self.drop_path_rate, dtype=policy)
 
     def build(self, input_shape):
         for layer in (self.norm1, self.attention, self.norm2, self.mlp, self.dropout, self.drop_path):
