@@ -11,7 +11,8 @@ failed_total=0
 for backend in ${KERAS_VIT_BACKENDS:-tensorflow jax torch}; do
   echo "=== KERAS_BACKEND=$backend"
   log=$(mktemp)
-  KERAS_BACKEND=$backend .venv/bin/python -m pytest tests -q -p no:cacheprovider "$@" 2>&1 | tee "$log"
+  # --doctest-modules: the examples in the public docstrings run too, on every backend.
+  KERAS_BACKEND=$backend .venv/bin/python -m pytest tests keras_vit --doctest-modules -q -p no:cacheprovider "$@" 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
   summary=$(tail -n 1 "$log")
   count() { awk -v pat="$1" '{for (i = 2; i <= NF; i++) if ($i ~ pat) n += $(i - 1)} END {print n + 0}' <<<"$summary"; }

@@ -11,9 +11,9 @@ class DropPath(keras.layers.Layer):
     Kept examples are scaled by ``1 / (1 - rate)`` so the expectation is unchanged
     (Huang et al. 2016, as timm's ``DropPath``). Identity at inference.
 
-    >>> import numpy as np
+    >>> import keras, numpy as np
     >>> x = np.ones((4, 3, 2), "float32")
-    >>> bool((DropPath(0.5)(x, training=False) == x).all())
+    >>> bool((keras.ops.convert_to_numpy(DropPath(0.5)(x, training=False)) == x).all())
     True
     """
 
