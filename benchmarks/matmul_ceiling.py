@@ -20,11 +20,9 @@ K = 768), not the model code.
 """
 
 import argparse
-import json
 import os
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import speed_benchmark  # noqa: E402  (the peak measurement and the engine environment)
@@ -78,16 +76,6 @@ def _compiled(chain, inputs, backend):
     return eager
 
 
-def _best_seconds(step, min_seconds, min_steps=2):
-    step()  # compiles or warms up
-    times, start = [], time.perf_counter()
-    while len(times) < min_steps or time.perf_counter() - start < min_seconds:
-        begin = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - begin)
-    return min(times)
-
-
 def measure(backend, name, image_size, batch, min_seconds):
     """One backend's row; runs in that backend's process."""
     import numpy as np
@@ -106,8 +94,8 @@ def measure(backend, name, image_size, batch, min_seconds):
     # with each other and with the peak, and a slow outlier says nothing about the code.
     chain_seconds = model_seconds = float("inf")
     for _ in range(2):
-        chain_seconds = min(chain_seconds, _best_seconds(run_chain, min_seconds / 2))
-        model_seconds = min(model_seconds, _best_seconds(run_model, min_seconds / 2))
+        chain_seconds = min(chain_seconds, speed_benchmark._best_seconds(run_chain, 1, 2, min_seconds / 2))
+        model_seconds = min(model_seconds, speed_benchmark._best_seconds(run_model, 1, 2, min_seconds / 2))
     model_flops = count_flops(name, image_size=image_size) * batch
     return dict(backend=backend, model=f"{name}@{image_size}", batch=batch,
                 peak=speed_benchmark._keras_peaks(backend)["float32"],
@@ -126,7 +114,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.worker:
         row = measure(args.worker, args.model, args.image_size, args.batch, args.min_seconds)
-        print("ROW " + json.dumps(row))
+        speed_benchmark.print_row(row)
         return [row]
     backends = speed_benchmark._choices(args.backends, speed_benchmark.BACKENDS, "backend")
     rows = []
@@ -136,7 +124,7 @@ def main(argv=None):
                    "--min-seconds", str(args.min_seconds)]
         done = subprocess.run(command, env=speed_benchmark._engine_env(f"keras-vit:{backend}"),
                               capture_output=True, text=True, check=False)
-        got = [json.loads(line[4:]) for line in done.stdout.splitlines() if line.startswith("ROW ")]
+        got = speed_benchmark.worker_rows(done.stdout)
         if not got:
             raise RuntimeError(f"{backend} failed:\n{done.stderr[-2000:]}")
         rows.extend(got)

@@ -108,8 +108,8 @@ def _peak_rss_mb():
     return float("nan")
 
 
-def _median_seconds(step, warmup, min_steps, min_seconds):
-    """Median wall time of ``step()`` (which must block until its result exists)."""
+def _timings(step, warmup, min_steps, min_seconds):
+    """Wall times of ``step()`` (which must block until its result exists), after warm-up."""
     for _ in range(warmup):
         step()
     times, start = [], time.perf_counter()
@@ -117,20 +117,21 @@ def _median_seconds(step, warmup, min_steps, min_seconds):
         begin = time.perf_counter()
         step()
         times.append(time.perf_counter() - begin)
-    return statistics.median(times)
+    return times
+
+
+def _median_seconds(step, warmup, min_steps, min_seconds):
+    return statistics.median(_timings(step, warmup, min_steps, min_seconds))
+
+
+def _best_seconds(step, warmup, min_steps, min_seconds):
+    return min(_timings(step, warmup, min_steps, min_seconds))
 
 
 def _matmul_peak(matmul, n=2048, min_seconds=2.0):
     # The best of many calls, not the median: a peak is what the hardware can do, and a
     # median taken while the thread pool warms up reads low (seen here: 120 vs 160 GFLOP/s).
-    for _ in range(3):
-        matmul()
-    best, start = float("inf"), time.perf_counter()
-    while time.perf_counter() - start < min_seconds:
-        begin = time.perf_counter()
-        matmul()
-        best = min(best, time.perf_counter() - begin)
-    return 2 * n**3 / best / 1e9
+    return 2 * n**3 / _best_seconds(matmul, warmup=3, min_steps=1, min_seconds=min_seconds) / 1e9
 
 
 def _keras_peaks(backend):
@@ -307,6 +308,15 @@ def _release(keras_engine):
 # orchestrating (the parent process)
 # ---------------------------------------------------------------------------
 
+def print_row(row):
+    """A worker's way of handing one row to its parent process (see ``worker_rows``)."""
+    print("ROW " + json.dumps(row), flush=True)
+
+
+def worker_rows(stdout):
+    return [json.loads(line[4:]) for line in stdout.splitlines() if line.startswith("ROW ")]
+
+
 def _engine_command(engine, args):
     return [sys.executable, os.path.abspath(__file__), "--worker", engine,
             "--models", ",".join(args.models), "--precisions", ",".join(args.precisions),
@@ -330,7 +340,7 @@ def run_all(args):
         print(f"# {engine} ...", file=sys.stderr, flush=True)
         done = subprocess.run(_engine_command(engine, args), env=_engine_env(engine), capture_output=True,
                               text=True, timeout=args.engine_timeout)
-        got = [json.loads(line[4:]) for line in done.stdout.splitlines() if line.startswith("ROW ")]
+        got = worker_rows(done.stdout)
         if done.returncode != 0 and not got:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             got = [dict(engine=engine, model="*", precision="*", mode="*", note=f"engine failed: {tail[0][:160]}")]
@@ -415,7 +425,7 @@ def main(argv=None):
     args = parse_args(argv)
     if args.worker:
         for row in run_engine(args.worker, args.models, args.precisions, args.modes, args.quick, args.min_seconds):
-            print("ROW " + json.dumps(row), flush=True)
+            print_row(row)
         return []
     rows = run_all(args)
     print(format_table(rows))
