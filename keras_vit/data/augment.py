@@ -22,7 +22,7 @@ Facts about the layers in Keras 3.15 that shape this module:
 
 import keras
 
-from keras_vit.data import _checks
+from keras_vit import checks
 
 
 class _GraphSafeEqualization(keras.layers.Equalization):
@@ -58,7 +58,7 @@ def make_rand_augment(num_ops=2, factor=0.5, seed=None):
         >>> tuple(layer(np.full((2, 8, 8, 3), 128.0, np.float32), training=True).shape)
         (2, 8, 8, 3)
     """
-    _checks.positive_int(num_ops, "num_ops")
+    checks.positive_int(num_ops, "num_ops")
     layer = keras.layers.RandAugment(value_range=(0, 255), num_ops=num_ops, factor=factor, seed=seed)
     if hasattr(keras.layers.Equalization, "_custom_histogram_fixed_width"):
         layer.equalization = _GraphSafeEqualization(value_range=(0, 255))

@@ -2,7 +2,7 @@
 
 import os
 
-from keras_vit.data import _checks
+from keras_vit import checks
 from keras_vit.data.digits import DIGITS_NAME, load_digits
 from keras_vit.data.folder import load_image_folder
 from keras_vit.data.tfds_source import UnknownDatasetError, load_tfds, unknown_dataset_error
@@ -52,7 +52,7 @@ def load_dataset(
         ('digits', 10, (8, 8, 3))
         >>> train, validation, test = splits
     """
-    _checks.split_fractions(validation_fraction, test_fraction)
+    checks.split_fractions(validation_fraction, test_fraction)
     if isinstance(name_or_path, os.PathLike):
         name_or_path = os.fspath(name_or_path)
     if not isinstance(name_or_path, str) or not name_or_path.strip():

@@ -19,7 +19,7 @@ import numbers
 
 import numpy as np
 
-from keras_vit.data import _checks
+from keras_vit import checks
 from keras_vit.data.augment import make_batch_augmentation, mixes_labels, parse_augment_options
 from keras_vit.data.preprocessing import (
     check_normalization,
@@ -129,7 +129,7 @@ def _as_examples(data):
 def _check_training_options(training, shuffle_buffer, seed):
     if not isinstance(training, (bool, np.bool_)):
         raise ValueError(f"training must be True or False; got training={training!r}.")
-    _checks.positive_int(shuffle_buffer, "shuffle_buffer")
+    checks.positive_int(shuffle_buffer, "shuffle_buffer")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
         raise ValueError(f"seed must be an integer or None; got seed={seed!r}.")
 
@@ -217,11 +217,11 @@ def make_pipeline(
     """
     import tensorflow as tf
 
-    height, width = _checks.image_size_pair(image_size)
-    batch_size = _checks.positive_int(batch_size, "batch_size")
+    height, width = checks.pair(image_size)
+    batch_size = checks.positive_int(batch_size, "batch_size")
     check_normalization(normalization)
     _check_training_options(training, shuffle_buffer, seed)
-    crop_aspect_ratio_range = _checks.fraction_range(
+    crop_aspect_ratio_range = checks.fraction_range(
         crop_aspect_ratio_range, "crop_aspect_ratio_range", high=np.inf
     )
     parse_augment_options(rand_augment, mixup_alpha, cutmix_factor)  # fail early, even for eval
@@ -236,13 +236,13 @@ def make_pipeline(
                 "One-hot labels (one_hot=True, mixup_alpha or cutmix_factor) need num_classes; "
                 "got num_classes=None and data without metadata. Pass num_classes."
             )
-        num_classes = _checks.positive_int(num_classes, "num_classes")
+        num_classes = checks.positive_int(num_classes, "num_classes")
 
     if inception_crop is None:
         inception_crop = training
     if crop_area_range is None:
         crop_area_range = info.crop_area_range if info is not None else DEFAULT_CROP_AREA_RANGE
-    crop_area_range = _checks.fraction_range(crop_area_range, "crop_area_range")
+    crop_area_range = checks.fraction_range(crop_area_range, "crop_area_range")
     if horizontal_flip is None:
         horizontal_flip = info.horizontal_flip if info is not None else True
     augment = (
@@ -325,7 +325,7 @@ def preprocess_split(
         ((10, 16, 16, 3), True, (10,))
     """
     if max_examples is not None:
-        max_examples = _checks.positive_int(max_examples, "max_examples")
+        max_examples = checks.positive_int(max_examples, "max_examples")
     dataset = make_pipeline(
         data,
         image_size,
@@ -335,7 +335,7 @@ def preprocess_split(
         num_classes=num_classes,
         one_hot=one_hot,
     )
-    height, width = _checks.image_size_pair(image_size)
+    height, width = checks.pair(image_size)
     images, labels, count = [], [], 0
     for batch_images, batch_labels in dataset.as_numpy_iterator():
         images.append(batch_images)

@@ -8,7 +8,7 @@ Images are handled as float32 in 0..255 until ``normalize``.
 
 import numpy as np
 
-from keras_vit.data import _checks
+from keras_vit import checks
 
 # ImageNet statistics in 0..1 units, as used by timm and torchvision checkpoints.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -62,7 +62,7 @@ def resize(image, image_size):
     """
     import tensorflow as tf
 
-    height, width = _checks.image_size_pair(image_size)
+    height, width = checks.pair(image_size)
     return tf.image.resize(tf.cast(image, tf.float32), (height, width), method="bilinear")
 
 
@@ -88,8 +88,8 @@ def random_resized_crop(
     """
     import tensorflow as tf
 
-    area_range = _checks.fraction_range(area_range, "area_range")
-    aspect_ratio_range = _checks.fraction_range(aspect_ratio_range, "aspect_ratio_range", high=np.inf)
+    area_range = checks.fraction_range(area_range, "area_range")
+    aspect_ratio_range = checks.fraction_range(aspect_ratio_range, "aspect_ratio_range", high=np.inf)
     begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
         tf.shape(image),
         bounding_boxes=tf.zeros([1, 0, 4], tf.float32),  # no boxes: the whole image counts

@@ -10,7 +10,7 @@ from typing import Optional
 
 import numpy as np
 
-from keras_vit.data import _checks
+from keras_vit import checks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +96,7 @@ def stratified_split_indices(labels, validation_fraction=0.1, test_fraction=0.2,
         >>> len(train), len(val), len(test)
         (4, 2, 2)
     """
-    _checks.split_fractions(validation_fraction, test_fraction)
+    checks.split_fractions(validation_fraction, test_fraction)
     labels = np.asarray(labels)
     rng = np.random.default_rng(seed)
     parts = ([], [], [])

@@ -1,4 +1,4 @@
-"""Argument checks shared by the data modules, so every bad value fails before any work.
+"""Argument checks shared by the package, so every bad value fails before any work.
 
 Each message says what was expected and what was given.
 """
@@ -14,30 +14,21 @@ def positive_int(value, name):
     return int(value)
 
 
-def image_size_pair(image_size):
-    """Returns ``(height, width)`` from an int or a pair of positive ints, else raises ValueError."""
-    if isinstance(image_size, (tuple, list)):
-        if len(image_size) != 2:
-            raise ValueError(
-                "image_size must be a positive integer or a (height, width) pair of positive "
-                f"integers; got image_size={image_size!r}."
-            )
-        try:
-            return tuple(positive_int(v, "image_size") for v in image_size)
-        except ValueError:
-            pass  # re-raised below with the whole value, not just the bad element
-        raise ValueError(
-            "image_size must be a positive integer or a (height, width) pair of positive "
-            f"integers; got image_size={image_size!r}."
-        )
+def pair(value, name="image_size"):
+    """``(a, b)`` from a positive int or a pair of them, else a ValueError naming ``name``.
+
+    >>> pair(224), pair((48, 80))
+    ((224, 224), (48, 80))
+    """
+    values = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
     try:
-        size = positive_int(image_size, "image_size")
+        if len(values) != 2:
+            raise ValueError
+        return tuple(positive_int(v, name) for v in values)
     except ValueError:
         raise ValueError(
-            "image_size must be a positive integer or a (height, width) pair of positive "
-            f"integers; got image_size={image_size!r}."
+            f"{name} must be a positive integer or a pair of positive integers, got {value!r}."
         ) from None
-    return (size, size)
 
 
 def fraction_range(value, name, low=0.0, high=1.0):
