@@ -31,13 +31,9 @@ def agreement(model_file):
     model = keras.saving.load_model(model_file, compile=False)  # the weights, not the optimizer
     images, labels = preprocess_split(load_dataset("digits").test, model.input_shape[1])
     float32 = model.predict(images, verbose=0).argmax(-1)
-    keras.config.set_dtype_policy("mixed_bfloat16")
-    try:
-        mixed = keras_vit.VisionTransformer(**model.vit_config)
-        mixed.set_weights(model.get_weights())
-        bfloat16 = mixed.predict(images, verbose=0).argmax(-1)
-    finally:
-        keras.config.set_dtype_policy("float32")
+    mixed = keras_vit.VisionTransformer(model.spec, dtype="mixed_bfloat16")
+    mixed.set_weights(model.get_weights())
+    bfloat16 = mixed.predict(images, verbose=0).argmax(-1)
     return float(np.mean(float32 == bfloat16)), float(np.mean(float32 == labels)), float(np.mean(bfloat16 == labels))
 
 

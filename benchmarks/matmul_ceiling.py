@@ -28,16 +28,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import speed_benchmark  # noqa: E402  (the peak measurement and the engine environment)
 
 
-def _matmul_chain(config, batch, tokens):
+def _matmul_chain(spec, batch, tokens):
     """The model's matrix products alone; returns (function, inputs, FLOPs)."""
     import numpy as np
     from keras import ops
 
-    width, heads, mlp = config["hidden_size"], config["num_heads"], config["mlp_dim"]
+    width, heads, mlp = spec.hidden_size, spec.num_heads, spec.mlp_dim
     rng = np.random.default_rng(0)
     weight = lambda *shape: (rng.standard_normal(shape) * 0.02).astype("float32")  # noqa: E731
     blocks = [dict(qkv=weight(width, 3 * width), out=weight(width, width), fc1=weight(width, mlp),
-                   fc2=weight(mlp, width)) for _ in range(config["depth"])]
+                   fc2=weight(mlp, width)) for _ in range(spec.depth)]
 
     def chain(x, blocks):
         for w in blocks:
@@ -50,7 +50,7 @@ def _matmul_chain(config, batch, tokens):
         return x
 
     per_block = 2 * batch * tokens * width * (3 * width + width + 2 * mlp) + 2 * 2 * batch * tokens * tokens * width
-    return chain, (weight(batch * tokens, width), blocks), config["depth"] * per_block
+    return chain, (weight(batch * tokens, width), blocks), spec.depth * per_block
 
 
 def _compiled(chain, inputs, backend):
@@ -83,9 +83,9 @@ def measure(backend, name, image_size, batch, min_seconds):
     import keras_vit
     from keras_vit.inspect import count_flops
 
-    config = keras_vit.get_config(name).as_kwargs()
-    tokens = (image_size // config["patch_size"]) ** 2 + 1
-    chain, inputs, chain_flops = _matmul_chain(config, batch, tokens)
+    spec = keras_vit.get_spec(name).replace(image_size=image_size)
+    tokens = spec.grid_size[0] * spec.grid_size[1] + spec.num_prefix_tokens
+    chain, inputs, chain_flops = _matmul_chain(spec, batch, tokens)
     run_chain = _compiled(chain, inputs, backend)
     model = keras_vit.create_model(name, image_size=image_size)
     images = np.random.default_rng(0).random((batch, image_size, image_size, 3), dtype=np.float32)

@@ -61,10 +61,9 @@ class Arch:
 def _arch(name, timm_name, image_size, **overrides):
     import keras_vit
 
-    config = keras_vit.get_config(name).as_kwargs()
-    config.update(overrides)
-    return Arch(name, image_size, config["patch_size"], config["hidden_size"], config["depth"],
-                config["num_heads"], config["mlp_dim"], timm_name)
+    spec = keras_vit.get_spec(name).replace(**overrides)
+    return Arch(name, image_size, spec.patch_size, spec.hidden_size, spec.depth, spec.num_heads, spec.mlp_dim,
+                timm_name)
 
 
 # Row name -> (keras-vit name, timm name, image size, architecture overrides). Plain data,

@@ -1,6 +1,7 @@
 """keras-vit: the Vision Transformer and hybrid ResNet+ViT for Keras 3, on every backend."""
 
 from keras_vit.checkpoints import load_weights
-from keras_vit.models import VisionTransformer, create_model, get_config, list_models
+from keras_vit.models import ResNetSpec, VisionTransformer, ViTSpec, create_model, get_spec, list_models
+from keras_vit.saving import load_model, save_model
 
 __version__ = "0.1.0"

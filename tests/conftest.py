@@ -21,6 +21,15 @@ def timm():
     return timm_module
 
 
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Every random source seeded before each test: Keras' initialisers and dropout, numpy's
+    and Python's global generators, torch and TensorFlow (a flaky test keeps good changes out)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)

@@ -75,6 +75,6 @@ def test_matmul_ceiling_compares_the_model_with_its_own_matmuls():
     assert row["peak"] > 1 and row["matmuls"] > 0 and row["model_gflops"] > 0
     # The chain holds every matrix product of the model but the patch embedding and head.
     chain_flops = count_flops("vit_ti16", image_size=32) * 2 - 2 * 2 * (4 * 16 * 16 * 3 * 192 + 192 * 1000)
-    _, _, counted = matmul_ceiling._matmul_chain(keras_vit.get_config("vit_ti16").as_kwargs(), batch=2, tokens=5)
+    _, _, counted = matmul_ceiling._matmul_chain(keras_vit.get_spec("vit_ti16"), batch=2, tokens=5)
     assert counted == chain_flops
     assert row["model_over_matmuls_time"] == pytest.approx(row["matmuls"] / row["model_gflops"], rel=1e-6)

@@ -20,10 +20,21 @@ import pytest
 import keras
 import keras_vit
 from conftest import randomize_torch, to_numpy
-from keras_vit.models.registry import get_config
+from keras_vit.models.registry import get_spec
 from test_checkpoint_parity import images, save_torch_state, torch_logits, write_original_npz
 
 TOL = 1e-4
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Every random source starts each test in the same state: Keras' initialisers (and
+    Python's, numpy's global and TF's) and torch's global generator, which the peers'
+    initialisers draw from."""
+    import torch
+
+    keras.utils.set_random_seed(0)
+    torch.manual_seed(0)
 
 # Named hybrids and the timm models of the same architecture.
 NAMED = {
@@ -80,7 +91,7 @@ def test_timm_hybrid_checkpoint_matches_timm(timm, tmp_path, rng):
     model = keras_hybrid(units, 64, size, **S_KERAS, depth=2, num_classes=5, pooling="gap", gelu_approximate=False)
     report = keras_vit.load_weights(model, path)
     assert report.layout == "timm" and not report.fresh and not report.unused
-    assert "resnet/block3/unit3/conv2/kernel" in report.loaded
+    assert "resnet/stage_2/unit_2/conv2/kernel" in report.loaded
     x = images(rng, size)
     np.testing.assert_allclose(logits(model, x), torch_logits(peer, x), atol=TOL, rtol=0)
 
@@ -160,6 +171,22 @@ def test_original_hybrid_npz_matches_timm_npz_loader(timm, tmp_path, rng, image_
     np.testing.assert_allclose(logits(model, x), torch_logits(peer, x), atol=TOL, rtol=0)
 
 
+def test_resnet_paths_count_from_0_and_map_to_both_layouts():
+    # Ours count stages and units from 0 like timm's; the .npz from 1.
+    from keras_vit.checkpoints.layouts import LAYOUTS
+
+    def upstream(layout, path):
+        source, groups = LAYOUTS[layout].find_source(path)
+        return source.resolve(groups)
+
+    path = "resnet/stage_2/unit_0/gn_proj/gamma"
+    assert upstream("original", path) == ["block3/unit1/gn_proj/scale"]
+    assert upstream("timm", path) == ["patch_embed.backbone.stages.2.blocks.0.downsample.norm.weight"]
+    path = "resnet/stage_1/unit_3/conv2/kernel"
+    assert upstream("original", path) == ["block2/unit4/conv2/kernel"]
+    assert upstream("timm", path) == ["patch_embed.backbone.stages.1.blocks.3.conv2.weight"]
+
+
 # --- the named hybrids -------------------------------------------------------------------
 
 
@@ -171,12 +198,12 @@ def test_named_hybrid_parameter_count_matches_timm(timm, name):
 
     with torch.device("meta"):
         peer = timm.create_model(NAMED[name], num_classes=1000)
-    depth = get_config(name).depth
+    depth = get_spec(name).depth
     assert depth == len(peer.blocks)
     model = keras_vit.create_model(name, depth=1)
     count = model.count_params() + (depth - 1) * model.get_layer("block_0").count_params()
     assert count == sum(p.numel() for p in peer.parameters())
-    assert model.grid_size == tuple(peer.patch_embed.grid_size)
+    assert model.spec.grid_size == tuple(peer.patch_embed.grid_size)
     assert model.get_layer("resnet").block_units == tuple(len(s.blocks) for s in peer.patch_embed.backbone.stages)
     keras.backend.clear_session()
 

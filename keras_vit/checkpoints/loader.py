@@ -1,7 +1,6 @@
 """``load_weights``: any supported checkpoint into a keras-vit model, on any backend."""
 
 import dataclasses
-import json
 import os
 import warnings
 
@@ -12,20 +11,6 @@ import keras
 from keras_vit.checkpoints import layouts, readers
 from keras_vit.checkpoints.resample import resample_position_embedding
 
-# How each peer resamples position embeddings when it loads a file at another size;
-# load_weights does the same by default so that its output matches the peer's.
-PEER_RESAMPLING = {
-    "timm": ("bicubic", True),  # timm checkpoint_filter_fn
-    "original": ("bilinear", False),  # timm's loader for the original .npz files
-    "hf": ("bicubic", False),  # HF ViT interpolate_pos_encoding
-    "keras": ("bicubic", True),
-}
-# The numerics each peer's checkpoints were trained with (GELU form, LayerNorm epsilon).
-PEER_NUMERICS = {
-    "timm": {"gelu_approximate": False, "layer_norm_epsilon": 1e-6},
-    "original": {"gelu_approximate": True, "layer_norm_epsilon": 1e-6},
-    "hf": {"gelu_approximate": False, "layer_norm_epsilon": 1e-12},
-}
 # Weights that may stay freshly initialised when the checkpoint has none that fit:
 # a new task's classifier (and the pre-logits layer that precedes it).
 _TASK_SPECIFIC = ("head/", "pre_logits/")
@@ -52,7 +37,7 @@ def load_weights(model, path, resample_method=None, resample_antialias=None, war
     architecture-compatible size) and ``.weights.h5`` files of the same architecture.
 
     - Position embeddings of another grid are resampled in 2D (class token kept apart),
-      by default as the peer that wrote the layout does (``PEER_RESAMPLING``).
+      by default as the peer that wrote the layout does (``layouts.LAYOUTS``).
     - A classifier (or pre-logits layer) of another size, or none in the file, stays
       freshly initialised, with a warning: load a 1000-class checkpoint into a 10-class
       model to fine-tune it.
@@ -92,7 +77,7 @@ def load_weights(model, path, resample_method=None, resample_antialias=None, war
     container, arrays = readers.read_arrays(path)
     layout, arrays = layouts.detect_layout(arrays)
     arrays = _check_architecture(model, layout, arrays)
-    method, antialias = PEER_RESAMPLING[layout]
+    method, antialias = layout.resampling
     method = resample_method or method
     antialias = antialias if resample_antialias is None else resample_antialias
 
@@ -102,13 +87,10 @@ def load_weights(model, path, resample_method=None, resample_antialias=None, war
         if key_path.startswith(tuple(exclude)):
             fresh[key_path] = "excluded by the caller"
             continue
-        if layout == "keras":
-            source, groups = layouts.Source(key_path, lambda a: a), ()
-        else:
-            source, groups = layouts.find_source(layout, key_path)
-            if source is None:
-                errors.append(f"{key_path}: keras-vit has no {layout} mapping for this weight")
-                continue
+        source, groups = layout.find_source(key_path)
+        if source is None:
+            errors.append(f"{key_path}: keras-vit has no {layout.name} mapping for this weight")
+            continue
         keys = source.resolve(groups)
         missing = [k for k in keys if k not in arrays]
         expected = tuple(variable.shape)
@@ -136,47 +118,35 @@ def load_weights(model, path, resample_method=None, resample_antialias=None, war
     if errors:
         listing = "\n  ".join(errors[:20]) + ("\n  ..." if len(errors) > 20 else "")
         raise ValueError(
-            f"Checkpoint {path} ({layout} layout) does not fit model {model.name!r}; nothing was "
+            f"Checkpoint {path} ({layout.name} layout) does not fit model {model.name!r}; nothing was "
             f"loaded:\n  {listing}"
         )
     for variable in model.weights:
         if variable.path in values:
             variable.assign(values[variable.path].astype(variable.dtype))
     unused = sorted(set(arrays) - used)
-    report = LoadReport(container, layout, sorted(values), fresh, resampled, unused)
+    report = LoadReport(container, layout.name, sorted(values), fresh, resampled, unused)
     if warn:
-        _warn(model, report, path)
+        _warn(model, report, layout, path)
     return report
 
 
 def _check_architecture(model, layout, arrays):
     """Structural differences that would load without error yet compute differently."""
-    config = getattr(model, "vit_config", None) or {}
-    if layout == "timm":
-        has_fc_norm = "fc_norm.weight" in arrays
-        if has_fc_norm != bool(config.get("norm_after_pool")):
-            raise ValueError(
-                "The timm checkpoint applies its final LayerNorm "
-                + ("after pooling (`fc_norm`)" if has_fc_norm else "before pooling (`norm`)")
-                + f" but the model has norm_after_pool={config.get('norm_after_pool')}: build it "
-                f"with norm_after_pool={has_fc_norm}."
-            )
-        if has_fc_norm:
-            arrays = {("norm." + k[len("fc_norm."):] if k.startswith("fc_norm.") else k): v for k, v in arrays.items()}
-    token_key = {"original": "cls", "timm": "cls_token", "hf": "embeddings.cls_token", "keras": "class_token/token"}
-    has_token = token_key[layout] in arrays
-    if config and has_token != config["class_token"]:
+    spec = getattr(model, "spec", None)
+    arrays = layout.prepare(spec, arrays)
+    has_token = layout.class_token_key in arrays
+    if spec is not None and has_token != spec.has_class_token:
         raise ValueError(
             f"The checkpoint {'has' if has_token else 'has no'} class token but the model was "
-            f"built with class_token={config['class_token']}: build it with class_token={has_token} "
+            f"built with class_token={spec.has_class_token}: build it with class_token={has_token} "
             f"(pooling={'token' if has_token else 'gap'!r} or 'gap')."
         )
     return arrays
 
 
 def _resample(model, posemb, method, antialias, key):
-    num_prefix = getattr(model, "num_prefix_tokens", 1)
-    grid = getattr(model, "grid_size", None)
+    num_prefix, grid = model.spec.num_prefix_tokens, model.spec.grid_size
     if posemb.ndim == 2:  # some files drop the leading batch axis
         posemb = posemb[None]
     try:
@@ -185,25 +155,24 @@ def _resample(model, posemb, method, antialias, key):
         raise ValueError(f"Cannot resample {key!r} of shape {posemb.shape} to grid {grid}: {error}") from None
 
 
-def _warn(model, report, path):
+def _warn(model, report, layout, path):
     for key_path, why in report.fresh.items():
         if why == "excluded by the caller":
             continue
         warnings.warn(f"{key_path} keeps its fresh initial value: {why}.", stacklevel=3)
-    ignorable = ("pre_logits/", "pooler.")
-    unused = [k for k in report.unused if not k.startswith(ignorable)]
+    unused = [k for k in report.unused if not k.startswith(layout.ignorable)]
     if unused:
         more = f" (+{len(unused) - 8} more)" if len(unused) > 8 else ""
         warnings.warn(f"Checkpoint keys not used by the model: {', '.join(unused[:8])}{more}.", stacklevel=3)
-    expected = dict(PEER_NUMERICS.get(report.layout, {}))
-    config_json = os.path.join(os.path.dirname(path), "config.json")
-    if report.layout == "hf" and os.path.isfile(config_json):
-        with open(config_json) as f:
-            hf = json.load(f)
-        expected["layer_norm_epsilon"] = hf.get("layer_norm_eps", expected["layer_norm_epsilon"])
-        expected["gelu_approximate"] = hf.get("hidden_act", "gelu") != "gelu"
-    config = getattr(model, "vit_config", {})
-    differ = {k: v for k, v in expected.items() if k in config and config[k] != v}
+    spec = getattr(model, "spec", None)
+    if spec is None:
+        return
+    expected = {**layout.numerics, **layout.file_numerics(path)}
+    differ = {k: v for k, v in expected.items() if getattr(spec, k) != v}
+    if spec.resnet is not None:
+        differ.update(
+            {f"resnet_{k}": v for k, v in layout.resnet_numerics.items() if getattr(spec.resnet, k) != v}
+        )
     if differ:
         options = ", ".join(f"{k}={v!r}" for k, v in differ.items())
         warnings.warn(

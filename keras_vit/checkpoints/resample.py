@@ -17,16 +17,9 @@ import math
 
 import numpy as np
 
+from keras_vit import checks
+
 METHODS = ("nearest", "bilinear", "bicubic")
-
-
-def _pair(size, name):
-    # Accept an int (square grid) or an (h, w) pair, like timm and torch do.
-    pair = (size, size) if isinstance(size, (int, np.integer)) else tuple(size)
-    if len(pair) != 2 or not all(isinstance(s, (int, np.integer)) and s > 0 for s in pair):
-        raise ValueError(f"{name} must be a positive int or an (h, w) pair of positive ints, "
-                         f"got {size!r}")
-    return int(pair[0]), int(pair[1])
 
 
 def _cubic(x, a):
@@ -123,7 +116,7 @@ def resize_grid(grid, new_size, method="bicubic", antialias=True):
     grid = np.asarray(grid)
     if grid.ndim != 3:
         raise ValueError(f"expected grid of shape (H, W, C), got {grid.shape}")
-    new_h, new_w = _pair(new_size, "new_size")
+    new_h, new_w = checks.pair(new_size, "new_size")
     dtype = grid.dtype if np.issubdtype(grid.dtype, np.floating) else np.float32
     rows = _axis_matrix(grid.shape[0], new_h, method, antialias)
     cols = _axis_matrix(grid.shape[1], new_w, method, antialias)
@@ -154,7 +147,7 @@ def resample_position_embedding(posemb, new_grid, old_grid=None, num_prefix_toke
     if posemb.ndim != 3 or posemb.shape[0] != 1 or posemb.shape[1] < num_prefix_tokens:
         raise ValueError(f"expected posemb of shape (1, tokens, dim) with tokens >= "
                          f"num_prefix_tokens={num_prefix_tokens}, got {posemb.shape}")
-    new_h, new_w = _pair(new_grid, "new_grid")
+    new_h, new_w = checks.pair(new_grid, "new_grid")
     num_grid = posemb.shape[1] - num_prefix_tokens
     if old_grid is None:
         side = math.isqrt(num_grid)
@@ -162,7 +155,7 @@ def resample_position_embedding(posemb, new_grid, old_grid=None, num_prefix_toke
             raise ValueError(f"cannot infer old_grid: {num_grid} grid tokens is not a perfect "
                              f"square; pass old_grid=(h, w)")
         old_grid = (side, side)
-    old_h, old_w = _pair(old_grid, "old_grid")
+    old_h, old_w = checks.pair(old_grid, "old_grid")
     if old_h * old_w != num_grid:
         raise ValueError(f"old_grid {(old_h, old_w)} needs {old_h * old_w} grid tokens, "
                          f"got {num_grid}")

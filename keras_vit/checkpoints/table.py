@@ -1,13 +1,15 @@
-"""Where every keras-vit weight lives in each upstream checkpoint layout.
+"""Where every keras-vit weight lives in each upstream checkpoint layout: the tables.
 
 One table, ``VIT``, has a row per Keras weight (a regex over its variable path) and a
 column per layout; each cell is a source that names the upstream key(s) (``{0}`` is the
 block index from the regex) and how to turn them into the Keras shape. The hybrids'
-ResNet adds a few rows per layout. The layouts:
+ResNet adds a few rows per layout. What else a layout means (how its files are
+recognised, how its peer resamples, the numerics it was trained with) is its record in
+``layouts.py``. The columns:
 
 - ``"original"``: google-research/vision_transformer ``.npz`` (flax names, HWIO kernels,
   attention kernels split per head; hybrids add the BiT ResNet's ``conv_root``,
-  ``gn_root`` and ``block{i}/unit{j}/...`` at the top level).
+  ``gn_root`` and ``block{i}/unit{j}/...`` at the top level, counted from 1).
 - ``"timm"``: timm ``VisionTransformer`` state dicts (torch ``(out, in)`` Linear
   weights, OIHW convs, fused ``qkv``; hybrids keep the ResNet under
   ``patch_embed.backbone.``, its stages and blocks numbered from 0).
@@ -15,8 +17,6 @@ ResNet adds a few rows per layout. The layouts:
   has them (``vit.`` prefix optional).
 - ``"keras"``: keras-vit's own variable paths (a ``.keras`` file), identity.
 """
-
-import re
 
 import numpy as np
 
@@ -57,21 +57,24 @@ def conv(key):
     return Source(key, lambda w: np.transpose(w, (2, 3, 1, 0)))
 
 
-class ZeroBased(Source):
-    """A ``Source`` whose keys count from 0 where our path counts from 1.
+class Shifted(Source):
+    """A ``Source`` whose first ``count`` regex groups are indices, shifted by ``by``.
 
-    The ResNet's ``block{i}/unit{j}`` are 1-based (as in the original ``.npz``); timm's
-    ``stages.{i-1}.blocks.{j-1}`` are 0-based. The first two regex groups are shifted down
-    by one before they fill ``{0}`` and ``{1}``; any later group is used as it is.
+    Our paths count from 0 (``resnet/stage_{i}/unit_{j}``, like the encoder's
+    ``block_{i}``); a layout that counts from 1 (the original ``.npz``'s
+    ``block{i+1}/unit{j+1}``) shifts them by 1. Later groups are used as they are.
+
+    >>> Shifted(same("block{0}/unit{1}/{2}/kernel")).resolve(("0", "2", "conv1"))
+    ['block1/unit3/conv1/kernel']
     """
 
+    def __init__(self, source, by=1, count=2):
+        super().__init__(source.keys, source.transform)
+        self.by, self.count = by, count
+
     def resolve(self, groups):
-        i, j, *rest = groups
-        return super().resolve((int(i) - 1, int(j) - 1, *rest))
-
-
-def zero_based(source):
-    return ZeroBased(source.keys, source.transform)
+        indices = [int(g) + self.by for g in groups[: self.count]]
+        return super().resolve((*indices, *groups[self.count:]))
 
 
 def heads_in(*keys):
@@ -87,8 +90,8 @@ def heads_out(key):
 # --- the tables ------------------------------------------------------------------------
 
 _B = r"block_(\d+)/"  # our encoder block prefix; its index fills {0}
-# The hybrids' ResNet (keras_vit.layers.resnet): block (stage) {0} and unit {1}, 1-based.
-_U = r"resnet/block(\d+)/unit(\d+)/"
+# The hybrids' ResNet (keras_vit.layers.resnet): stage {0} and unit {1}, 0-based.
+_U = r"resnet/stage_(\d+)/unit_(\d+)/"
 
 _ENC = "Transformer/encoderblock_{0}/"  # original
 _MHA = _ENC + "MultiHeadDotProductAttention_1/"
@@ -152,14 +155,14 @@ VIT = [
 ]
 
 # The hybrids' BiT ResNet: the npz keeps the ResNet's own names (GroupNorm scale/bias =
-# our gamma/beta); timm nests it under the patch embedding, numbered from 0.
+# our gamma/beta), numbered from 1; timm nests it under the patch embedding, from 0.
 RESNET_ORIGINAL = [
     (r"resnet/conv_root/kernel", same("conv_root/kernel")),
     (r"resnet/gn_root/gamma", same("gn_root/scale")),
     (r"resnet/gn_root/beta", same("gn_root/bias")),
-    (_U + r"(conv[123]|conv_proj)/kernel", same("block{0}/unit{1}/{2}/kernel")),
-    (_U + r"(gn[123]|gn_proj)/gamma", same("block{0}/unit{1}/{2}/scale")),
-    (_U + r"(gn[123]|gn_proj)/beta", same("block{0}/unit{1}/{2}/bias")),
+    (_U + r"(conv[123]|conv_proj)/kernel", Shifted(same("block{0}/unit{1}/{2}/kernel"))),
+    (_U + r"(gn[123]|gn_proj)/gamma", Shifted(same("block{0}/unit{1}/{2}/scale"))),
+    (_U + r"(gn[123]|gn_proj)/beta", Shifted(same("block{0}/unit{1}/{2}/bias"))),
 ]
 _R = "patch_embed.backbone."  # timm's hybrid ResNetV2
 _RU = _R + "stages.{0}.blocks.{1}."
@@ -167,50 +170,10 @@ RESNET_TIMM = [
     (r"resnet/conv_root/kernel", conv(_R + "stem.conv.weight")),
     (r"resnet/gn_root/gamma", same(_R + "stem.norm.weight")),
     (r"resnet/gn_root/beta", same(_R + "stem.norm.bias")),
-    (_U + r"conv([123])/kernel", zero_based(conv(_RU + "conv{2}.weight"))),
-    (_U + r"gn([123])/gamma", zero_based(same(_RU + "norm{2}.weight"))),
-    (_U + r"gn([123])/beta", zero_based(same(_RU + "norm{2}.bias"))),
-    (_U + r"conv_proj/kernel", zero_based(conv(_RU + "downsample.conv.weight"))),
-    (_U + r"gn_proj/gamma", zero_based(same(_RU + "downsample.norm.weight"))),
-    (_U + r"gn_proj/beta", zero_based(same(_RU + "downsample.norm.bias"))),
+    (_U + r"conv([123])/kernel", conv(_RU + "conv{2}.weight")),
+    (_U + r"gn([123])/gamma", same(_RU + "norm{2}.weight")),
+    (_U + r"gn([123])/beta", same(_RU + "norm{2}.bias")),
+    (_U + r"conv_proj/kernel", conv(_RU + "downsample.conv.weight")),
+    (_U + r"gn_proj/gamma", same(_RU + "downsample.norm.weight")),
+    (_U + r"gn_proj/beta", same(_RU + "downsample.norm.bias")),
 ]
-
-
-def _column(index, extra=()):
-    return [(row[0], row[index]) for row in VIT if row[index] is not None] + list(extra)
-
-
-TABLES = {"original": _column(1, RESNET_ORIGINAL), "timm": _column(2, RESNET_TIMM), "hf": _column(3)}
-
-# Keys that identify a layout, and the key prefixes that wrappers add to it.
-_SIGNATURES = {
-    "original": ("embedding/kernel", ("", "opt/target/")),
-    "timm": ("patch_embed.proj.weight", ("", "module.", "model.")),
-    "hf": ("embeddings.patch_embeddings.projection.weight", ("", "vit.")),
-    "keras": ("patch_embedding/kernel", ("",)),
-}
-
-
-def detect_layout(arrays):
-    """``(layout, arrays without the wrapper prefix)`` from the key names alone."""
-    for layout, (signature, prefixes) in _SIGNATURES.items():
-        for prefix in prefixes:
-            if prefix + signature in arrays:
-                stripped = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
-                # Keys outside the prefix (HF's `classifier.*`) are kept as they are.
-                stripped.update({k: v for k, v in arrays.items() if not k.startswith(prefix)})
-                return layout, stripped
-    sample = ", ".join(sorted(arrays)[:6])
-    raise ValueError(
-        "Unrecognised checkpoint layout: expected the original ViT .npz, a timm or an HF "
-        f"transformers ViT state dict, or a keras-vit model; its first keys are: {sample}."
-    )
-
-
-def find_source(layout, path):
-    """The ``Source`` and regex groups for one Keras variable path, or ``(None, None)``."""
-    for pattern, source in TABLES[layout]:
-        match = re.fullmatch(pattern, path)
-        if match:
-            return source, match.groups()
-    return None, None

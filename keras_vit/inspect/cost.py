@@ -16,11 +16,9 @@ Example:
 5717416
 """
 
-import inspect
 import math
 
-from keras_vit.layers.resnet import resnet_feature_stride, resnet_out_channels
-from keras_vit.models.registry import create_model, get_config
+from keras_vit.models.registry import create_model, get_spec
 from keras_vit.models.vit import VisionTransformer
 
 TRAINING_FLOPS_PER_FORWARD = 3  # forward 1x, backward 2x (gradients of inputs and weights)
@@ -66,68 +64,49 @@ def encoder_block_flops(tokens, hidden_size, mlp_dim):
     )
 
 
-def _architecture(name_or_model, kwargs):
+def _spec(name_or_model, options):
     if isinstance(name_or_model, VisionTransformer):
-        if kwargs:
+        if options:
             raise ValueError("count_flops: options go with a model name; a built model already has its own.")
-        return name_or_model.vit_config
+        return name_or_model.spec
     if not isinstance(name_or_model, str):
         raise TypeError(f"count_flops expects a model name or a VisionTransformer, got {name_or_model!r}.")
-    known = inspect.signature(VisionTransformer.__init__).parameters
-    unknown = sorted(set(kwargs) - set(known))
-    if unknown:
-        raise ValueError(f"count_flops: unknown option(s) {unknown}; expected options of create_model "
-                         f"such as image_size, num_classes, pooling, representation_size.")
-    arch = dict(image_size=224, num_classes=1000, include_top=True, pooling="token")
-    arch.update(get_config(name_or_model).as_kwargs())
-    arch.update(kwargs)
-    return arch
+    return get_spec(name_or_model).replace(**options)
 
 
-def count_flops(name_or_model, **kwargs):
+def count_flops(name_or_model, **options):
     """Forward FLOPs for one image (see the module docstring for what is counted).
 
     Args:
         name_or_model: a name from ``list_models()`` or a built ``VisionTransformer``.
-        **kwargs: with a name, the options of ``create_model`` that change the cost:
-            ``image_size`` (224), ``num_classes`` (1000), ``include_top``, ``pooling``,
-            ``class_token``, ``representation_size``, ``num_channels``, ``resnet_width``,
-            or an architecture field such as ``depth``.
+        **options: with a name, ``ViTSpec`` fields that change the cost: ``image_size``
+            (224), ``num_classes`` (1000), ``include_top``, ``pooling``, ``class_token``,
+            ``representation_size``, ``num_channels``, ``resnet_width``, or an
+            architecture field such as ``depth``.
 
     Example:
     >>> round(count_flops("vit_b16", image_size=384) / 1e9, 2)
     110.97
     """
-    arch = _architecture(name_or_model, kwargs)
-    size = arch["image_size"]
-    height, width = (size, size) if isinstance(size, int) else tuple(size)
-    channels = arch.get("num_channels", 3)
-    patch, hidden = arch["patch_size"], arch["hidden_size"]
+    spec = _spec(name_or_model, options)
+    (height, width), channels = spec.image_size, spec.num_channels
     flops = 0
-    if arch.get("resnet_block_units") is not None:
-        units = tuple(arch["resnet_block_units"])
-        resnet_width = arch.get("resnet_width", 64)
-        flops += resnet_flops(height, width, channels, units, resnet_width)
-        stride = resnet_feature_stride(units)
-        height, width, channels = height // stride, width // stride, resnet_out_channels(units, resnet_width)
-    grid = (height // patch) * (width // patch)
-    flops += _dense(grid, patch * patch * channels, hidden)  # patch embedding
-    pooling = arch.get("pooling", "token")
-    class_token = arch.get("class_token")
-    if class_token is None:
-        class_token = pooling != "gap"
-    tokens = grid + int(class_token)
-    flops += arch["depth"] * encoder_block_flops(tokens, hidden, arch["mlp_dim"])
-    if arch.get("include_top", True):
-        features = hidden
-        if arch.get("representation_size"):
-            flops += _dense(1, hidden, arch["representation_size"])
-            features = arch["representation_size"]
-        flops += _dense(1, features, arch["num_classes"])
+    if spec.resnet is not None:
+        flops += resnet_flops(height, width, channels, spec.resnet.block_units, spec.resnet.width)
+    grid_h, grid_w = spec.grid_size
+    flops += _dense(grid_h * grid_w, spec.patch_size**2 * spec.embedding_channels, spec.hidden_size)
+    tokens = grid_h * grid_w + spec.num_prefix_tokens
+    flops += spec.depth * encoder_block_flops(tokens, spec.hidden_size, spec.mlp_dim)
+    if spec.include_top:
+        features = spec.hidden_size
+        if spec.representation_size:
+            flops += _dense(1, spec.hidden_size, spec.representation_size)
+            features = spec.representation_size
+        flops += _dense(1, features, spec.num_classes)
     return flops
 
 
-def count_parameters(name, **kwargs):
+def count_parameters(name, **options):
     """Trainable and non-trainable weights of ``create_model(name, **kwargs)``.
 
     Built at depth 1 and extended by identical encoder blocks, so that ViT-H costs
@@ -137,6 +116,6 @@ def count_parameters(name, **kwargs):
     >>> count_parameters("vit_b16")
     86567656
     """
-    depth = kwargs.pop("depth", get_config(name).depth)
-    shallow = create_model(name, depth=1, **kwargs)
+    depth = options.pop("depth", get_spec(name).depth)
+    shallow = create_model(name, depth=1, **options)
     return shallow.count_params() + (depth - 1) * shallow.get_layer("block_0").count_params()

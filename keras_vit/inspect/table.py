@@ -7,8 +7,7 @@
 import argparse
 
 from keras_vit.inspect.cost import count_flops, count_parameters
-from keras_vit.layers.resnet import resnet_feature_stride
-from keras_vit.models.configs import CONFIGS
+from keras_vit.models.variants import VARIANTS
 
 
 def variants_table(image_size=224, num_classes=1000):
@@ -19,14 +18,15 @@ def variants_table(image_size=224, num_classes=1000):
     """
     lines = ["| model | width x depth, heads | stem | tokens | parameters (M) | GFLOPs |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
-    for name, config in CONFIGS.items():  # sizes Ti..H, patches 8..32, then the hybrids
-        units = config.resnet_block_units
-        stride = config.patch_size * (resnet_feature_stride(units) if units else 1)
-        tokens = (image_size // stride) ** 2 + 1
-        stem = f"ResNet {units}, stride {stride}" if units else f"{stride}x{stride} patches"
+    for name, spec in VARIANTS.items():  # sizes Ti..H, patches 8..32, then the hybrids
+        spec = spec.replace(image_size=image_size)
+        tokens = spec.grid_size[0] * spec.grid_size[1] + spec.num_prefix_tokens
+        stem = f"ResNet {spec.resnet.block_units}, stride {spec.stride}" if spec.resnet else (
+            f"{spec.stride}x{spec.stride} patches"
+        )
         params = count_parameters(name, image_size=image_size, num_classes=num_classes)
         flops = count_flops(name, image_size=image_size, num_classes=num_classes)
-        lines.append(f"| `{name}` | {config.hidden_size} x {config.depth}, {config.num_heads} | {stem} | "
+        lines.append(f"| `{name}` | {spec.hidden_size} x {spec.depth}, {spec.num_heads} | {stem} | "
                      f"{tokens} | {params / 1e6:.1f} | {flops / 1e9:.1f} |")
     return "\n".join(lines)
 

@@ -1,11 +1,11 @@
-"""Model variants as data: one row per size, one entry per named model.
+"""Model variants as data: one row per size, one ``ViTSpec`` per named model.
 
 The widths, depths, heads and MLP sizes are the paper's Table 1 (and timm's), plus
 the Ti and S sizes introduced by DeiT and used by the original repository's later
 checkpoints ("How to train your ViT?", Steiner et al. 2021).
 """
 
-import dataclasses
+from keras_vit.models.spec import ResNetSpec, ViTSpec
 
 SIZES = {
     # name: (hidden_size, depth, num_heads, mlp_dim)
@@ -34,31 +34,21 @@ HYBRIDS = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class ViTConfig:
-    """The architecture of one named model; everything else is a build option."""
-
-    hidden_size: int
-    depth: int
-    num_heads: int
-    mlp_dim: int
-    patch_size: int
-    resnet_block_units: tuple = None  # None for a plain ViT
-
-    def as_kwargs(self):
-        return dataclasses.asdict(self)
-
-
-def _plain_configs():
+def _plain_variants():
     for size, (hidden, depth, heads, mlp) in SIZES.items():
         for patch in PATCH_SIZES:
-            yield f"vit_{size}{patch}", ViTConfig(hidden, depth, heads, mlp, patch)
+            yield f"vit_{size}{patch}", ViTSpec(
+                patch_size=patch, hidden_size=hidden, depth=depth, num_heads=heads, mlp_dim=mlp
+            )
 
 
-def _hybrid_configs():
+def _hybrid_variants():
     for name, (resnet, size) in HYBRIDS.items():
         hidden, depth, heads, mlp = SIZES[size]
-        yield name, ViTConfig(hidden, depth, heads, mlp, patch_size=1, resnet_block_units=RESNETS[resnet])
+        yield name, ViTSpec(
+            patch_size=1, hidden_size=hidden, depth=depth, num_heads=heads, mlp_dim=mlp,
+            resnet=ResNetSpec(RESNETS[resnet]),
+        )
 
 
-CONFIGS = dict(list(_plain_configs()) + list(_hybrid_configs()))
+VARIANTS = dict(list(_plain_variants()) + list(_hybrid_variants()))

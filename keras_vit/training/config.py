@@ -2,13 +2,16 @@
 
 ``PRESETS`` holds the paper's two recipes (ImageNet-scale pre-training and fine-tuning,
 section 4.1 and appendix B.1) and the embedded default (digits) that the README's main
-command runs. Every field can be overridden from the command line (``--learning_rate 3e-4``).
+command runs. Every field can be overridden from the command line (``--learning_rate 3e-4``),
+and so can every option of the model spec (``--depth 4``), which ``model_options`` holds.
 """
 
 import argparse
 import dataclasses
 import difflib
 import typing
+
+from keras_vit.models.spec import ViTSpec
 
 
 @dataclasses.dataclass
@@ -29,16 +32,9 @@ class RecipeConfig:
     cutmix_factor: typing.Optional[float] = None
     # model
     model: str = "vit_b16"
-    patch_size: typing.Optional[int] = None  # None: the named model's
-    hidden_size: typing.Optional[int] = None
-    depth: typing.Optional[int] = None
-    num_heads: typing.Optional[int] = None
-    mlp_dim: typing.Optional[int] = None
-    pooling: str = "token"
-    representation_size: typing.Optional[int] = None  # pre-logits (Dense + tanh) width
-    dropout_rate: float = 0.1
-    attention_dropout_rate: float = 0.0
-    drop_path_rate: float = 0.0
+    # ViTSpec fields over the named model's (architecture for pre-training; pooling,
+    # pre-logits and dropouts for both). Each is a flag too (--depth 4, --dropout_rate 0.1).
+    model_options: dict = dataclasses.field(default_factory=dict)
     # optimisation
     optimizer: str = "adam"  # "adam" (decoupled weight decay) or "sgd" (momentum)
     learning_rate: float = 1e-3
@@ -100,7 +96,12 @@ PRESETS = {
     "digits_pretrain": DIGITS_PRETRAIN,
     "digits_finetune": DIGITS_FINETUNE,
 }
-FIELDS = {f.name: f for f in dataclasses.fields(RecipeConfig)}
+FIELDS = {f.name: f for f in dataclasses.fields(RecipeConfig) if f.name != "model_options"}
+# The spec's options that a recipe may set: all but the task's size and classes (the
+# recipe's image_size and the dataset's) and the nested ResNet stem (a named model's).
+MODEL_OPTIONS = {
+    f.name: f for f in dataclasses.fields(ViTSpec) if f.name not in ("image_size", "num_classes", "resnet")
+}
 
 
 def make_config(preset, **overrides):
@@ -111,18 +112,21 @@ def make_config(preset, **overrides):
     """
     if preset not in PRESETS:
         raise ValueError(f"Unknown preset {preset!r}; expected one of {sorted(PRESETS)}.")
-    unknown = [k for k in overrides if k not in FIELDS]
+    values = {**PRESETS[preset], **overrides}
+    unknown = [k for k in values if k not in FIELDS and k not in MODEL_OPTIONS]
     if unknown:
         raise ValueError(_unknown_keys_message(unknown))
-    return RecipeConfig(**{**PRESETS[preset], **overrides})
+    options = {k: values.pop(k) for k in list(values) if k in MODEL_OPTIONS}
+    return RecipeConfig(**values, model_options=options)
 
 
 def _unknown_keys_message(unknown):
+    known = [*FIELDS, *MODEL_OPTIONS]
     parts = []
     for key in unknown:
-        close = difflib.get_close_matches(key, FIELDS, n=3)
+        close = difflib.get_close_matches(key, known, n=3)
         parts.append(f"{key!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
-    return f"Unknown config key(s): {', '.join(parts)}. Known keys: {', '.join(FIELDS)}."
+    return f"Unknown config key(s): {', '.join(parts)}. Known keys: {', '.join(known)}."
 
 
 def _parse_value(text, field):
@@ -149,14 +153,14 @@ def parse_args(argv, default_preset):
         description="keras-vit recipe. Every RecipeConfig field is a flag: --<field> VALUE.",
     )
     parser.add_argument("--preset", default=default_preset, choices=sorted(PRESETS))
-    for name, field in FIELDS.items():
-        parser.add_argument(f"--{name}", type=str, default=None, help=f"default: from the preset")
+    for name in [*FIELDS, *MODEL_OPTIONS]:
+        parser.add_argument(f"--{name}", type=str, default=None, help="default: from the preset")
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         keys = [u[2:].split("=")[0] for u in unknown if u.startswith("--")]
         raise SystemExit(_unknown_keys_message(keys or unknown))
     overrides = {
-        name: _parse_value(value, FIELDS[name])
+        name: _parse_value(value, FIELDS.get(name) or MODEL_OPTIONS[name])
         for name, value in vars(args).items()
         if name != "preset" and value is not None
     }

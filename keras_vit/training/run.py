@@ -16,16 +16,10 @@ import keras
 
 import keras_vit
 from keras_vit.data import load_dataset, make_pipeline, mixes_labels
+from keras_vit.models.spec import ARCHITECTURE, ViTSpec
+from keras_vit.saving import load_model, save_model
 from keras_vit.training.distribution import check_strategy, distribution_scope
 from keras_vit.training.optimizers import make_optimizer
-
-# Architecture fields a fine-tuned model inherits from its pre-trained one.
-INHERITED = (
-    "patch_size", "hidden_size", "depth", "num_heads", "mlp_dim", "num_channels", "pooling",
-    "class_token", "position_embedding", "layer_norm_epsilon", "gelu_approximate",
-    "norm_after_pool", "resnet_block_units", "resnet_width",
-)
-
 
 @dataclasses.dataclass
 class RunResult:
@@ -40,19 +34,6 @@ class RunResult:
 def _run_dir(config, recipe):
     name = config.run_name or f"{recipe}-{config.model}-{os.path.basename(str(config.dataset).rstrip('/'))}"
     return os.path.join(config.output_dir, name)
-
-
-def _model_kwargs(config):
-    arch = ("patch_size", "hidden_size", "depth", "num_heads", "mlp_dim")
-    kwargs = {k: getattr(config, k) for k in arch if getattr(config, k) is not None}
-    return dict(
-        kwargs,
-        pooling=config.pooling,
-        representation_size=config.representation_size,
-        dropout_rate=config.dropout_rate,
-        attention_dropout_rate=config.attention_dropout_rate,
-        drop_path_rate=config.drop_path_rate,
-    )
 
 
 def _pipelines(config, splits, drop_remainder):
@@ -100,17 +81,6 @@ def _callbacks(run_dir, extra):
     ]
 
 
-def save_model_atomically(model, path):
-    """Writes ``path`` via a temporary file and a rename: never a half-written model."""
-    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.tmp.keras")
-    try:
-        model.save(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def pretrain(config, callbacks=()):
     """Trains ``config.model`` from scratch; see ``recipes/pretrain.py``."""
     return _fit(config, "pretrain", callbacks)
@@ -125,25 +95,34 @@ def finetune(config, callbacks=()):
     return _fit(config, "finetune", callbacks)
 
 
-def _build(config, recipe, num_classes):
-    kwargs = _model_kwargs(config)
+def _spec(config, recipe, num_classes, pretrained):
+    """The model to train: the named model with the recipe's options for pre-training; for
+    fine-tuning, the architecture of what is loaded with the recipe's task and dropouts."""
+    task = dict(config.model_options, image_size=config.image_size, num_classes=num_classes)
     if recipe == "pretrain":
-        return keras_vit.create_model(config.model, config.image_size, num_classes, **kwargs), None
-    pretrained = _load_pretrained(config)
-    name = config.init_model or config.model
-    if pretrained is not None:
-        kwargs.update({k: v for k, v in pretrained.vit_config.items() if k in INHERITED})
-    model = keras_vit.create_model(name, config.image_size, num_classes, head_zero_init=True, **kwargs)
-    # A fresh zero head (and no pre-logits) for the new task, whatever the file holds.
-    keras_vit.load_weights(model, config.init_from, warn=False, exclude=("head/", "pre_logits/"))
+        return keras_vit.get_spec(config.model).replace(**task)
+    base = pretrained.spec if pretrained is not None else keras_vit.get_spec(config.init_model or config.model)
+    architecture = ViTSpec.fields_with_role(ARCHITECTURE)
+    if pretrained is None:
+        base = base.replace(**{k: v for k, v in task.items() if k in architecture})
+    own = {k: v for k, v in task.items() if k not in architecture}
+    return ViTSpec(**{k: getattr(base, k) for k in architecture}, **own, head_zero_init=True)
+
+
+def _build(config, recipe, num_classes):
+    pretrained = _load_pretrained(config) if recipe == "finetune" else None
+    spec = _spec(config, recipe, num_classes, pretrained)
+    dtype = "mixed_bfloat16" if config.mixed_precision else None
+    model = keras_vit.VisionTransformer(spec, dtype=dtype, name=config.init_model or config.model)
+    if recipe == "finetune":
+        # A fresh zero head (and no pre-logits) for the new task, whatever the file holds.
+        keras_vit.load_weights(model, config.init_from, warn=False, exclude=("head/", "pre_logits/"))
     return model, pretrained
 
 
 def _load_pretrained(config):
     """The pre-trained keras-vit model when ``init_from`` is a .keras file, else None."""
-    if config.init_from.endswith(".keras"):
-        return keras.saving.load_model(config.init_from, compile=False)
-    return None
+    return load_model(config.init_from) if config.init_from.endswith(".keras") else None
 
 
 def _cosine(a, b):
@@ -193,10 +172,8 @@ def _jit_compile(config):
 def _fit(config, recipe, extra_callbacks):
     started = time.perf_counter()
     keras.utils.set_random_seed(config.seed)
-    if config.mixed_precision:
-        keras.config.set_dtype_policy("mixed_bfloat16")
     # Everything that can be wrong with the input is checked before training starts.
-    keras_vit.get_config(config.model)
+    keras_vit.get_spec(config.model).replace(**config.model_options)
     splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
     replicas = check_strategy(config.strategy, config.batch_size)
     run_dir = _run_dir(config, recipe)
@@ -224,6 +201,6 @@ def _fit(config, recipe, extra_callbacks):
             callbacks=_callbacks(run_dir, extra_callbacks), verbose=config.verbose,
             shuffle=False,  # the pipeline shuffles, seeded
         )
-        save_model_atomically(model, os.path.join(run_dir, "model.keras"))
+        save_model(model, os.path.join(run_dir, "model.keras"))
         _, test_accuracy = model.evaluate(test, verbose=0)
     return RunResult(model, run_dir, history.history, float(test_accuracy), time.perf_counter() - started, checks)

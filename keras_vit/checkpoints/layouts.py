@@ -1,0 +1,145 @@
+"""One record per upstream checkpoint layout: everything that one source of files means.
+
+A record says how a file of that layout is recognised (a key only it has, and the prefixes
+that training wrappers add), which column of ``table.py`` maps its keys, how its peer
+resamples position embeddings at another size, the numerics its checkpoints were trained
+with (``ViTSpec`` and ``ResNetSpec`` fields), and its special cases. A new upstream source
+is one record here and one column in ``table.py``.
+"""
+
+import dataclasses
+import json
+import os
+import re
+import typing
+
+from keras_vit.checkpoints import table
+
+
+def _no_special_cases(spec, arrays):
+    return arrays
+
+
+def _timm_final_norm(spec, arrays):
+    """timm names the final norm ``fc_norm`` when it follows the pooling; rename it to our
+    single ``encoder_norm`` row once the model is known to pool the same way."""
+    after = "fc_norm.weight" in arrays
+    if spec is not None and after != spec.norm_after_pool:
+        raise ValueError(
+            "The timm checkpoint applies its final LayerNorm "
+            + ("after pooling (`fc_norm`)" if after else "before pooling (`norm`)")
+            + f" but the model has norm_after_pool={spec.norm_after_pool}: build it "
+            f"with norm_after_pool={after}."
+        )
+    return {("norm." + k[len("fc_norm."):] if k.startswith("fc_norm.") else k): v for k, v in arrays.items()}
+
+
+def _hf_config_numerics(path):
+    """HF files sit beside a ``config.json`` that states the numerics they were trained with."""
+    config_json = os.path.join(os.path.dirname(path), "config.json")
+    if not os.path.isfile(config_json):
+        return {}
+    with open(config_json) as f:
+        hf = json.load(f)
+    numerics = {"gelu_approximate": hf.get("hidden_act", "gelu") != "gelu"}
+    if "layer_norm_eps" in hf:
+        numerics["layer_norm_epsilon"] = hf["layer_norm_eps"]
+    return numerics
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """What one upstream layout means (see the module docstring).
+
+    Attributes:
+        name: the layout's name in a ``LoadReport``.
+        signature: a key that only this layout's files have.
+        prefixes: prefixes that wrappers add to every key (``module.``, ``opt/target/``).
+        rows: ``(Keras path regex, Source)`` pairs (``table.py``), None for the identity.
+        class_token_key: the key of the class token, to check the model has one too.
+        resampling: ``(method, antialias)`` with which its peer resizes position embeddings.
+        numerics: ``ViTSpec`` fields its checkpoints were trained with.
+        resnet_numerics: ``ResNetSpec`` fields its hybrids were trained with.
+        ignorable: key prefixes that may go unused without a warning.
+        prepare: ``(spec, arrays) -> arrays``: its special cases, before any row is read.
+        file_numerics: ``path -> dict`` of numerics that files beside the checkpoint state.
+    """
+
+    name: str
+    signature: str
+    prefixes: tuple
+    rows: typing.Optional[list]
+    class_token_key: str
+    resampling: tuple
+    numerics: dict = dataclasses.field(default_factory=dict)
+    resnet_numerics: dict = dataclasses.field(default_factory=dict)
+    ignorable: tuple = ()
+    prepare: typing.Callable = _no_special_cases
+    file_numerics: typing.Callable = lambda path: {}
+
+    def find_source(self, path):
+        """The ``Source`` and regex groups for one Keras variable path, or ``(None, None)``."""
+        if self.rows is None:
+            return table.Source(path, lambda a: a), ()
+        for pattern, source in self.rows:
+            match = re.fullmatch(pattern, path)
+            if match:
+                return source, match.groups()
+        return None, None
+
+
+def _column(index, resnet=()):
+    return [(row[0], row[index]) for row in table.VIT if row[index] is not None] + list(resnet)
+
+
+LAYOUTS = {
+    layout.name: layout
+    for layout in (
+        # google-research/vision_transformer .npz files. (Resampled as timm's loader for
+        # them does; the original code itself resizes with scipy's zoom, order 1.)
+        Layout(
+            "original", "embedding/kernel", ("", "opt/target/"), _column(1, table.RESNET_ORIGINAL), "cls",
+            resampling=("bilinear", False),
+            numerics={"gelu_approximate": True, "layer_norm_epsilon": 1e-6},
+            # Its StdConv divides by (std + 1e-5); flax's GroupNorm epsilon is 1e-6.
+            resnet_numerics={"std_conv_form": "std_eps", "std_conv_epsilon": 1e-5, "group_norm_epsilon": 1e-6},
+            ignorable=("pre_logits/",),
+        ),
+        Layout(
+            "timm", "patch_embed.proj.weight", ("", "module.", "model."), _column(2, table.RESNET_TIMM), "cls_token",
+            resampling=("bicubic", True),  # checkpoint_filter_fn
+            numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-6},
+            # StdConv2dSame(eps=1e-8) and torch's GroupNorm.
+            resnet_numerics={"std_conv_form": "var_eps", "std_conv_epsilon": 1e-8, "group_norm_epsilon": 1e-5},
+            prepare=_timm_final_norm,
+        ),
+        Layout(
+            "hf", "embeddings.patch_embeddings.projection.weight", ("", "vit."), _column(3), "embeddings.cls_token",
+            resampling=("bicubic", False),  # interpolate_pos_encoding
+            numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-12},
+            ignorable=("pooler.",),
+            file_numerics=_hf_config_numerics,
+        ),
+        # keras-vit's own .keras files: the identity.
+        Layout(
+            "keras", "patch_embedding/kernel", ("",), None, "class_token/token",
+            resampling=("bicubic", True), ignorable=("pre_logits/",),
+        ),
+    )
+}
+
+
+def detect_layout(arrays):
+    """``(Layout, arrays without the wrapper prefix)`` from the key names alone."""
+    for layout in LAYOUTS.values():
+        for prefix in layout.prefixes:
+            if prefix + layout.signature in arrays:
+                stripped = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+                # Keys outside the prefix (HF's `classifier.*`) are kept as they are.
+                stripped.update({k: v for k, v in arrays.items() if not k.startswith(prefix)})
+                return layout, stripped
+    sample = ", ".join(sorted(arrays)[:6])
+    raise ValueError(
+        "Unrecognised checkpoint layout: expected the original ViT .npz, a timm or an HF "
+        f"transformers ViT state dict, or a keras-vit model; its first keys are: {sample}."
+    )

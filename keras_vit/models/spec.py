@@ -1,0 +1,249 @@
+"""The model spec: every argument that defines a ViT's architecture and numerics, as data.
+
+A ``ViTSpec`` is frozen: a variant is a spec (``keras_vit.models.variants``), another size
+or task is ``spec.replace(image_size=384, num_classes=10)``, and ``VisionTransformer(spec)``
+builds it. Everything else that needs the architecture (the checkpoint loader, the cost
+model, the recipes, the exports) reads it from here, so a new option is one field here
+plus the code that uses it.
+
+Each field carries a role in its metadata, so that code can treat groups of fields
+without listing them: ``"architecture"`` (what a checkpoint's weights were trained as;
+fine-tuning inherits it), ``"task"`` (input size and classifier) and ``"regularization"``
+(dropouts, set by the training recipe).
+"""
+
+import dataclasses
+import difflib
+import typing
+
+from keras_vit import checks
+from keras_vit.layers.heads import POOLINGS
+from keras_vit.layers.resnet import check_block_units
+from keras_vit.layers.std_conv import check_std_conv_form
+from keras_vit.layers.tokens import POSITION_EMBEDDINGS
+
+ARCHITECTURE, TASK, REGULARIZATION = "architecture", "task", "regularization"
+
+
+def _field(default, role=ARCHITECTURE):
+    return dataclasses.field(default=default, metadata={"role": role})
+
+
+def _suggest(unknown, known):
+    close = difflib.get_close_matches(unknown, known, n=3)
+    return f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+
+
+def _one_of(value, allowed, name):
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}.")
+
+
+class _Spec:
+    """What both specs share: checked replacement and a JSON-friendly config."""
+
+    def replace(self, **changes):
+        """A copy with ``changes`` applied; an unknown name is an error that suggests close ones."""
+        known = [f.name for f in dataclasses.fields(self)]
+        unknown = sorted(set(changes) - set(known))
+        if unknown:
+            hints = "".join(_suggest(name, known) for name in unknown)
+            raise ValueError(
+                f"{type(self).__name__}: unknown option(s) {unknown}.{hints} Known options: {', '.join(known)}."
+            )
+        return dataclasses.replace(self, **changes)
+
+    def to_config(self):
+        """Plain Python values (lists for tuples, a dict for a nested spec): JSON-serialisable."""
+        return _plain(dataclasses.asdict(self))
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ResNetSpec(_Spec):
+    """The BiT ResNet stem of a hybrid ResNet+ViT (``keras_vit.layers.ResNetBackbone``).
+
+    The field names are the backbone's arguments. The defaults are timm's hybrid numerics;
+    the original google-research checkpoints were trained with ``std_conv_form="std_eps"``,
+    ``std_conv_epsilon=1e-5`` and ``group_norm_epsilon=1e-6`` (flax's GroupNorm).
+
+    Args:
+        block_units: bottleneck units per stage, 1 to 4 stages: ``(3, 4, 9)`` is the
+            paper's R50 without its last stage (total stride 16).
+        width: channels of the root convolution; stage ``i`` has ``width * 2**i``
+            bottleneck and 4x that many output channels.
+        num_groups: GroupNorm groups.
+        std_conv_form: the weight standardisation, ``"var_eps"``:
+            ``(w - mean) / sqrt(var + eps)`` (timm) or ``"std_eps"``:
+            ``(w - mean) / (std + eps)`` (the original JAX code).
+        std_conv_epsilon: its epsilon (timm 1e-8, the original 1e-5).
+        group_norm_epsilon: GroupNorm epsilon (torch 1e-5, flax 1e-6).
+
+    >>> ResNetSpec((3, 4, 9)).stride, ResNetSpec((2, 2, 2, 2)).out_channels
+    (16, 2048)
+    """
+
+    block_units: tuple = (3, 4, 9)
+    width: int = 64
+    num_groups: int = 32
+    std_conv_form: str = "var_eps"
+    std_conv_epsilon: float = 1e-8
+    group_norm_epsilon: float = 1e-5
+
+    def __post_init__(self):
+        object.__setattr__(self, "block_units", check_block_units(self.block_units))  # the layers' rules
+        check_std_conv_form(self.std_conv_form)
+        checks.positive_int(self.width, "resnet width")
+
+    @property
+    def stride(self):
+        """Total stride: 4 at the root (conv and pool), then 2 per stage after the first."""
+        return 4 * 2 ** (len(self.block_units) - 1)
+
+    @property
+    def out_channels(self):
+        return 4 * self.width * 2 ** (len(self.block_units) - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class ViTSpec(_Spec):
+    """Every argument that defines a ViT: size, numerics, pooling, head, hybrid stem.
+
+    Args:
+        image_size: input side or ``(height, width)``; divisible by ``stride``.
+        patch_size: patch side in pixels (in feature-map cells for hybrids, usually 1).
+        hidden_size, depth, num_heads, mlp_dim: the Transformer's width, number of
+            blocks, heads and MLP width (the paper's Table 1).
+        num_channels: input channels.
+        pooling: ``"token"`` (the class token, the paper's default), ``"gap"`` (mean of
+            the patch tokens) or ``None`` (no pooling, only with ``include_top=False``).
+        class_token: prepend a class token; defaults to ``pooling != "gap"``, as in the
+            original code (its "gap" models have none; timm's usually keep one).
+        position_embedding: ``"learned"`` (the paper's) or ``"sincos2d"`` (fixed).
+        layer_norm_epsilon: 1e-6 (original code, timm); HF transformers uses 1e-12.
+        gelu_approximate: True for the tanh GELU of the original JAX code (flax's
+            ``nn.gelu``); False for the exact erf GELU of timm and HF.
+        norm_after_pool: apply the final LayerNorm to the pooled vector instead of every
+            token (timm's ``fc_norm``, its default for average pooling).
+        resnet: a ``ResNetSpec`` (or its fields as a dict) for a hybrid; None for a plain
+            ViT.
+        num_classes: classifier outputs (ignored when ``include_top=False``).
+        include_top: add the classifier head; if False the model outputs the pooled
+            features (or the normalised tokens when ``pooling=None``).
+        representation_size: width of the pre-logits layer (Dense + tanh) of the paper's
+            pre-training; None for none, as in fine-tuning.
+        head_zero_init: zero-initialise the classifier (the original code always does;
+            fine-tuning needs it so the new head starts at zero).
+        classifier_activation: activation of the head (None: logits).
+        dropout_rate: dropout after the embeddings, the attention and in the MLPs.
+        attention_dropout_rate: dropout on the attention weights.
+        drop_path_rate: stochastic depth, rising linearly from 0 to this at the last block.
+
+    >>> spec = ViTSpec(patch_size=16, image_size=(48, 80))
+    >>> spec.grid_size, spec.num_prefix_tokens
+    ((3, 5), 1)
+    >>> spec.replace(pooling="gap").has_class_token
+    False
+    """
+
+    image_size: typing.Any = _field((224, 224), TASK)
+    patch_size: int = _field(16)
+    hidden_size: int = _field(768)
+    depth: int = _field(12)
+    num_heads: int = _field(12)
+    mlp_dim: int = _field(3072)
+    num_channels: int = _field(3)
+    pooling: typing.Optional[str] = _field("token")
+    class_token: typing.Optional[bool] = _field(None)
+    position_embedding: str = _field("learned")
+    layer_norm_epsilon: float = _field(1e-6)
+    gelu_approximate: bool = _field(True)
+    norm_after_pool: bool = _field(False)
+    resnet: typing.Optional[ResNetSpec] = _field(None)
+    num_classes: int = _field(1000, TASK)
+    include_top: bool = _field(True, TASK)
+    representation_size: typing.Optional[int] = _field(None, TASK)
+    head_zero_init: bool = _field(True, TASK)
+    classifier_activation: typing.Optional[str] = _field(None, TASK)
+    dropout_rate: float = _field(0.0, REGULARIZATION)
+    attention_dropout_rate: float = _field(0.0, REGULARIZATION)
+    drop_path_rate: float = _field(0.0, REGULARIZATION)
+
+    def __post_init__(self):
+        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
+        set_("image_size", checks.pair(self.image_size, "image_size"))
+        if isinstance(self.resnet, dict):  # from a config
+            set_("resnet", ResNetSpec(**self.resnet))
+        for name in ("patch_size", "hidden_size", "depth", "num_heads", "mlp_dim", "num_channels"):
+            checks.positive_int(getattr(self, name), name)
+        if self.include_top:
+            checks.positive_int(self.num_classes, "num_classes")
+        if self.pooling is None and self.include_top:
+            raise ValueError("pooling=None is only possible with include_top=False.")
+        if self.pooling is not None:
+            _one_of(self.pooling, POOLINGS, "pooling")
+        if self.pooling == "token" and not self.has_class_token:
+            raise ValueError("pooling='token' needs class_token=True.")
+        _one_of(self.position_embedding, POSITION_EMBEDDINGS, "position embedding")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}.")
+        for side in self.image_size:
+            if side % self.stride:
+                what = f"the patch size {self.patch_size}" if self.resnet is None else (
+                    f"the ResNet stride x patch size = {self.stride}"
+                )
+                raise ValueError(f"image size {self.image_size} is not divisible by {what}.")
+
+    def replace(self, **changes):
+        """A copy with ``changes``; ``resnet_<field>`` changes a field of the ResNet stem.
+
+        >>> ViTSpec().replace(resnet_block_units=(2, 2), patch_size=1).resnet.stride
+        8
+        """
+        stem = {k[len("resnet_"):]: changes.pop(k) for k in list(changes) if k.startswith("resnet_")}
+        if stem.get("block_units", ()) is None:  # no stem: a plain ViT
+            changes["resnet"] = None
+        elif stem:
+            base = changes.get("resnet") or self.resnet or ResNetSpec()
+            base = ResNetSpec(**base) if isinstance(base, dict) else base
+            changes["resnet"] = base.replace(**stem)
+        return super().replace(**changes)
+
+    @classmethod
+    def from_config(cls, config):
+        """The inverse of ``to_config``; accepts the flat ``resnet_<field>`` keys of older files."""
+        return cls().replace(**config)
+
+    @classmethod
+    def fields_with_role(cls, role):
+        """Names of the fields of one role: ``"architecture"``, ``"task"`` or ``"regularization"``."""
+        return [f.name for f in dataclasses.fields(cls) if f.metadata["role"] == role]
+
+    @property
+    def stride(self):
+        """Pixels per token side: the patch, times the ResNet's stride for hybrids."""
+        return self.patch_size * (self.resnet.stride if self.resnet else 1)
+
+    @property
+    def grid_size(self):
+        return (self.image_size[0] // self.stride, self.image_size[1] // self.stride)
+
+    @property
+    def has_class_token(self):
+        return self.pooling != "gap" if self.class_token is None else bool(self.class_token)
+
+    @property
+    def num_prefix_tokens(self):
+        return int(self.has_class_token)
+
+    @property
+    def embedding_channels(self):
+        """Channels that the patch embedding sees: the image's, or the ResNet's output."""
+        return self.resnet.out_channels if self.resnet else self.num_channels

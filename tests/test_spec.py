@@ -1,0 +1,78 @@
+"""The model spec: one frozen dataclass that every other place reads the architecture from."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import keras_vit
+from conftest import to_numpy
+from keras_vit.models.spec import ARCHITECTURE, REGULARIZATION, TASK, ResNetSpec, ViTSpec
+from keras_vit.training.config import MODEL_OPTIONS, make_config, parse_args
+
+
+def test_every_field_has_one_role():
+    roles = [ViTSpec.fields_with_role(role) for role in (ARCHITECTURE, TASK, REGULARIZATION)]
+    names = [name for group in roles for name in group]
+    assert sorted(names) == sorted(f.name for f in dataclasses.fields(ViTSpec))
+    assert "dropout_rate" in roles[2] and "num_classes" in roles[1] and "gelu_approximate" in roles[0]
+
+
+def test_variants_are_specs_and_resizing_is_replace():
+    spec = keras_vit.get_spec("vit_b16")
+    resized = spec.replace(image_size=384)
+    assert resized.image_size == (384, 384) and resized.grid_size == (24, 24)
+    assert dataclasses.replace(resized, image_size=(224, 224)) == spec
+    hybrid = keras_vit.get_spec("r50_vit_b16")
+    assert hybrid.resnet == ResNetSpec((3, 4, 9)) and hybrid.stride == 16 and hybrid.embedding_channels == 1024
+
+
+def test_model_config_is_keras_config_plus_the_spec(rng):
+    model = keras_vit.create_model("vit_ti16", image_size=(32, 48), num_classes=3, depth=1, pooling="gap")
+    config = model.get_config()
+    assert {"name", "trainable", "dtype"} <= set(config)
+    assert ViTSpec.from_config({k: v for k, v in config.items() if k not in ("name", "trainable", "dtype")}) == model.spec
+    clone = keras_vit.VisionTransformer.from_config(config)
+    clone.set_weights(model.get_weights())
+    x = rng.random((2, 32, 48, 3), dtype="float32")
+    np.testing.assert_array_equal(to_numpy(clone(x)), to_numpy(model(x)))
+
+
+def test_resnet_fields_by_prefix_and_nested_config():
+    spec = keras_vit.get_spec("r26_vit_s32").replace(resnet_width=32, resnet_group_norm_epsilon=1e-6)
+    assert spec.resnet.width == 32 and spec.resnet.group_norm_epsilon == 1e-6
+    assert spec.resnet.block_units == (2, 2, 2, 2)
+    config = spec.to_config()
+    assert config["resnet"]["block_units"] == [2, 2, 2, 2]
+    assert ViTSpec.from_config(config) == spec
+    assert spec.replace(resnet_block_units=None).resnet is None
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(hiden_size=3), r"unknown option\(s\) \['hiden_size'\].*Did you mean 'hidden_size'"),
+    (dict(image_size=0), "image_size must be a positive integer"),
+    (dict(num_classes=0), "num_classes must be a positive integer"),
+    (dict(depth=1.5), "depth must be a positive integer"),
+    (dict(resnet_widht=8), r"unknown option\(s\) \['widht'\].*Did you mean 'width'"),
+])
+def test_bad_options_name_what_was_expected(options, message):
+    with pytest.raises(ValueError, match=message):
+        keras_vit.get_spec("vit_ti16").replace(**options)
+
+
+def test_mixed_precision_is_a_constructor_argument(rng):
+    model = keras_vit.create_model("vit_ti16", image_size=32, num_classes=3, depth=1, dtype="mixed_bfloat16")
+    assert model.get_layer("block_0").compute_dtype == "bfloat16"
+    assert model.get_layer("head").compute_dtype == "float32"  # logits in float32 for the loss
+    assert all(v.dtype == "float32" for v in model.weights)
+    assert str(to_numpy(model(rng.random((1, 32, 32, 3), dtype="float32"))).dtype) == "float32"
+    reloaded = keras_vit.VisionTransformer.from_config(model.get_config())
+    assert reloaded.get_layer("block_0").compute_dtype == "bfloat16"
+
+
+def test_recipes_take_every_spec_option_as_a_flag():
+    assert set(MODEL_OPTIONS) == {f.name for f in dataclasses.fields(ViTSpec)} - {"image_size", "num_classes", "resnet"}
+    config = parse_args(["--depth", "2", "--gelu_approximate", "false", "--pooling", "gap"], "digits_pretrain")
+    assert config.model_options["depth"] == 2 and config.model_options["gelu_approximate"] is False
+    assert config.model_options["pooling"] == "gap"
+    assert make_config("digits_pretrain").model_options["hidden_size"] == 128
