@@ -89,8 +89,9 @@ def benchmark(model_file, export_dir, runs=50, warmup=5, threads=2):
     import keras
 
     from keras_vit.export import FORMATS, digits_images, load_exported
+    from keras_vit.saving import load_model
 
-    model = keras.saving.load_model(model_file, compile=False)
+    model = load_model(model_file)
     images, labels = digits_images(model.input_shape[1:3], "test")
     one = images[:1]
     preprocessed = images.astype("float32") / 127.5 - 1

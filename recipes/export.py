@@ -27,8 +27,12 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from keras_vit.export import FORMATS, export_model, parse_formats  # noqa: E402
-from keras_vit.export.errors import ExportError, InvalidModelFileError  # noqa: E402
+from keras_vit.export import FORMATS, ExportError, export_model, parse_formats  # noqa: E402
+
+
+# The command-line options export_model takes as they are (the same names).
+_EXPORT_OPTIONS = ("overwrite", "representative_data", "num_representative", "top_k", "normalization",
+                   "model_name", "image_size", "num_classes", "imports", "verbose")
 
 
 def _model_arg(text):
@@ -81,24 +85,12 @@ def main(argv=None):
     except ValueError as error:
         parser.error(str(error))
     try:
-        result = export_model(
-            args.model_file,
-            args.output,
-            formats,
-            overwrite=args.overwrite,
-            representative_data=args.representative_data,
-            num_representative=args.num_representative,
-            top_k=args.top_k,
-            normalization=args.normalization,
-            model_name=args.model_name,
-            image_size=args.image_size,
-            num_classes=args.num_classes,
-            model_kwargs=dict(args.model_arg),
-            imports=args.imports,
-            verbose=args.verbose,
-        )
-    except (ValueError, FileExistsError, InvalidModelFileError) as error:
-        parser.error(str(error))  # exit status 2
+        options = {name: getattr(args, name) for name in _EXPORT_OPTIONS}
+        result = export_model(args.model_file, args.output, formats, model_kwargs=dict(args.model_arg), **options)
+    except FileExistsError as error:
+        parser.error(f"{error} --overwrite replaces them.")  # exit status 2
+    except ValueError as error:  # InvalidModelFileError is one too
+        parser.error(str(error))
     except ExportError as error:
         print(f"export failed, nothing was written: {error}", file=sys.stderr)
         return 1

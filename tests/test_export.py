@@ -378,7 +378,6 @@ def test_failed_verification_leaves_nothing_behind(tiny_model_file, tmp_path, mo
 
 
 def test_crash_during_conversion_leaves_nothing_behind(tiny_model_file, tmp_path, monkeypatch):
-    import keras_vit.export.api as api
     import keras_vit.export.convert as convert
 
     def half_write_then_crash(model, paths, *args, **kwargs):
@@ -388,7 +387,7 @@ def test_crash_during_conversion_leaves_nothing_behind(tiny_model_file, tmp_path
         raise KeyboardInterrupt  # anything, even an interrupt
 
     monkeypatch.setattr(convert, "convert_model", half_write_then_crash)
-    monkeypatch.setattr(api, "_convert_in_tensorflow_process", lambda model, path, paths, *a, **k: half_write_then_crash(model, paths))
+    monkeypatch.setattr(convert, "convert_in_tensorflow_process", lambda model, path, paths, *a, **k: half_write_then_crash(model, paths))
     output = tmp_path / "new" / "export"  # folders it creates are removed again
     with pytest.raises(KeyboardInterrupt):
         export_model(tiny_model_file, output, formats="tflite_float32,onnx")

@@ -4,6 +4,13 @@ The one place in keras-vit where TensorFlow-specific code lives. Models trained 
 backend export the same way: on JAX or PyTorch the conversion runs in a child process
 with the TensorFlow backend (see ``export_model``).
 
+- ``api``: ``export_model``, checks first, then converts, verifies and moves into place.
+- ``formats``: the formats as data; ``convert``: writing them (here or in that child).
+- ``serving``: the signatures and the SavedModel, which ``litert`` and ``onnx`` convert.
+- ``representative``: calibration and verification images; ``verify``: the comparison
+  with the Keras model; ``runtime``: running an exported file.
+- ``errors``: what can go wrong, naming the layers a converter could not express.
+
 Example:
     >>> import tempfile, keras_vit
     >>> from keras_vit.export import export_model, load_exported
@@ -23,7 +30,6 @@ from keras_vit.export.errors import (
     VerificationError,
 )
 from keras_vit.export.formats import DEFAULT_FORMATS, FORMATS, ExportFormat, parse_formats
-from keras_vit.export.model_file import check_model_file, load_model_file
 from keras_vit.export.representative import digits_images
 from keras_vit.export.runtime import load_exported, tflite_interpreter
 from keras_vit.export.verify import TOLERANCES
@@ -38,11 +44,9 @@ __all__ = [
     "TOLERANCES",
     "UnconvertibleModelError",
     "VerificationError",
-    "check_model_file",
     "digits_images",
     "export_model",
     "load_exported",
-    "load_model_file",
     "parse_formats",
     "tflite_interpreter",
 ]

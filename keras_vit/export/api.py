@@ -2,22 +2,13 @@
 
 import dataclasses
 import importlib
-import json
 import os
-import subprocess
-import sys
-import tempfile
 
 import numpy as np
 
+from keras_vit import saving
 from keras_vit.export import representative as rep
-from keras_vit.export.atomic import StagedOutputs, check_targets
-from keras_vit.export.errors import (
-    ExportError,
-    InvalidModelFileError,
-    UnconvertibleModelError,
-    VerificationError,
-)
+from keras_vit.export.errors import InvalidModelFileError
 from keras_vit.export.formats import FORMATS, parse_formats
 from keras_vit.export.verify import TOLERANCES, softmax, verify_export
 
@@ -103,7 +94,7 @@ def export_model(
         normalization: the model's pre-processing (``"vit"``: ``x / 127.5 - 1``; or
             ``"imagenet"``; see ``keras_vit.data.NORMALIZATIONS``).
         model_name, image_size, num_classes, model_kwargs: how to build the model from a
-            file (see ``load_model_file``).
+            file (see ``keras_vit.saving.load_model``).
         imports: modules defining custom layers, imported before loading (also in the
             TensorFlow child process).
         tolerances: ``{format: {...}}`` overriding ``verify.TOLERANCES``.
@@ -141,7 +132,7 @@ def export_model(
     if os.path.exists(output) and not os.path.isdir(output):
         raise FileExistsError(f"Expected an output folder; {output} is a file.")
     targets = {name: os.path.join(output, FORMATS[name].filename) for name in names}
-    check_targets(targets.values(), overwrite)
+    saving.check_targets(targets.values(), overwrite)
     rep.check_source(representative_data)
     needs_data = [n for n in names if FORMATS[n].needs_representative_data]
     if needs_data and representative_data is None:
@@ -160,11 +151,9 @@ def export_model(
         raise ValueError(f"tolerances has unknown formats {sorted(unknown)}; known: {', '.join(FORMATS)}.")
     model_path = None
     if isinstance(model, (str, os.PathLike)):
-        from keras_vit.export.model_file import check_model_file, load_model_file
-
         model_path = os.fspath(model)
-        container = check_model_file(model_path, model_name)
-        model = load_model_file(model_path, model_name, image_size, num_classes, **(model_kwargs or {}))
+        container = saving.check_model_file(model_path, model_name)
+        model = saving.load_model(model_path, model_name, image_size, num_classes, **(model_kwargs or {}))
         if container != "keras" or image_size is not None:
             model_path = None  # the child needs the model as built here, saved anew
     elif not isinstance(model, keras.Model):
@@ -200,14 +189,14 @@ def export_model(
         outputs_probabilities=outputs_probabilities,
         opset=opset,
     )
-    checks = {}
-    with StagedOutputs(targets, overwrite) as staging:
-        if keras.backend.backend() == "tensorflow":
-            from keras_vit.export.convert import convert_model
+    from keras_vit.export import convert  # not at import time: see its docstring
 
-            convert_model(model, staging.paths, **options)
+    checks = {}
+    with saving.StagedWrites(targets, overwrite) as staging:
+        if keras.backend.backend() == "tensorflow":
+            convert.convert_model(model, staging.paths, **options)
         else:
-            _convert_in_tensorflow_process(model, model_path, staging.paths, imports, verbose, **options)
+            convert.convert_in_tensorflow_process(model, model_path, staging.paths, imports, verbose, **options)
         for name in names:
             tolerance = (tolerances or {}).get(name, TOLERANCES[name])
             checks[name] = verify_export(
@@ -219,9 +208,10 @@ def export_model(
 
 def _outputs_probabilities(model, scores):
     """Whether the model ends in a softmax (serve as is) or outputs logits (add one)."""
-    config = getattr(model, "vit_config", None)
-    if config is not None:
-        activation = config.get("classifier_activation")
+    import keras_vit
+
+    if isinstance(model, keras_vit.VisionTransformer):
+        activation = model.spec.classifier_activation
         if activation in (None, "linear"):
             return False
         if activation == "softmax":
@@ -232,71 +222,6 @@ def _outputs_probabilities(model, scores):
         )
     # Any other model: judged by its outputs.
     return bool(np.all(scores >= 0) and np.allclose(scores.sum(-1), 1.0, atol=1e-4))
-
-
-_ERRORS = {
-    cls.__name__: cls
-    for cls in (ExportError, UnconvertibleModelError, VerificationError, InvalidModelFileError, ValueError,
-                FileExistsError, FileNotFoundError, TypeError, RuntimeError)
-}
-
-
-def _convert_in_tensorflow_process(model, model_path, paths, imports, verbose, **options):
-    """Runs ``convert_model`` in a child process with ``KERAS_BACKEND=tensorflow``."""
-    with tempfile.TemporaryDirectory(prefix="keras_vit_export_job-") as job_dir:
-        if model_path is None:
-            model_path = os.path.join(job_dir, "model.keras")
-            model.save(model_path)
-        representative_path = None
-        if options["representative_images"] is not None:
-            representative_path = os.path.join(job_dir, "representative.npy")
-            np.save(representative_path, options["representative_images"])
-        job = {
-            "model_path": os.path.abspath(model_path),
-            "paths": paths,
-            "representative_path": representative_path,
-            "top_k": options["top_k"],
-            "normalization": options["normalization"],
-            "outputs_probabilities": options["outputs_probabilities"],
-            "opset": options["opset"],
-            "imports": list(imports),
-            "scratch_dir": job_dir,
-            "answer_path": os.path.join(job_dir, "answer.json"),
-        }
-        job_path = os.path.join(job_dir, "job.json")
-        with open(job_path, "w") as f:
-            json.dump(job, f)
-        env = dict(os.environ, KERAS_BACKEND="tensorflow")
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        # The child imports what this process can (keras_vit from a checkout, the modules
-        # named in `imports`), whether or not they are installed.
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        log_path = os.path.join(job_dir, "worker.log")
-        with open(log_path, "w") as log:
-            subprocess.run(
-                [sys.executable, "-m", "keras_vit.export._worker", job_path],
-                env=env,
-                stdout=None if verbose else log,
-                stderr=None if verbose else subprocess.STDOUT,
-                check=False,
-            )
-        answer = None
-        if os.path.exists(job["answer_path"]):
-            with open(job["answer_path"]) as f:
-                answer = json.load(f)
-        if answer and answer["ok"]:
-            return
-        with open(log_path) as f:
-            log_tail = f.read()[-3000:]
-        if answer is None:
-            raise ExportError(f"The TensorFlow export process died without an answer. Its output:\n{log_tail}")
-        cls = _ERRORS.get(answer["type"], ExportError)
-        message = answer["message"] if cls is not ExportError else f"{answer['type']}: {answer['message']}"
-        if issubclass(cls, UnconvertibleModelError):
-            raise cls(message, format=answer["format"], layers=answer["layers"], ops=answer["ops"])
-        if cls is ExportError:
-            message += f"\n(in the TensorFlow export process)\n{answer['traceback'][-2000:]}"
-        raise cls(message)
 
 
 def _size(path):

@@ -1,23 +1,31 @@
-"""Writing every requested format from one Keras model (TensorFlow backend only)."""
+"""Writing every requested format from one Keras model, on the TensorFlow backend.
 
+The SavedModel / LiteRT / ONNX converters need TensorFlow graphs, and Keras picks its
+backend once per process. On TensorFlow, ``convert_model`` runs in the caller's process;
+on JAX or PyTorch, ``convert_in_tensorflow_process`` passes a ``.keras`` file and a JSON
+job to a child process with ``KERAS_BACKEND=tensorflow`` (this module's ``main``), which
+answers in JSON: an error keeps its type and the layers it names, so the parent re-raises it.
+
+    KERAS_BACKEND=tensorflow python -m keras_vit.export.convert job.json
+
+(Nothing in the package imports this module at import time, so that ``-m`` runs it once.)
+"""
+
+import importlib
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import traceback
 
+from keras_vit.export.errors import ExportError, InvalidModelFileError, UnconvertibleModelError, VerificationError
 from keras_vit.export.formats import FORMATS
 
 
-def convert_model(
-    model,
-    paths,
-    *,
-    representative_images=None,
-    top_k=5,
-    normalization="vit",
-    outputs_probabilities=False,
-    opset=None,
-    scratch_dir=None,
-):
+def convert_model(model, paths, *, representative_images=None, top_k=5, normalization="vit",
+                  outputs_probabilities=False, opset=None, scratch_dir=None):
     """Writes ``model`` in each format of ``paths`` (``{format name: path}``).
 
     The paths are written as given, without verification or renaming: ``export_model`` is
@@ -39,7 +47,7 @@ def convert_model(
 
     from keras_vit.export import litert
     from keras_vit.export import onnx as onnx_export
-    from keras_vit.export.savedmodel import write_savedmodel
+    from keras_vit.export.serving import write_savedmodel
 
     if keras.backend.backend() != "tensorflow":
         raise RuntimeError(
@@ -71,3 +79,117 @@ def convert_model(
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
     return dict(paths)
+
+
+# The errors the child process reports by name and the parent raises again as such.
+_ERRORS = {
+    cls.__name__: cls
+    for cls in (ExportError, UnconvertibleModelError, VerificationError, InvalidModelFileError, ValueError,
+                FileExistsError, FileNotFoundError, TypeError, RuntimeError)
+}
+
+
+def convert_in_tensorflow_process(model, model_path, paths, imports=(), verbose=False, *,
+                                  representative_images=None, **options):
+    """``convert_model`` in a child process with ``KERAS_BACKEND=tensorflow``.
+
+    Args:
+        model: the Keras model, saved to a temporary ``.keras`` file for the child unless
+            ``model_path`` (a ``.keras`` file of exactly this model) is given.
+        paths: ``{format name: path}`` to write.
+        imports: modules defining custom layers, imported by the child before loading.
+        verbose: show the child's output (else kept, and quoted should it die).
+        representative_images, **options: as for ``convert_model``.
+    """
+    import numpy as np
+
+    with tempfile.TemporaryDirectory(prefix="keras_vit_export_job-") as job_dir:
+        if model_path is None:
+            model_path = os.path.join(job_dir, "model.keras")
+            model.save(model_path)
+        job = {
+            "model_path": os.path.abspath(model_path),
+            "paths": paths,
+            "representative_path": None,
+            "options": dict(options, scratch_dir=job_dir),
+            "imports": list(imports),
+            "answer_path": os.path.join(job_dir, "answer.json"),
+        }
+        if representative_images is not None:
+            job["representative_path"] = os.path.join(job_dir, "representative.npy")
+            np.save(job["representative_path"], representative_images)
+        job_path = os.path.join(job_dir, "job.json")
+        with open(job_path, "w") as f:
+            json.dump(job, f)
+        env = dict(os.environ, KERAS_BACKEND="tensorflow")
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # The child imports what this process can (keras_vit from a checkout, the modules
+        # named in `imports`), whether or not they are installed.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        log_path = os.path.join(job_dir, "worker.log")
+        with open(log_path, "w") as log:
+            subprocess.run(
+                [sys.executable, "-m", "keras_vit.export.convert", job_path],
+                env=env,
+                stdout=None if verbose else log,
+                stderr=None if verbose else subprocess.STDOUT,
+                check=False,
+            )
+        answer = None
+        if os.path.exists(job["answer_path"]):
+            with open(job["answer_path"]) as f:
+                answer = json.load(f)
+        if answer and answer["ok"]:
+            return
+        with open(log_path) as f:
+            log_tail = f.read()[-3000:]
+    if answer is None:
+        raise ExportError(f"The TensorFlow export process died without an answer. Its output:\n{log_tail}")
+    cls = _ERRORS.get(answer["type"], ExportError)
+    message = answer["message"] if cls is not ExportError else f"{answer['type']}: {answer['message']}"
+    if issubclass(cls, UnconvertibleModelError):
+        raise cls(message, format=answer["format"], layers=answer["layers"], ops=answer["ops"])
+    if cls is ExportError:
+        message += f"\n(in the TensorFlow export process)\n{answer['traceback'][-2000:]}"
+    raise cls(message)
+
+
+def _run_job(job):
+    import keras
+    import numpy as np
+
+    import keras_vit  # noqa: F401  (registers the custom layers)
+
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError(f"The export process needs KERAS_BACKEND=tensorflow; got {keras.backend.backend()!r}.")
+    for module in job["imports"]:
+        importlib.import_module(module)  # the caller's custom layers register on import
+    model = keras.saving.load_model(job["model_path"], compile=False)
+    representative = None if job["representative_path"] is None else np.load(job["representative_path"])
+    convert_model(model, job["paths"], representative_images=representative, **job["options"])
+
+
+def main(argv):
+    """The child process: runs the job in ``argv[1]`` and writes its answer."""
+    with open(argv[1]) as f:
+        job = json.load(f)
+    try:
+        _run_job(job)
+        answer = {"ok": True}
+    except BaseException as error:  # reported to the parent, which re-raises it
+        answer = {
+            "ok": False,
+            "type": type(error).__name__,
+            "message": str(error),
+            "format": getattr(error, "format", None),
+            "layers": list(getattr(error, "layers", []) or []),
+            "ops": list(getattr(error, "ops", []) or []),
+            "traceback": traceback.format_exc(),
+        }
+    with open(job["answer_path"], "w") as f:
+        json.dump(answer, f)
+    return 0 if answer["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -9,7 +9,7 @@ dequantised once on exit (the converter folds ``x / 127.5 - 1`` into that quanti
 
 import numpy as np
 
-from keras_vit.export.errors import UnconvertibleModelError
+from keras_vit.export.errors import unconvertible
 
 QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8")
 
@@ -18,7 +18,7 @@ def convert_tflite(saved_model_dir, quantization="float32", representative_image
     """Converts a SavedModel's ``serving_default`` into TFLite flat-buffer bytes.
 
     Args:
-        saved_model_dir: a SavedModel from ``savedmodel.write_savedmodel``.
+        saved_model_dir: a SavedModel from ``serving.write_savedmodel``.
         quantization: ``"float32"``; ``"float16"`` (weights stored in float16);
             ``"dynamic_int8"`` (int8 weights, activations quantised at run time); ``"int8"``
             (full integer; calibrated on ``representative_images``).
@@ -31,7 +31,7 @@ def convert_tflite(saved_model_dir, quantization="float32", representative_image
 
     Example (TensorFlow backend):
     >>> import keras, os, tempfile, keras_vit
-    >>> from keras_vit.export.savedmodel import write_savedmodel
+    >>> from keras_vit.export.serving import write_savedmodel
     >>> if keras.backend.backend() == "tensorflow":
     ...     model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1)
     ...     source = write_savedmodel(model, os.path.join(tempfile.mkdtemp(), "sm"))
@@ -77,18 +77,13 @@ def write_tflite(model, saved_model_dir, path, quantization="float32", represent
     except (ValueError, TypeError):
         raise
     except Exception as error:
-        from keras_vit.export.diagnose import unsupported_ops
-
         message = str(error)
-        layers, ops = unsupported_ops(message, model)
-        what = f"layers {', '.join(layers)}" if layers else "the model"
-        raise UnconvertibleModelError(
-            f"tflite_{quantization}: LiteRT cannot convert {what}"
+        raise unconvertible(
+            f"tflite_{quantization}", model,
+            lambda what, ops: f"tflite_{quantization}: LiteRT cannot convert {what}"
             + (f" (unsupported ops: {', '.join(ops)})" if ops else "")
             + f". Converter message: {_first_lines(message)}",
-            format=f"tflite_{quantization}",
-            layers=layers,
-            ops=ops,
+            message,
         ) from None
     with open(path, "wb") as f:
         f.write(content)

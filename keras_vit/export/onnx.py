@@ -20,7 +20,7 @@ import logging
 
 import numpy as np
 
-from keras_vit.export.errors import UnconvertibleModelError
+from keras_vit.export.errors import unconvertible
 
 DEFAULT_OPSET = 17
 
@@ -50,7 +50,7 @@ def convert_onnx(saved_model_dir, opset=DEFAULT_OPSET):
 
     Example (TensorFlow backend; exact GELU, i.e. the ``Erfc`` case):
     >>> import keras, os, tempfile, keras_vit
-    >>> from keras_vit.export.savedmodel import write_savedmodel
+    >>> from keras_vit.export.serving import write_savedmodel
     >>> if keras.backend.backend() == "tensorflow":
     ...     model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1,
     ...                                    gelu_approximate=False)
@@ -95,15 +95,10 @@ def write_onnx(model, saved_model_dir, path, opset=DEFAULT_OPSET):
     """
     proto, unsupported = convert_onnx(saved_model_dir, opset)
     if unsupported:
-        from keras_vit.export.diagnose import unsupported_ops
-
-        layers, ops = unsupported_ops("", model, op_paths=unsupported)
-        what = f"layers {', '.join(layers)}" if layers else "the model"
-        raise UnconvertibleModelError(
-            f"onnx: tf2onnx cannot convert {what} (unsupported ops: {', '.join(ops)}).",
-            format="onnx",
-            layers=layers,
-            ops=ops,
+        raise unconvertible(
+            "onnx", model,
+            lambda what, ops: f"onnx: tf2onnx cannot convert {what} (unsupported ops: {', '.join(ops)}).",
+            op_paths=unsupported,
         )
     import onnx
 

@@ -2,9 +2,19 @@
 
 Used by the export's own verification, the tests and the benchmark; handy for a quick
 check of a file before deploying it. Works on any Keras backend (none is used).
+
+Run as a script, it is the LiteRT probe: verification runs each ``.tflite`` file in a
+separate process, because LiteRT is native code and a flat buffer it cannot handle may
+abort the whole process (seen: ``free(): double free`` while allocating an int8 model)
+instead of raising. The export then fails cleanly, the caller's process survives and the
+temporary files are removed. As a file, not with ``-m``: importing the keras_vit package
+would import Keras and TensorFlow (seconds) where LiteRT and numpy are all it needs.
+
+    python keras_vit/export/runtime.py model.tflite images.npy outputs.npz [threads]
 """
 
 import os
+import sys
 
 import numpy as np
 
@@ -79,3 +89,18 @@ def load_exported(path, num_threads=2, signature="serving_default"):
 
         return predict_onnx
     raise ValueError(f"Expected a SavedModel folder, a .tflite or an .onnx file; got {path}.")
+
+
+def _probe(argv):
+    """The LiteRT probe: saves the outputs of a batch and of its first image, in one file."""
+    path, images_path, outputs_path = argv[1:4]
+    runner = tflite_interpreter(path, int(argv[4]) if len(argv) > 4 else 2).get_signature_runner("serving_default")
+    images = np.load(images_path)
+    batch = runner(images=images)
+    single = runner(images=images[:1])  # the same interpreter, resized: dynamic batch works
+    np.savez(outputs_path, **batch, **{f"single_{k}": v for k, v in single.items()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_probe(sys.argv))

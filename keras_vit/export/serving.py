@@ -1,13 +1,14 @@
-"""The serving functions every export is made from (TensorFlow backend only).
+"""The serving signatures every export is made from, and the SavedModel (TensorFlow backend).
 
 The exported graphs take what a client has, raw ``uint8`` images, and do the model's
 pre-processing inside, so that no client can get it wrong: a served ViT fed 0..255
-pixels instead of [-1, 1] still answers, only wrongly.
+pixels instead of [-1, 1] still answers, only wrongly. The SavedModel written here is the
+TF Serving export and the source LiteRT and ONNX are converted from.
 """
 
 import keras
 
-from keras_vit.export.errors import UnconvertibleModelError
+from keras_vit.export.errors import unconvertible
 
 DEFAULT_SIGNATURE = "serving_default"
 PREPROCESSED_SIGNATURE = "serving_preprocessed"
@@ -94,15 +95,27 @@ def build_archive(model, *, top_k=5, normalization="vit", outputs_probabilities=
         except Exception as error:
             # Tracing runs every layer's call() on symbolic TF tensors: a layer written
             # with another backend's own ops (jax.numpy, torch) fails here.
-            from keras_vit.export.diagnose import unsupported_ops
-
-            layers, ops = unsupported_ops(str(error), model)
-            what = f"layers {', '.join(layers)}" if layers else "the model"
-            raise UnconvertibleModelError(
-                f"TensorFlow could not trace {what} for the {name} signature; every layer must "
-                f"be written with keras.ops (not jax.numpy or torch) to export. ({error})",
-                format="savedmodel",
-                layers=layers,
-                ops=ops,
+            raise unconvertible(
+                "savedmodel", model,
+                lambda what, ops: f"TensorFlow could not trace {what} for the {name} signature; every "
+                f"layer must be written with keras.ops (not jax.numpy or torch) to export. ({error})",
+                str(error),
             ) from error
     return archive
+
+
+def write_savedmodel(model, path, *, top_k=5, normalization="vit", outputs_probabilities=False):
+    """Writes ``model`` as a SavedModel with the ``build_archive`` signatures; returns ``path``.
+
+    ``path`` is a folder that must not exist yet (``export_model`` writes it at a temporary
+    path first).
+
+    Example (TensorFlow backend):
+    >>> import keras, os, tempfile, keras_vit
+    >>> if keras.backend.backend() == "tensorflow":
+    ...     model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1)
+    ...     _ = write_savedmodel(model, os.path.join(tempfile.mkdtemp(), "savedmodel"))
+    """
+    archive = build_archive(model, top_k=top_k, normalization=normalization, outputs_probabilities=outputs_probabilities)
+    archive.write_out(path, verbose=False)
+    return path

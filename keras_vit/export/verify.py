@@ -76,7 +76,7 @@ def verify_export(format, path, images, reference, tolerance=None, preprocessed_
     Checks a single image and the whole batch on the same file (the batch is dynamic),
     that ``top_k_*`` are the largest probabilities, and for a SavedModel also the
     ``serving_preprocessed`` signature (given ``preprocessed_images``). LiteRT files run in
-    a child process (see ``_litert_probe``): a runtime abort fails the check, not the caller.
+    a child process (see ``runtime``): a runtime abort fails the check, not the caller.
 
     Returns the measured numbers; raises ``VerificationError`` if they are out of bounds.
     """
@@ -127,9 +127,7 @@ def _run_litert_isolated(format, path, images, num_threads):
     with tempfile.TemporaryDirectory(prefix="keras_vit_litert_probe-") as folder:
         images_path, outputs_path = os.path.join(folder, "images.npy"), os.path.join(folder, "outputs.npz")
         np.save(images_path, images)
-        # Run as a file, not with -m: importing the keras_vit package would import Keras
-        # and TensorFlow (seconds) where LiteRT and numpy are all the probe needs.
-        probe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_litert_probe.py")
+        probe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime.py")  # as a file
         run = subprocess.run(
             [sys.executable, probe, path, images_path, outputs_path, str(num_threads)],
             capture_output=True,
