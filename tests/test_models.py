@@ -106,8 +106,11 @@ def test_inline_sublayer_calls_equal_full_keras_calls(rng, monkeypatch, policy):
     # the same numbers, dtypes included, so the shortcut changes speed only.
     import keras_vit.layers.attention as attention_module
     import keras_vit.layers.encoder_block as block_module
+    import keras_vit.layers.inline as inline_module
     from keras_vit.layers import EncoderBlock
 
+    # The direct path is taken on every backend here, not only in eager torch where it pays.
+    monkeypatch.setattr(inline_module, "_inline_pays", lambda: True)
     block = EncoderBlock(num_heads=4, mlp_dim=64, gelu_approximate=False, dtype=policy)
     x = rng.standard_normal((2, 9, 32)).astype("float32")
     inline, weights = block(x, return_attention_scores=True)

@@ -383,8 +383,11 @@ def test_max_pool_zero_padding_is_exact_after_relu(h, w):
 def test_inline_sublayer_calls_equal_full_keras_calls(monkeypatch, policy):
     # Units, stages and the root run their parts through call_inline; Keras' own
     # __call__ must give the same numbers and dtype.
+    import keras_vit.layers.inline as inline_module
     import keras_vit.layers.resnet as resnet_module
 
+    # The direct path is taken on every backend here, not only in eager torch where it pays.
+    monkeypatch.setattr(inline_module, "_inline_pays", lambda: True)
     backbone = ResNetBackbone(block_units=(2, 1), width=8, num_groups=4, dtype=policy)
     x = np.random.default_rng(0).standard_normal((2, 32, 24, 3)).astype("float32")
     inline = backbone(x)

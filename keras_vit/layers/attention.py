@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit.layers.inline import call_inline
+from keras_vit.layers.inline import call_inline, dtype_policy_config, sublayer_policy
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -16,9 +16,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     for and no attention dropout is active, the fused ``keras.ops.dot_product_attention``
     runs (flash attention where the backend has it).
 
+    The two projections are Keras ``Dense`` layers (``qkv`` and ``out``), so
+    ``model.quantize("int8" | "float8" | "int4")`` quantizes them, and the quantized
+    policies are saved with the layer (see ``dtype_policy_config``).
+
     Args:
         num_heads: attention heads; must divide the token width.
         attention_dropout_rate: dropout on the attention weights (the paper uses 0).
+        **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Example:
     >>> import numpy as np
@@ -32,19 +37,23 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.attention_dropout_rate = float(attention_dropout_rate)
-        self.attention_dropout = keras.layers.Dropout(
-            self.attention_dropout_rate, name="attention_dropout", dtype=self.dtype_policy
-        )
 
     def build(self, input_shape):
         width = input_shape[-1]
         if width % self.num_heads:
             raise ValueError(f"{self.name}: width {width} is not divisible by num_heads {self.num_heads}.")
         self.head_dim = width // self.num_heads
-        self.qkv = keras.layers.Dense(3 * width, name="qkv", dtype=self.dtype_policy)
+        # Made and built here, inside this layer's name scope, so that their paths
+        # (".../attention/qkv") are complete: a reloaded quantized layer finds their
+        # policies by path (see `sublayer_policy`).
+        self.qkv = keras.layers.Dense(3 * width, name="qkv", dtype=sublayer_policy(self, "qkv"))
         self.qkv.build(input_shape)
-        self.out = keras.layers.Dense(width, name="out", dtype=self.dtype_policy)
+        self.out = keras.layers.Dense(width, name="out", dtype=sublayer_policy(self, "out"))
         self.out.build(input_shape)
+        self.attention_dropout = keras.layers.Dropout(
+            self.attention_dropout_rate, name="attention_dropout", dtype=sublayer_policy(self, "attention_dropout")
+        )
+        # Built although it has no weights: see `call_inline`.
         self.attention_dropout.build((None, self.num_heads, input_shape[1], input_shape[1]))
 
     def call(self, tokens, return_attention_scores=False, training=None):
@@ -69,8 +78,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return ops.einsum("bhqk,bkhd->bqhd", dropped, value), weights
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "num_heads": self.num_heads,
-            "attention_dropout_rate": self.attention_dropout_rate,
-        }
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            attention_dropout_rate=self.attention_dropout_rate,
+            dtype=dtype_policy_config(self),
+        )
+        return config

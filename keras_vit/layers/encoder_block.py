@@ -3,7 +3,7 @@
 import keras
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
-from keras_vit.layers.inline import call_inline
+from keras_vit.layers.inline import call_inline, dtype_policy_config, sublayer_policy
 from keras_vit.layers.stochastic_depth import DropPath
 
 
@@ -16,7 +16,12 @@ class MlpBlock(keras.layers.Layer):
         dropout_rate: dropout after each Dense.
         gelu_approximate: ``True`` for the tanh approximation that the original JAX code
             (flax's ``nn.gelu``) uses, ``False`` for the exact erf form of timm and HF.
+        **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
+    ``fc1`` and ``fc2`` are Keras ``Dense`` layers: ``model.quantize(...)`` quantizes them,
+    and ``get_config`` keeps their quantized policies (see ``dtype_policy_config``).
+
+    Example:
     >>> import numpy as np
     >>> tuple(MlpBlock(16)(np.zeros((1, 3, 8), "float32")).shape)
     (1, 3, 8)
@@ -27,13 +32,15 @@ class MlpBlock(keras.layers.Layer):
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
         self.gelu_approximate = bool(gelu_approximate)
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def build(self, input_shape):
-        self.fc1 = keras.layers.Dense(self.mlp_dim, name="fc1", dtype=self.dtype_policy)
+        # Sublayers are made and built here, in this layer's name scope, so that their
+        # paths are complete: a reloaded quantized block finds their policies by path.
+        self.fc1 = keras.layers.Dense(self.mlp_dim, name="fc1", dtype=sublayer_policy(self, "fc1"))
         self.fc1.build(input_shape)
-        self.fc2 = keras.layers.Dense(input_shape[-1], name="fc2", dtype=self.dtype_policy)
-        self.fc2.build(input_shape[:-1] + (self.mlp_dim,))
+        self.fc2 = keras.layers.Dense(input_shape[-1], name="fc2", dtype=sublayer_policy(self, "fc2"))
+        self.fc2.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
+        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=sublayer_policy(self, "dropout"))
         # Called through call_inline, so built here: Keras' predict_on_batch runs an extra
         # eager forward pass whenever any layer of the model reports itself unbuilt.
         self.dropout.build(input_shape)
@@ -47,12 +54,14 @@ class MlpBlock(keras.layers.Layer):
         return input_shape
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "mlp_dim": self.mlp_dim,
-            "dropout_rate": self.dropout_rate,
-            "gelu_approximate": self.gelu_approximate,
-        }
+        config = super().get_config()
+        config.update(
+            mlp_dim=self.mlp_dim,
+            dropout_rate=self.dropout_rate,
+            gelu_approximate=self.gelu_approximate,
+            dtype=dtype_policy_config(self),
+        )
+        return config
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -67,14 +76,20 @@ class EncoderBlock(keras.layers.Layer):
         drop_path_rate: stochastic-depth rate of both residual branches.
         layer_norm_epsilon: 1e-6 in the original code and timm, 1e-12 in HF transformers.
         gelu_approximate: see ``MlpBlock``.
+        **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Call with ``return_attention_scores=True`` to also get ``(batch, heads, tokens, tokens)``
-    attention weights.
+    attention weights. Sublayer paths follow the checkpoints: ``norm1``,
+    ``attention/qkv``, ``attention/out``, ``norm2``, ``mlp/fc1``, ``mlp/fc2``. Its four
+    ``Dense`` layers can be quantized, and a quantized block saves and reloads.
 
+    Example:
     >>> import numpy as np
-    >>> block = EncoderBlock(num_heads=2, mlp_dim=16)
+    >>> block = EncoderBlock(num_heads=2, mlp_dim=16, name="block_0")
     >>> tuple(block(np.zeros((1, 5, 8), "float32")).shape)
     (1, 5, 8)
+    >>> block.mlp.fc1.kernel.path
+    'block_0/mlp/fc1/kernel'
     """
 
     def __init__(
@@ -96,17 +111,28 @@ class EncoderBlock(keras.layers.Layer):
         self.drop_path_rate = float(drop_path_rate)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu_approximate = bool(gelu_approximate)
-        policy = self.dtype_policy
-        self.norm1 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="norm1", dtype=policy)
-        self.attention = MultiHeadSelfAttention(
-            self.num_heads, self.attention_dropout_rate, name="attention", dtype=policy
-        )
-        self.norm2 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name="norm2", dtype=policy)
-        self.mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate, name="mlp", dtype=policy)
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
-        self.drop_path = DropPath(self.drop_path_rate, dtype=policy)
 
     def build(self, input_shape):
+        # Sublayers are made and built here, in this layer's name scope, so that their
+        # paths ("block_0/attention/qkv") are complete: a reloaded quantized block finds
+        # their policies by path. Attention and MLP get this block's policy as it is (a
+        # map, if so) to look up their own parts. The dropouts are built too: see
+        # call_inline.
+        epsilon = self.layer_norm_epsilon
+        self.norm1 = keras.layers.LayerNormalization(
+            epsilon=epsilon, name="norm1", dtype=sublayer_policy(self, "norm1")
+        )
+        self.attention = MultiHeadSelfAttention(
+            self.num_heads, self.attention_dropout_rate, name="attention", dtype=self.dtype_policy
+        )
+        self.norm2 = keras.layers.LayerNormalization(
+            epsilon=epsilon, name="norm2", dtype=sublayer_policy(self, "norm2")
+        )
+        self.mlp = MlpBlock(
+            self.mlp_dim, self.dropout_rate, self.gelu_approximate, name="mlp", dtype=self.dtype_policy
+        )
+        self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=sublayer_policy(self, "dropout"))
+        self.drop_path = DropPath(self.drop_path_rate, name="drop_path", dtype=sublayer_policy(self, "drop_path"))
         for layer in (self.norm1, self.attention, self.norm2, self.mlp, self.dropout, self.drop_path):
             layer.build(input_shape)
 
@@ -128,13 +154,15 @@ class EncoderBlock(keras.layers.Layer):
         return call_inline(self.drop_path, branch, training=training)
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "num_heads": self.num_heads,
-            "mlp_dim": self.mlp_dim,
-            "dropout_rate": self.dropout_rate,
-            "attention_dropout_rate": self.attention_dropout_rate,
-            "drop_path_rate": self.drop_path_rate,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "gelu_approximate": self.gelu_approximate,
-        }
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            mlp_dim=self.mlp_dim,
+            dropout_rate=self.dropout_rate,
+            attention_dropout_rate=self.attention_dropout_rate,
+            drop_path_rate=self.drop_path_rate,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            gelu_approximate=self.gelu_approximate,
+            dtype=dtype_policy_config(self),
+        )
+        return config

@@ -14,7 +14,9 @@ class TokenPooling(keras.layers.Layer):
         mode: ``"token"`` takes the class token (the paper's default), ``"gap"`` averages
             the patch tokens (the paper's global-average-pooling ablation).
         num_prefix_tokens: tokens before the patch grid, left out of ``"gap"``.
+        **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
+    Example:
     >>> import numpy as np
     >>> tuple(TokenPooling("gap", num_prefix_tokens=1)(np.ones((2, 5, 8), "float32")).shape)
     (2, 8)
@@ -38,4 +40,6 @@ class TokenPooling(keras.layers.Layer):
         return (input_shape[0], input_shape[-1])
 
     def get_config(self):
-        return {**super().get_config(), "mode": self.mode, "num_prefix_tokens": self.num_prefix_tokens}
+        config = super().get_config()
+        config.update(mode=self.mode, num_prefix_tokens=self.num_prefix_tokens)
+        return config

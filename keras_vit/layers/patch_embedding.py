@@ -16,6 +16,10 @@ class PatchEmbedding(keras.layers.Layer):
         hidden_size: width of each token.
         patch_size: side of a square patch, in pixels (or feature-map cells for hybrids).
         num_channels: channels the input must have; checked when the layer is built.
+        **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
+
+    Keras has no quantized convolution: ``model.quantize(...)`` leaves this layer in
+    float (with a warning) and quantizes the rest.
 
     Example:
     >>> import numpy as np
@@ -67,9 +71,6 @@ class PatchEmbedding(keras.layers.Layer):
         return (batch, tokens, self.hidden_size)
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "hidden_size": self.hidden_size,
-            "patch_size": self.patch_size,
-            "num_channels": self.num_channels,
-        }
+        config = super().get_config()
+        config.update(hidden_size=self.hidden_size, patch_size=self.patch_size, num_channels=self.num_channels)
+        return config

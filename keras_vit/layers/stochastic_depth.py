@@ -11,6 +11,13 @@ class DropPath(keras.layers.Layer):
     Kept examples are scaled by ``1 / (1 - rate)`` so the expectation is unchanged
     (Huang et al. 2016, as timm's ``DropPath``). Identity at inference.
 
+    Args:
+        rate: probability of dropping an example's branch, in ``[0, 1)``.
+        seed: seed of the layer's ``keras.random.SeedGenerator`` (None: drawn from the
+            global seed, see ``keras.utils.set_random_seed``).
+        **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
+
+    Example:
     >>> import keras, numpy as np
     >>> x = np.ones((4, 3, 2), "float32")
     >>> bool((keras.ops.convert_to_numpy(DropPath(0.5)(x, training=False)) == x).all())
@@ -37,4 +44,6 @@ class DropPath(keras.layers.Layer):
         return input_shape
 
     def get_config(self):
-        return {**super().get_config(), "rate": self.rate, "seed": self.seed}
+        config = super().get_config()
+        config.update(rate=self.rate, seed=self.seed)
+        return config

@@ -32,6 +32,10 @@ def sincos_2d_position_embedding(grid_size, hidden_size, temperature=10_000.0):
 class ClassToken(keras.layers.Layer):
     """Prepends one learned token whose final state is the image representation.
 
+    Takes only ``Layer`` arguments (``name``, ``dtype``, ...); its weight is ``token``,
+    shape ``(1, 1, width)``.
+
+    Example:
     >>> import numpy as np
     >>> tuple(ClassToken()(np.zeros((2, 4, 8), "float32")).shape)
     (2, 5, 8)
@@ -61,7 +65,9 @@ class PositionEmbedding(keras.layers.Layer):
         kind: ``"learned"`` (the paper's 1D table, one row per token, the class token
             included: shape ``(1, prefix + rows * cols, width)`` as in every checkpoint) or
             ``"sincos2d"`` (fixed, no weights; prefix tokens get no position).
+        **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
+    Example:
     >>> import numpy as np
     >>> layer = PositionEmbedding(grid_size=(2, 2), num_prefix_tokens=1)
     >>> tuple(layer(np.zeros((3, 5, 8), "float32")).shape)
@@ -111,9 +117,6 @@ class PositionEmbedding(keras.layers.Layer):
         return tokens + ops.cast(table, tokens.dtype)
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "grid_size": self.grid_size,
-            "num_prefix_tokens": self.num_prefix_tokens,
-            "kind": self.kind,
-        }
+        config = super().get_config()
+        config.update(grid_size=self.grid_size, num_prefix_tokens=self.num_prefix_tokens, kind=self.kind)
+        return config

@@ -1,0 +1,247 @@
+"""One harness over every public layer of ``keras_vit.layers``, in the spirit of keras-hub's
+``run_layer_test``: config round trip, ``.keras`` round trip, mixed precision, and the
+inline and full sublayer-call paths agreeing. Then Keras quantization surviving a save.
+
+Runs on the backend of KERAS_BACKEND (one process each).
+"""
+
+import inspect
+import warnings
+
+import numpy as np
+import pytest
+
+import keras
+import keras_vit.layers
+import keras_vit.layers.inline as inline_module
+from conftest import to_numpy
+
+SEED = 0
+
+# Model.quantize warns once for every layer that has no quantized form (norms, dropouts).
+pytestmark = pytest.mark.filterwarnings("ignore:Layer .* does not have a `quantize` method")
+
+# Every public layer class of keras_vit.layers, found by inspection, so that a new layer is
+# tested (and fails until it has a case below).
+PUBLIC_LAYERS = sorted(
+    name
+    for name, obj in vars(keras_vit.layers).items()
+    if not name.startswith("_") and inspect.isclass(obj) and issubclass(obj, keras.layers.Layer)
+)
+
+# name -> (constructor arguments, input shape). Tiny, so the file runs in seconds.
+CASES = {
+    "BottleneckUnit": (dict(filters=4, strides=2, num_groups=4), (2, 8, 8, 8)),
+    "ClassToken": ({}, (2, 4, 8)),
+    "DropPath": (dict(rate=0.5, seed=3), (2, 5, 8)),
+    "EncoderBlock": (dict(num_heads=2, mlp_dim=16, gelu_approximate=False), (2, 5, 8)),
+    "MlpBlock": (dict(mlp_dim=16), (2, 5, 8)),
+    "MultiHeadSelfAttention": (dict(num_heads=2), (2, 5, 8)),
+    "PatchEmbedding": (dict(hidden_size=8, patch_size=4, num_channels=3), (2, 8, 8, 3)),
+    "PositionEmbedding": (dict(grid_size=(2, 2), num_prefix_tokens=1), (2, 5, 8)),
+    # One group: the root's GroupNorm then has 2x2x4 values per group, not 2x2x1, whose
+    # statistics would turn bfloat16 rounding into 8% output differences.
+    "ResNetBackbone": (dict(block_units=(1,), width=4, num_groups=1), (2, 8, 8, 3)),
+    "ResNetStage": (dict(num_units=2, filters=4, strides=2, num_groups=4), (2, 8, 8, 8)),
+    "StdConv2D": (dict(filters=4, kernel_size=3, strides=2), (2, 9, 9, 3)),
+    "TokenPooling": (dict(mode="gap", num_prefix_tokens=1), (2, 5, 8)),
+}
+
+# Layers whose Keras sublayers `model.quantize` can quantize (their Dense layers).
+QUANTIZABLE = ("EncoderBlock", "MlpBlock", "MultiHeadSelfAttention")
+
+
+def _make(class_name, dtype=None, **extra):
+    kwargs, shape = CASES[class_name]
+    if dtype is not None:
+        extra["dtype"] = dtype
+    return getattr(keras_vit.layers, class_name)(**kwargs, **extra), shape
+
+
+def _inputs(shape, seed=SEED):
+    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
+
+
+def _randomize(layer, seed=SEED):
+    # Zero and one initialisers (biases, class token, norms) would hide swapped or
+    # unloaded weights: move every float weight by seeded noise.
+    rng = np.random.default_rng(seed)
+    for variable in layer.weights:
+        if keras.backend.is_float_dtype(variable.dtype):
+            value = to_numpy(variable)
+            variable.assign(value + 0.1 * rng.standard_normal(value.shape).astype(value.dtype))
+
+
+def _built_layer(class_name, dtype=None, **extra):
+    layer, shape = _make(class_name, dtype, **extra)
+    x = _inputs(shape)
+    layer(x)
+    _randomize(layer)
+    return layer, x
+
+
+def _functional(layer, shape):
+    inputs = keras.Input(shape[1:])
+    return keras.Model(inputs, layer(inputs))
+
+
+def _float32(x):
+    return to_numpy(keras.ops.cast(x, "float32"))
+
+
+def test_every_public_layer_has_a_case():
+    assert PUBLIC_LAYERS, "no layers found in keras_vit.layers"
+    assert sorted(CASES) == PUBLIC_LAYERS
+
+
+@pytest.fixture
+def force_inline(monkeypatch):
+    """Sets whether call_inline takes the direct `layer.call` path, on any backend."""
+
+    def force(value):
+        monkeypatch.setattr(inline_module, "_inline_pays", lambda: value)
+
+    return force
+
+
+@pytest.mark.parametrize("name", PUBLIC_LAYERS)
+def test_layer(name, tmp_path, force_inline):
+    keras.utils.set_random_seed(SEED)
+    layer, x = _built_layer(name)
+    layer_class = type(layer)
+    expected = to_numpy(layer(x))
+
+    # Built with every sublayer: predict_on_batch reruns the model eagerly while any
+    # layer reports itself unbuilt, and call_inline never builds them.
+    assert all(sublayer.built for sublayer in layer._flatten_layers())
+
+    # get_config -> from_config: the same config, and (same weights, same math) the same
+    # output, exactly.
+    config = layer.get_config()
+    clone = layer_class.from_config(config)
+    assert clone.get_config() == config
+    clone(x)
+    clone.set_weights(layer.get_weights())
+    np.testing.assert_array_equal(to_numpy(clone(x)), expected)
+
+    # A .keras file of a small functional model reloads to the same outputs, exactly.
+    model = _functional(layer, x.shape)
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    reloaded = keras.saving.load_model(path)
+    assert reloaded.layers[-1].get_config() == config  # through JSON: tuples became lists
+    np.testing.assert_array_equal(to_numpy(reloaded(x)), to_numpy(model(x)))
+    np.testing.assert_array_equal(to_numpy(reloaded(x)), expected)
+
+    # The inline and the full sublayer calls agree bit for bit, dtypes included, in
+    # float32 and mixed_bfloat16 (call_inline's exactness conditions).
+    for policy in ("float32", "mixed_bfloat16"):
+        keras.utils.set_random_seed(SEED)
+        layer, x = _built_layer(name, dtype=policy)
+        force_inline(True)
+        inline = layer(x)
+        force_inline(False)
+        full = layer(x)
+        assert keras.backend.standardize_dtype(inline.dtype) == keras.backend.standardize_dtype(full.dtype)
+        np.testing.assert_array_equal(_float32(inline), _float32(full))
+
+
+@pytest.mark.parametrize("name", PUBLIC_LAYERS)
+def test_layer_mixed_precision(name):
+    keras.utils.set_random_seed(SEED)
+    reference, x = _built_layer(name, dtype="float32")
+    layer, _ = _make(name, dtype="mixed_bfloat16")
+    layer(x)
+    layer.set_weights(reference.get_weights())
+    out = layer(x)
+    # Every layer here computes and returns the compute dtype; weights stay float32.
+    assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
+    assert {keras.backend.standardize_dtype(w.dtype) for w in layer.weights} <= {"float32"}
+    # bfloat16 keeps 8 significant bits (relative rounding 2**-9 per operation) and a
+    # layer chains a few dozen operations, normalisations amplifying the rounding: so the
+    # bound is relative to the output's scale, not elementwise (values near zero have large
+    # relative errors). Measured worst 1.9% of the scale (ResNetStage, 3 seeds, 3
+    # backends); 4% still fails for a wrong cast or a dropped term, which move the output
+    # by a sizeable fraction of its scale.
+    want = to_numpy(reference(x))
+    np.testing.assert_allclose(_float32(out), want, rtol=0, atol=0.04 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("mode", ["int8", "float8", "int4"])
+@pytest.mark.parametrize("name", QUANTIZABLE)
+def test_quantized_layer_survives_a_keras_file(name, mode, tmp_path):
+    keras.utils.set_random_seed(SEED)
+    layer, x = _built_layer(name)
+    model = _functional(layer, x.shape)
+    float_out = to_numpy(model(x))
+    model.quantize(mode)
+    quantized = [sublayer.path for sublayer in layer._flatten_layers() if sublayer.quantization_mode == mode]
+    assert quantized and all(isinstance(sublayer, keras.layers.Dense) for sublayer in layer._flatten_layers()
+                             if sublayer.quantization_mode)
+    out = to_numpy(model(x))
+    assert not np.array_equal(out, float_out)  # quantization took effect
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    reloaded = keras.saving.load_model(path)
+    reloaded_layer = reloaded.layers[-1]
+    again = [sublayer.path for sublayer in reloaded_layer._flatten_layers() if sublayer.quantization_mode == mode]
+    assert sorted(again) == sorted(quantized)
+    np.testing.assert_array_equal(to_numpy(reloaded(x)), out)
+    assert reloaded_layer.get_config() == layer.get_config()
+
+
+def test_quantized_mixed_precision_block_survives_a_keras_file(tmp_path):
+    keras.utils.set_random_seed(SEED)
+    layer, x = _built_layer("EncoderBlock", dtype="mixed_bfloat16", name="block_0")
+    model = _functional(layer, x.shape)
+    model.quantize("int8")
+    out = model(x)
+    assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    reloaded = keras.saving.load_model(path)
+    policies = {sublayer.path: inline_module.own_policy(sublayer).name for sublayer in layer._flatten_layers()}
+    assert policies["block_0/mlp/fc1"] == "int8_from_mixed_bfloat16"
+    assert policies["block_0/norm1"] == "mixed_bfloat16"
+    again = {sublayer.path: inline_module.own_policy(sublayer).name
+             for sublayer in reloaded.layers[-1]._flatten_layers()}
+    assert again == policies
+    np.testing.assert_array_equal(_float32(reloaded(x)), _float32(out))
+
+
+def test_unquantizable_layers_stay_float_and_reload(tmp_path):
+    # PatchEmbedding (a convolution on its own weights) has no Keras quantized form: the
+    # model quantizes around it, warning, and still saves and reloads.
+    keras.utils.set_random_seed(SEED)
+    embedding, x = _built_layer("PatchEmbedding")
+    inputs = keras.Input(x.shape[1:])
+    block = keras_vit.layers.EncoderBlock(num_heads=2, mlp_dim=16, name="block_0")
+    model = keras.Model(inputs, block(keras_vit.layers.ClassToken()(embedding(inputs))))
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        model.quantize("int8")
+    assert embedding.quantization_mode is None
+    assert block.attention.qkv.quantization_mode == "int8"
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    np.testing.assert_array_equal(to_numpy(keras.saving.load_model(path)(x)), to_numpy(model(x)))
+
+
+def test_block_takes_its_policies_from_a_model_wide_map():
+    # What a model rebuilt from its config hands its blocks (see VisionTransformer).
+    policy_map = keras.dtype_policies.DTypePolicyMap(
+        "float32",
+        {"block_0/attention/qkv": "int8_from_float32", "block_0/mlp/fc2": "float8_from_float32",
+         "head": "int8_from_float32"},
+    )
+    block = keras_vit.layers.EncoderBlock(num_heads=2, mlp_dim=16, name="block_0", dtype=policy_map)
+    block(keras.Input((5, 8)))
+    modes = {sublayer.path: sublayer.quantization_mode for sublayer in block._flatten_layers()
+             if sublayer.quantization_mode}
+    assert modes == {"block_0/attention/qkv": "int8", "block_0/mlp/fc2": "float8"}
+    # Keras' own sublayers hold plain policies (Dense.quantize fails on a map): the rest
+    # still quantizes, and the block's config keeps its own entries only.
+    assert not isinstance(block.mlp.fc1.dtype_policy, keras.dtype_policies.DTypePolicyMap)
+    block.mlp.fc1.quantize("int8")
+    config_map = keras.dtype_policies.get(block.get_config()["dtype"])
+    assert sorted(config_map) == ["block_0/attention/qkv", "block_0/mlp/fc1", "block_0/mlp/fc2"]
