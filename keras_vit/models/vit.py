@@ -3,9 +3,11 @@
 import dataclasses
 
 import keras
+from keras.dtype_policies import DTypePolicyMap
 
 from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.heads import TokenPooling
+from keras_vit.layers.inline import own_policy
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.tokens import ClassToken, PositionEmbedding
 from keras_vit.models.spec import ViTSpec
@@ -41,8 +43,8 @@ class VisionTransformer(keras.Model):
     def __init__(self, spec=None, dtype=None, **options):
         keras_options = {k: options.pop(k) for k in ("name", "trainable") if k in options}
         spec = (spec if isinstance(spec, ViTSpec) else ViTSpec.from_config(spec or {})).replace(**options)
-        policy = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
-        layers = _make_layers(spec, policy)
+        policy, dtype_for = _layer_dtypes(dtype)
+        layers = _make_layers(spec, dtype_for)
         inputs = keras.Input(shape=spec.image_size + (spec.num_channels,), name="images")
         outputs = _forward(layers, inputs, spec.norm_after_pool)
         super().__init__(inputs=inputs, outputs=outputs, **keras_options)
@@ -86,7 +88,16 @@ class VisionTransformer(keras.Model):
         return keras.Model(self.input, self.get_layer(last).output, name=f"{self.name}_features")
 
     def get_config(self):
-        return {**super().get_config(), **self.spec.to_config()}
+        config = {**super().get_config(), **self.spec.to_config()}
+        # Layers whose policy is not the model's (quantized ones, the float32 head under
+        # mixed precision) are recorded at their paths, so that a reloaded model gives
+        # each its own policy again: a quantized model's file reloads quantized.
+        own = {layer.path: own_policy(layer) for layer in self._flatten_layers(include_self=False) if layer.path}
+        differ = {path: p for path, p in own.items() if p.name != self.dtype_policy.name}
+        if differ:
+            policy_map = DTypePolicyMap(default_policy=self.dtype_policy, policy_map=differ)
+            config["dtype"] = keras.dtype_policies.serialize(policy_map)
+        return config
 
     @classmethod
     def from_config(cls, config):
@@ -109,25 +120,44 @@ class _WithAttention(keras.layers.Layer):
         return self.block(x, return_attention_scores=True)
 
 
-def _make_layers(spec, policy):
-    """The model's layers by role, each with the model's dtype policy."""
-    kw = dict(dtype=policy)
-    mixed = policy.compute_dtype != policy.variable_dtype
+def _layer_dtypes(dtype):
+    """The model's policy, and a function giving each top-level layer its dtype.
+
+    ``dtype`` is a policy, or (a reloaded quantized model) a ``DTypePolicyMap`` of the
+    layers whose policy differs from the model's, by path. The package's composite layers
+    take the map itself and look their parts up in it; other layers take their entry.
+    Under a mixed policy the head computes in float32, for a stable loss.
+    """
+    policy = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
+    saved = policy if isinstance(policy, DTypePolicyMap) else None
+    base = saved.default_policy if saved is not None else policy
+    mixed = base.compute_dtype != base.variable_dtype
+
+    def dtype_for(name, composite=False):
+        if saved is not None and (composite or name in saved):
+            return saved if composite else saved[name]
+        return keras.dtype_policies.get("float32") if name == "head" and mixed else base
+
+    return base, dtype_for
+
+
+def _make_layers(spec, dtype_for):
+    """The model's layers by role, each named and given its dtype policy."""
     resnet = None
     if spec.resnet is not None:
         from keras_vit.layers.resnet import ResNetBackbone
 
-        resnet = ResNetBackbone(**dataclasses.asdict(spec.resnet), name="resnet", **kw)
+        resnet = ResNetBackbone(**dataclasses.asdict(spec.resnet), name="resnet", dtype=dtype_for("resnet"))
     return dict(
         stem=resnet,
         patch_embedding=PatchEmbedding(
-            spec.hidden_size, spec.patch_size, spec.embedding_channels, name="patch_embedding", **kw
+            spec.hidden_size, spec.patch_size, spec.embedding_channels, name="patch_embedding", dtype=dtype_for("patch_embedding")
         ),
-        class_token=ClassToken(name="class_token", **kw) if spec.has_class_token else None,
+        class_token=ClassToken(name="class_token", dtype=dtype_for("class_token")) if spec.has_class_token else None,
         position_embedding=PositionEmbedding(
-            spec.grid_size, spec.num_prefix_tokens, spec.position_embedding, name="position_embedding", **kw
+            spec.grid_size, spec.num_prefix_tokens, spec.position_embedding, name="position_embedding", dtype=dtype_for("position_embedding")
         ),
-        embedding_dropout=keras.layers.Dropout(spec.dropout_rate, name="embedding_dropout", **kw),
+        embedding_dropout=keras.layers.Dropout(spec.dropout_rate, name="embedding_dropout", dtype=dtype_for("embedding_dropout")),
         blocks=[
             EncoderBlock(
                 spec.num_heads,
@@ -138,14 +168,14 @@ def _make_layers(spec, policy):
                 layer_norm_epsilon=spec.layer_norm_epsilon,
                 gelu_approximate=spec.gelu_approximate,
                 name=f"block_{i}",
-                **kw,
+                dtype=dtype_for(f"block_{i}", composite=True),
             )
             for i in range(spec.depth)
         ],
-        encoder_norm=keras.layers.LayerNormalization(epsilon=spec.layer_norm_epsilon, name="encoder_norm", **kw),
-        pooling=TokenPooling(spec.pooling, spec.num_prefix_tokens, name="pooling", **kw) if spec.pooling else None,
+        encoder_norm=keras.layers.LayerNormalization(epsilon=spec.layer_norm_epsilon, name="encoder_norm", dtype=dtype_for("encoder_norm")),
+        pooling=TokenPooling(spec.pooling, spec.num_prefix_tokens, name="pooling", dtype=dtype_for("pooling")) if spec.pooling else None,
         pre_logits=(
-            keras.layers.Dense(spec.representation_size, activation="tanh", name="pre_logits", **kw)
+            keras.layers.Dense(spec.representation_size, activation="tanh", name="pre_logits", dtype=dtype_for("pre_logits"))
             if spec.representation_size
             else None
         ),
@@ -154,8 +184,7 @@ def _make_layers(spec, policy):
                 spec.num_classes,
                 activation=spec.classifier_activation,
                 kernel_initializer="zeros" if spec.head_zero_init else "glorot_uniform",
-                # Logits in float32 under mixed precision, for a stable loss.
-                dtype="float32" if mixed else policy,
+                dtype=dtype_for("head"),
                 name="head",
             )
             if spec.include_top

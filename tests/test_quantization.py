@@ -1,0 +1,97 @@
+"""Keras' own quantization on keras-vit models: in memory, saved, and reloaded on every backend."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import keras
+import keras_vit
+from conftest import to_numpy
+
+VIT = dict(name="vit_ti16", image_size=32, num_classes=5, depth=2, hidden_size=32, num_heads=2, mlp_dim=64,
+           patch_size=8, head_zero_init=False)
+HYBRID = dict(name="r26_vit_s32", image_size=32, num_classes=5, depth=1, hidden_size=32, num_heads=2, mlp_dim=64,
+              resnet_block_units=(1, 1), resnet_width=32, head_zero_init=False)
+
+OTHER_BACKEND_SCRIPT = textwrap.dedent("""
+    import sys, numpy as np, keras, keras_vit
+    images, out = sys.argv[1:3]
+    outputs = [keras.ops.convert_to_numpy(keras_vit.load_model(path)(np.load(images))) for path in sys.argv[3:]]
+    np.savez(out, *outputs)
+""")
+
+
+def _quantized(options, mode, dtype=None):
+    options = dict(options)
+    model = keras_vit.create_model(options.pop("name"), dtype=dtype, **options)
+    model.quantize(mode)
+    return model
+
+
+def _images(rng):
+    return rng.uniform(-1, 1, (3, 32, 32, 3)).astype("float32")
+
+
+def test_int8_changes_the_dense_layers_and_stays_close(rng):
+    x = _images(rng)
+    options = dict(VIT)
+    model = keras_vit.create_model(options.pop("name"), **options)
+    reference = to_numpy(model(x))
+    model.quantize("int8")
+    modes = {layer.path: layer.quantization_mode for layer in model._flatten_layers() if layer.quantization_mode}
+    assert "block_0/attention/qkv" in modes and "head" in modes and set(modes.values()) == {"int8"}
+    quantized = to_numpy(model(x))
+    assert not np.array_equal(quantized, reference)
+    # int8 weights with per-channel scales: close to float32 at these magnitudes.
+    np.testing.assert_allclose(quantized, reference, atol=0.05 * np.abs(reference).max())
+
+
+@pytest.mark.parametrize("mode", ["int8", "float8", "int4"])
+def test_quantized_vit_file_reloads_quantized(tmp_path, rng, mode):
+    x = _images(rng)
+    model = _quantized(VIT, mode)
+    expected = to_numpy(model(x))
+    path = str(tmp_path / "model.keras")
+    keras_vit.save_model(model, path)
+    reloaded = keras_vit.load_model(path)
+    policies = lambda m: {layer.path: layer.quantization_mode for layer in m._flatten_layers()}  # noqa: E731
+    assert policies(reloaded) == policies(model)
+    np.testing.assert_array_equal(to_numpy(reloaded(x)), expected)
+
+
+def test_quantized_mixed_precision_file_keeps_its_float32_head(tmp_path, rng):
+    model = _quantized(VIT, "int8", dtype="mixed_bfloat16")
+    path = str(tmp_path / "model.keras")
+    keras_vit.save_model(model, path)
+    reloaded = keras_vit.load_model(path)
+    assert reloaded.get_layer("block_0").compute_dtype == "bfloat16"
+    assert reloaded.get_layer("head").quantization_mode == "int8"
+    x = _images(rng)
+    np.testing.assert_array_equal(to_numpy(reloaded(x)), to_numpy(model(x)))
+
+
+def test_int8_vit_and_hybrid_saved_here_reload_on_the_other_backends(tmp_path, rng):
+    x = _images(rng)
+    np.save(tmp_path / "x.npy", x)
+    paths, expected = [], []
+    for options in (VIT, HYBRID):
+        model = _quantized(options, "int8")
+        expected.append(to_numpy(model(x)))
+        paths.append(str(tmp_path / f"{options['name']}.keras"))
+        keras_vit.save_model(model, paths[-1])
+    here = keras.backend.backend()
+    for backend in sorted({"tensorflow", "jax", "torch"} - {here}):
+        out = str(tmp_path / f"{backend}.npz")
+        env = {**os.environ, "KERAS_BACKEND": backend}
+        subprocess.run([sys.executable, "-c", OTHER_BACKEND_SCRIPT, str(tmp_path / "x.npy"), out, *paths],
+                       check=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
+        with np.load(out) as outputs:
+            for name, want, got in zip(("vit", "hybrid"), expected, (outputs["arr_0"], outputs["arr_1"])):
+                # The int8 matmuls accumulate in another order on each backend: float32
+                # rounding at the outputs' scale, not a different model.
+                np.testing.assert_allclose(got, want, atol=1e-5 * max(1.0, np.abs(want).max()), rtol=0,
+                                           err_msg=f"{name}: {here} -> {backend}")
