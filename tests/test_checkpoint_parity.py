@@ -58,6 +58,13 @@ TIMM_CASES = {
              pooling="gap"),
         (40, 56), "model.safetensors",
     ),
+    "p16_no_qkv_bias": (
+        dict(patch_size=16, embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0, img_size=32, num_classes=4,
+             qkv_bias=False),
+        dict(patch_size=16, hidden_size=32, depth=2, num_heads=2, mlp_dim=64, image_size=32, num_classes=4,
+             qkv_bias=False),
+        32, "model.safetensors",
+    ),
     "p14_gap_fc_norm": (
         dict(patch_size=14, embed_dim=96, depth=2, num_heads=6, mlp_ratio=4.0, img_size=56, num_classes=3,
              global_pool="avg", class_token=True),

@@ -23,6 +23,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     Args:
         num_heads: attention heads; must divide the token width.
         attention_dropout_rate: dropout on the attention weights (the paper uses 0).
+        qkv_bias: add a bias to the query, key and value projections (the paper's and
+            timm's default; some timm models have none).
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Example:
@@ -33,10 +35,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     ((1, 5, 8), (1, 2, 5, 5))
     """
 
-    def __init__(self, num_heads, attention_dropout_rate=0.0, **kwargs):
+    def __init__(self, num_heads, attention_dropout_rate=0.0, qkv_bias=True, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.attention_dropout_rate = float(attention_dropout_rate)
+        self.qkv_bias = bool(qkv_bias)
 
     def build(self, input_shape):
         width = input_shape[-1]
@@ -46,7 +49,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # Made and built here, inside this layer's name scope, so that their paths
         # (".../attention/qkv") are complete: a reloaded quantized layer finds their
         # policies by path (see `sublayer_policy`).
-        self.qkv = keras.layers.Dense(3 * width, name="qkv", dtype=sublayer_policy(self, "qkv"))
+        self.qkv = keras.layers.Dense(3 * width, use_bias=self.qkv_bias, name="qkv", dtype=sublayer_policy(self, "qkv"))
         self.qkv.build(input_shape)
         self.out = keras.layers.Dense(width, name="out", dtype=sublayer_policy(self, "out"))
         self.out.build(input_shape)
@@ -82,6 +85,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         config.update(
             num_heads=self.num_heads,
             attention_dropout_rate=self.attention_dropout_rate,
+            qkv_bias=self.qkv_bias,
             dtype=dtype_policy_config(self),
         )
         return config

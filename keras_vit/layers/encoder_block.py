@@ -76,6 +76,7 @@ class EncoderBlock(keras.layers.Layer):
         drop_path_rate: stochastic-depth rate of both residual branches.
         layer_norm_epsilon: 1e-6 in the original code and timm, 1e-12 in HF transformers.
         gelu_approximate: see ``MlpBlock``.
+        qkv_bias: see ``MultiHeadSelfAttention``.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Call with ``return_attention_scores=True`` to also get ``(batch, heads, tokens, tokens)``
@@ -101,6 +102,7 @@ class EncoderBlock(keras.layers.Layer):
         drop_path_rate=0.0,
         layer_norm_epsilon=1e-6,
         gelu_approximate=True,
+        qkv_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -111,6 +113,7 @@ class EncoderBlock(keras.layers.Layer):
         self.drop_path_rate = float(drop_path_rate)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu_approximate = bool(gelu_approximate)
+        self.qkv_bias = bool(qkv_bias)
 
     def build(self, input_shape):
         # Sublayers are made and built here, in this layer's name scope, so that their
@@ -123,7 +126,7 @@ class EncoderBlock(keras.layers.Layer):
             epsilon=epsilon, name="norm1", dtype=sublayer_policy(self, "norm1")
         )
         self.attention = MultiHeadSelfAttention(
-            self.num_heads, self.attention_dropout_rate, name="attention", dtype=self.dtype_policy
+            self.num_heads, self.attention_dropout_rate, self.qkv_bias, name="attention", dtype=self.dtype_policy
         )
         self.norm2 = keras.layers.LayerNormalization(
             epsilon=epsilon, name="norm2", dtype=sublayer_policy(self, "norm2")
@@ -163,6 +166,7 @@ class EncoderBlock(keras.layers.Layer):
             drop_path_rate=self.drop_path_rate,
             layer_norm_epsilon=self.layer_norm_epsilon,
             gelu_approximate=self.gelu_approximate,
+            qkv_bias=self.qkv_bias,
             dtype=dtype_policy_config(self),
         )
         return config

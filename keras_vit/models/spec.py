@@ -130,6 +130,8 @@ class ViTSpec(_Spec):
         layer_norm_epsilon: 1e-6 (original code, timm); HF transformers uses 1e-12.
         gelu_approximate: True for the tanh GELU of the original JAX code (flax's
             ``nn.gelu``); False for the exact erf GELU of timm and HF.
+        qkv_bias: a bias on the query, key and value projections (every published ViT
+            has one; timm's ``qkv_bias=False`` models have none).
         norm_after_pool: apply the final LayerNorm to the pooled vector instead of every
             token (timm's ``fc_norm``, its default for average pooling).
         resnet: a ``ResNetSpec`` (or its fields as a dict) for a hybrid; None for a plain
@@ -165,6 +167,7 @@ class ViTSpec(_Spec):
     position_embedding: str = _field("learned")
     layer_norm_epsilon: float = _field(1e-6)
     gelu_approximate: bool = _field(True)
+    qkv_bias: bool = _field(True)
     norm_after_pool: bool = _field(False)
     resnet: typing.Optional[ResNetSpec] = _field(None)
     num_classes: int = _field(1000, TASK)

@@ -167,6 +167,7 @@ def _make_layers(spec, dtype_for):
                 drop_path_rate=spec.drop_path_rate * i / max(spec.depth - 1, 1),
                 layer_norm_epsilon=spec.layer_norm_epsilon,
                 gelu_approximate=spec.gelu_approximate,
+                qkv_bias=spec.qkv_bias,
                 name=f"block_{i}",
                 dtype=dtype_for(f"block_{i}", composite=True),
             )
