@@ -53,8 +53,17 @@ def _size_mb(path):
 # Models the benchmark can train itself on digits (current backend) when given no file.
 PRESETS = {
     # The test suite's tiny ViT: ~0.1 MB, latencies are mostly call overhead.
-    "tiny": dict(name="vit_ti16", image_size=16, patch_size=4, depth=2, hidden_size=32, num_heads=2,
-                 mlp_dim=64, num_classes=10, epochs=25),
+    "tiny": dict(
+        name="vit_ti16",
+        image_size=16,
+        patch_size=4,
+        depth=2,
+        hidden_size=32,
+        num_heads=2,
+        mlp_dim=64,
+        num_classes=10,
+        epochs=25,
+    ),
     # ViT-Ti's width (192, 3 heads, MLP 768) in 4 blocks, 4x4 patches at 32x32: 65 tokens,
     # 1.8M parameters; a few minutes of training on 2 CPU cores.
     "small": dict(name="vit_ti16", image_size=32, patch_size=4, depth=4, num_classes=10, epochs=10),
@@ -96,13 +105,15 @@ def benchmark(model_file, export_dir, runs=50, warmup=5, threads=2):
     one = images[:1]
     preprocessed = images.astype("float32") / 127.5 - 1
     keras_top1 = np.argmax(keras.ops.convert_to_numpy(model.predict_on_batch(preprocessed)), -1)
-    rows = [{
-        "variant": "keras",
-        "size_mb": _size_mb(model_file),
-        "latency_ms": _median_ms(lambda: model.predict_on_batch(preprocessed[:1]), runs, warmup),
-        "accuracy": float((keras_top1 == labels).mean()),
-        "top1_agreement": 1.0,
-    }]
+    rows = [
+        {
+            "variant": "keras",
+            "size_mb": _size_mb(model_file),
+            "latency_ms": _median_ms(lambda: model.predict_on_batch(preprocessed[:1]), runs, warmup),
+            "accuracy": float((keras_top1 == labels).mean()),
+            "top1_agreement": 1.0,
+        }
+    ]
     for name in (*TFLITE_VARIANTS, "onnx"):
         path = os.path.join(export_dir, FORMATS[name].filename)
         if not os.path.exists(path):
@@ -110,13 +121,15 @@ def benchmark(model_file, export_dir, runs=50, warmup=5, threads=2):
         predict = load_exported(path, num_threads=threads)
         top1 = predict(images)["probabilities"].argmax(-1)
         latency = _median_ms(lambda: predict(one), runs, warmup)
-        rows.append({
-            "variant": name,
-            "size_mb": _size_mb(path),
-            "latency_ms": latency,
-            "accuracy": float((top1 == labels).mean()),
-            "top1_agreement": float((top1 == keras_top1).mean()),
-        })
+        rows.append(
+            {
+                "variant": name,
+                "size_mb": _size_mb(path),
+                "latency_ms": latency,
+                "accuracy": float((top1 == labels).mean()),
+                "top1_agreement": float((top1 == keras_top1).mean()),
+            }
+        )
     return rows
 
 
@@ -141,8 +154,12 @@ def write_csv(rows, path):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model_file", nargs="?", help=".keras model (default: train a --preset model)")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
-                        help="model to train when no file is given (tiny: the tests' ViT; small: 4 ViT-Ti blocks)")
+    parser.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default="tiny",
+        help="model to train when no file is given (tiny: the tests' ViT; small: 4 ViT-Ti blocks)",
+    )
     parser.add_argument("--export-dir", help="folder of exported files (missing LiteRT ones are exported)")
     parser.add_argument("--runs", type=int, default=200, help="timed single-image runs per variant")
     parser.add_argument("--warmup", type=int, default=20)
@@ -174,8 +191,10 @@ def main(argv=None):
                     except ExportError as error:
                         print(f"skipped {name}: {error}", file=sys.stderr)
         rows = benchmark(model_file, export_dir, args.runs, args.warmup, args.threads)
-    print(f"backend {keras.backend.backend()}, {os.cpu_count()} CPUs, {args.threads} LiteRT threads (XNNPACK), "
-          f"median of {args.runs} single-image runs; accuracy on the digits test split")
+    print(
+        f"backend {keras.backend.backend()}, {os.cpu_count()} CPUs, {args.threads} LiteRT threads (XNNPACK), "
+        f"median of {args.runs} single-image runs; accuracy on the digits test split"
+    )
     print(format_table(rows))
     write_csv(rows, args.csv)
     print(f"wrote {args.csv}")

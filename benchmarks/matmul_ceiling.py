@@ -36,8 +36,10 @@ def _matmul_chain(spec, batch, tokens):
     width, heads, mlp = spec.hidden_size, spec.num_heads, spec.mlp_dim
     rng = np.random.default_rng(0)
     weight = lambda *shape: (rng.standard_normal(shape) * 0.02).astype("float32")  # noqa: E731
-    blocks = [dict(qkv=weight(width, 3 * width), out=weight(width, width), fc1=weight(width, mlp),
-                   fc2=weight(mlp, width)) for _ in range(spec.depth)]
+    blocks = [
+        dict(qkv=weight(width, 3 * width), out=weight(width, width), fc1=weight(width, mlp), fc2=weight(mlp, width))
+        for _ in range(spec.depth)
+    ]
 
     def chain(x, blocks):
         for w in blocks:
@@ -97,10 +99,15 @@ def measure(backend, name, image_size, batch, min_seconds):
         chain_seconds = min(chain_seconds, speed_benchmark._best_seconds(run_chain, 1, 2, min_seconds / 2))
         model_seconds = min(model_seconds, speed_benchmark._best_seconds(run_model, 1, 2, min_seconds / 2))
     model_flops = count_flops(name, image_size=image_size) * batch
-    return dict(backend=backend, model=f"{name}@{image_size}", batch=batch,
-                peak=speed_benchmark._keras_peaks(backend)["float32"],
-                matmuls=chain_flops / chain_seconds / 1e9, model_gflops=model_flops / model_seconds / 1e9,
-                model_over_matmuls_time=model_seconds / chain_seconds * chain_flops / model_flops)
+    return dict(
+        backend=backend,
+        model=f"{name}@{image_size}",
+        batch=batch,
+        peak=speed_benchmark._keras_peaks(backend)["float32"],
+        matmuls=chain_flops / chain_seconds / 1e9,
+        model_gflops=model_flops / model_seconds / 1e9,
+        model_over_matmuls_time=model_seconds / chain_seconds * chain_flops / model_flops,
+    )
 
 
 def main(argv=None):
@@ -119,22 +126,42 @@ def main(argv=None):
     backends = speed_benchmark._choices(args.backends, speed_benchmark.BACKENDS, "backend")
     rows = []
     for backend in backends:
-        command = [sys.executable, os.path.abspath(__file__), "--worker", backend, "--model", args.model,
-                   "--image-size", str(args.image_size), "--batch", str(args.batch),
-                   "--min-seconds", str(args.min_seconds)]
-        done = subprocess.run(command, env=speed_benchmark._engine_env(f"keras-vit:{backend}"),
-                              capture_output=True, text=True, check=False)
+        command = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--worker",
+            backend,
+            "--model",
+            args.model,
+            "--image-size",
+            str(args.image_size),
+            "--batch",
+            str(args.batch),
+            "--min-seconds",
+            str(args.min_seconds),
+        ]
+        done = subprocess.run(
+            command,
+            env=speed_benchmark._engine_env(f"keras-vit:{backend}"),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         got = speed_benchmark.worker_rows(done.stdout)
         if not got:
             raise RuntimeError(f"{backend} failed:\n{done.stderr[-2000:]}")
         rows.extend(got)
-    print("| backend | model | batch | peak GFLOP/s | matmuls alone | whole model | model / peak "
-          "| matmuls / peak | model time / matmul time (per FLOP) |")
+    print(
+        "| backend | model | batch | peak GFLOP/s | matmuls alone | whole model | model / peak "
+        "| matmuls / peak | model time / matmul time (per FLOP) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['backend']} | {r['model']} | {r['batch']} | {r['peak']:.0f} | {r['matmuls']:.0f} "
-              f"| {r['model_gflops']:.0f} | {r['model_gflops'] / r['peak']:.2f} | {r['matmuls'] / r['peak']:.2f} "
-              f"| {r['model_over_matmuls_time']:.2f} |")
+        print(
+            f"| {r['backend']} | {r['model']} | {r['batch']} | {r['peak']:.0f} | {r['matmuls']:.0f} "
+            f"| {r['model_gflops']:.0f} | {r['model_gflops'] / r['peak']:.2f} | {r['matmuls'] / r['peak']:.2f} "
+            f"| {r['model_over_matmuls_time']:.2f} |"
+        )
     return rows
 
 

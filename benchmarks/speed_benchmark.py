@@ -36,12 +36,27 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKENDS = ("tensorflow", "jax", "torch")
-ENGINES = tuple(f"keras-vit:{b}" for b in BACKENDS) + tuple(f"keras-hub:{b}" for b in BACKENDS) + (
-    "timm", "timm-compile", "hf")
+ENGINES = (
+    tuple(f"keras-vit:{b}" for b in BACKENDS)
+    + tuple(f"keras-hub:{b}" for b in BACKENDS)
+    + ("timm", "timm-compile", "hf")
+)
 PRECISIONS = ("float32", "mixed_bfloat16")
 MODES = {"infer_b1": ("infer", 1), "infer_b32": ("infer", 32), "train_b32": ("train", 32)}
-COLUMNS = ("engine", "model", "precision", "mode", "batch", "images_per_s", "ms_per_step",
-           "gflops_per_s", "peak_gflops_per_s", "fraction_of_peak", "peak_rss_mb", "note")
+COLUMNS = (
+    "engine",
+    "model",
+    "precision",
+    "mode",
+    "batch",
+    "images_per_s",
+    "ms_per_step",
+    "gflops_per_s",
+    "peak_gflops_per_s",
+    "fraction_of_peak",
+    "peak_rss_mb",
+    "note",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +77,9 @@ def _arch(name, timm_name, image_size, **overrides):
     import keras_vit
 
     spec = keras_vit.get_spec(name).replace(**overrides)
-    return Arch(name, image_size, spec.patch_size, spec.hidden_size, spec.depth, spec.num_heads, spec.mlp_dim,
-                timm_name)
+    return Arch(
+        name, image_size, spec.patch_size, spec.hidden_size, spec.depth, spec.num_heads, spec.mlp_dim, timm_name
+    )
 
 
 # Row name -> (keras-vit name, timm name, image size, architecture overrides). Plain data,
@@ -80,13 +96,15 @@ MODELS = {
 
 def architectures():
     """``MODELS`` resolved to ``Arch`` rows (imports keras_vit: called in engine processes)."""
-    return {key: _arch(name, timm_name, size, **overrides)
-            for key, (name, timm_name, size, overrides) in MODELS.items()}
+    return {
+        key: _arch(name, timm_name, size, **overrides) for key, (name, timm_name, size, overrides) in MODELS.items()
+    }
 
 
 # ---------------------------------------------------------------------------
 # measuring (inside an engine's process)
 # ---------------------------------------------------------------------------
+
 
 def _reset_peak_rss():
     try:
@@ -177,9 +195,13 @@ def _keras_model(engine, arch):
     import keras_hub
 
     backbone = keras_hub.models.ViTBackbone(
-        image_shape=(arch.image_size, arch.image_size, 3), patch_size=arch.patch_size,
-        num_layers=arch.depth, num_heads=arch.num_heads, hidden_dim=arch.hidden_size,
-        mlp_dim=arch.mlp_dim)
+        image_shape=(arch.image_size, arch.image_size, 3),
+        patch_size=arch.patch_size,
+        num_layers=arch.depth,
+        num_heads=arch.num_heads,
+        hidden_dim=arch.hidden_size,
+        mlp_dim=arch.mlp_dim,
+    )
     model = keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=1000)
     assert isinstance(model, keras.Model)
     return model
@@ -191,8 +213,9 @@ def _keras_steps(engine, arch, precision, batch):
 
     keras.config.set_dtype_policy(precision)
     model = _keras_model(engine, arch)
-    model.compile(optimizer=keras.optimizers.AdamW(1e-4),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=keras.optimizers.AdamW(1e-4), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, size=(batch, arch.image_size, arch.image_size, 3)).astype("float32")
     y = rng.integers(0, 1000, size=(batch,))
@@ -204,10 +227,16 @@ def _torch_model(engine, arch):
         import transformers
 
         config = transformers.ViTConfig(
-            hidden_size=arch.hidden_size, num_hidden_layers=arch.depth,
-            num_attention_heads=arch.num_heads, intermediate_size=arch.mlp_dim,
-            image_size=arch.image_size, patch_size=arch.patch_size, num_labels=1000,
-            layer_norm_eps=1e-6, attn_implementation="sdpa")
+            hidden_size=arch.hidden_size,
+            num_hidden_layers=arch.depth,
+            num_attention_heads=arch.num_heads,
+            intermediate_size=arch.mlp_dim,
+            image_size=arch.image_size,
+            patch_size=arch.patch_size,
+            num_labels=1000,
+            layer_norm_eps=1e-6,
+            attn_implementation="sdpa",
+        )
         return transformers.ViTForImageClassification(config)
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     import torchvision_stub  # timm imports torchvision names its ViT does not use; see that file
@@ -215,8 +244,9 @@ def _torch_model(engine, arch):
     torchvision_stub.install()
     import timm
 
-    return timm.create_model(arch.timm_name, pretrained=False, img_size=arch.image_size,
-                             depth=arch.depth, num_classes=1000)
+    return timm.create_model(
+        arch.timm_name, pretrained=False, img_size=arch.image_size, depth=arch.depth, num_classes=1000
+    )
 
 
 def _torch_steps(engine, arch, precision, batch):
@@ -260,7 +290,9 @@ def run_engine(engine, models, precisions, modes, quick, min_seconds=2.0):
 
         torch.manual_seed(0)
     arches = architectures()
-    timing = dict(warmup=1, min_steps=2, min_seconds=0.0) if quick else dict(warmup=2, min_steps=3, min_seconds=min_seconds)
+    timing = (
+        dict(warmup=1, min_steps=2, min_seconds=0.0) if quick else dict(warmup=2, min_steps=3, min_seconds=min_seconds)
+    )
     for precision in precisions:
         peak = peaks["float32" if precision == "float32" else "bfloat16"]
         for key in models:
@@ -268,8 +300,15 @@ def run_engine(engine, models, precisions, modes, quick, min_seconds=2.0):
             flops = keras_vit.inspect.count_flops(arch.name, image_size=arch.image_size, depth=arch.depth)
             for mode in modes:
                 kind, batch = MODES[mode]
-                row = dict(engine=engine, model=key, precision=precision, mode=mode, batch=batch,
-                           peak_gflops_per_s=_significant(peak), note="")
+                row = dict(
+                    engine=engine,
+                    model=key,
+                    precision=precision,
+                    mode=mode,
+                    batch=batch,
+                    peak_gflops_per_s=_significant(peak),
+                    note="",
+                )
                 try:
                     make = _keras_steps if keras_engine else _torch_steps
                     infer, train, model = make(engine, arch, precision, batch)
@@ -278,10 +317,13 @@ def run_engine(engine, models, precisions, modes, quick, min_seconds=2.0):
                     warmup = timing["warmup"] + (2 if batch == 1 and not quick else 0)
                     seconds = _median_seconds(step, warmup, timing["min_steps"], timing["min_seconds"])
                     work = flops * batch * (3 if kind == "train" else 1)
-                    row.update(images_per_s=_significant(batch / seconds), ms_per_step=_significant(seconds * 1e3),
-                               gflops_per_s=_significant(work / seconds / 1e9),
-                               fraction_of_peak=_significant(work / seconds / 1e9 / peak),
-                               peak_rss_mb=round(_peak_rss_mb()))
+                    row.update(
+                        images_per_s=_significant(batch / seconds),
+                        ms_per_step=_significant(seconds * 1e3),
+                        gflops_per_s=_significant(work / seconds / 1e9),
+                        fraction_of_peak=_significant(work / seconds / 1e9 / peak),
+                        peak_rss_mb=round(_peak_rss_mb()),
+                    )
                     del model, infer, train
                 except Exception as error:  # noqa: BLE001  (a peer that fails here is a row, not a crash)
                     row["note"] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
@@ -307,6 +349,7 @@ def _release(keras_engine):
 # orchestrating (the parent process)
 # ---------------------------------------------------------------------------
 
+
 def print_row(row):
     """A worker's way of handing one row to its parent process (see ``worker_rows``)."""
     print("ROW " + json.dumps(row), flush=True)
@@ -317,9 +360,20 @@ def worker_rows(stdout):
 
 
 def _engine_command(engine, args):
-    return [sys.executable, os.path.abspath(__file__), "--worker", engine,
-            "--models", ",".join(args.models), "--precisions", ",".join(args.precisions),
-            "--modes", ",".join(args.modes), "--min-seconds", str(args.min_seconds)] + (["--quick"] if args.quick else [])
+    return [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        engine,
+        "--models",
+        ",".join(args.models),
+        "--precisions",
+        ",".join(args.precisions),
+        "--modes",
+        ",".join(args.modes),
+        "--min-seconds",
+        str(args.min_seconds),
+    ] + (["--quick"] if args.quick else [])
 
 
 def _engine_env(engine):
@@ -337,8 +391,13 @@ def run_all(args):
     rows = []
     for engine in args.engines:
         print(f"# {engine} ...", file=sys.stderr, flush=True)
-        done = subprocess.run(_engine_command(engine, args), env=_engine_env(engine), capture_output=True,
-                              text=True, timeout=args.engine_timeout)
+        done = subprocess.run(
+            _engine_command(engine, args),
+            env=_engine_env(engine),
+            capture_output=True,
+            text=True,
+            timeout=args.engine_timeout,
+        )
         got = worker_rows(done.stdout)
         if done.returncode != 0 and not got:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -374,8 +433,16 @@ def ratios(rows):
         for peer in (f"keras-hub:{backend}", "timm", "timm-compile", "hf"):
             theirs = index.get((peer, model, precision, mode))
             if theirs:
-                out.append(dict(engine=engine, peer=peer, model=model, precision=precision, mode=mode,
-                                speedup=round(ours["images_per_s"] / theirs["images_per_s"], 3)))
+                out.append(
+                    dict(
+                        engine=engine,
+                        peer=peer,
+                        model=model,
+                        precision=precision,
+                        mode=mode,
+                        speedup=round(ours["images_per_s"] / theirs["images_per_s"], 3),
+                    )
+                )
     return out
 
 
@@ -393,8 +460,10 @@ def _choices(text, allowed, what):
     values = [v for v in text.split(",") if v]
     unknown = [v for v in values if v not in allowed]
     if unknown or not values:
-        raise SystemExit(f"speed_benchmark: unknown {what} {unknown or text!r}; expected a comma-separated "
-                         f"list of {', '.join(allowed)}.")
+        raise SystemExit(
+            f"speed_benchmark: unknown {what} {unknown or text!r}; expected a comma-separated "
+            f"list of {', '.join(allowed)}."
+        )
     return values
 
 

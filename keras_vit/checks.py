@@ -26,9 +26,7 @@ def pair(value, name="image_size"):
             raise ValueError
         return tuple(positive_int(v, name) for v in values)
     except ValueError:
-        raise ValueError(
-            f"{name} must be a positive integer or a pair of positive integers, got {value!r}."
-        ) from None
+        raise ValueError(f"{name} must be a positive integer or a pair of positive integers, got {value!r}.") from None
 
 
 def fraction_range(value, name, low=0.0, high=1.0):
@@ -42,10 +40,7 @@ def fraction_range(value, name, low=0.0, high=1.0):
         else:
             ok = low < lo <= hi <= high
     if not ok:
-        raise ValueError(
-            f"{name} must be a (min, max) pair with {low} < min <= max <= {high}; "
-            f"got {name}={value!r}."
-        )
+        raise ValueError(f"{name} must be a (min, max) pair with {low} < min <= max <= {high}; got {name}={value!r}.")
     return (lo, hi)
 
 

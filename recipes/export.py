@@ -29,10 +29,19 @@ except ImportError:  # run from a checkout without installing
 
 from keras_vit.export import FORMATS, ExportError, export_model, parse_formats  # noqa: E402
 
-
 # The command-line options export_model takes as they are (the same names).
-_EXPORT_OPTIONS = ("overwrite", "representative_data", "num_representative", "top_k", "normalization",
-                   "model_name", "image_size", "num_classes", "imports", "verbose")
+_EXPORT_OPTIONS = (
+    "overwrite",
+    "representative_data",
+    "num_representative",
+    "top_k",
+    "normalization",
+    "model_name",
+    "image_size",
+    "num_classes",
+    "imports",
+    "verbose",
+)
 
 
 def _model_arg(text):
@@ -57,18 +66,37 @@ def build_parser():
     parser.add_argument("--output", required=True, help="folder to write into, e.g. saved_models/<run>/export")
     parser.add_argument("--overwrite", action="store_true", help="replace existing exports")
     parser.add_argument("--image-size", type=int, help="export at this input size (position embeddings resampled)")
-    parser.add_argument("--representative-data", choices=["digits"],
-                        help="calibration data for tflite_int8 (and the images exports are verified on)")
+    parser.add_argument(
+        "--representative-data",
+        choices=["digits"],
+        help="calibration data for tflite_int8 (and the images exports are verified on)",
+    )
     parser.add_argument("--num-representative", type=int, default=300, help="calibration images (default 300)")
     parser.add_argument("--model", dest="model_name", help="architecture for a checkpoint, e.g. vit_b16")
     parser.add_argument("--num-classes", type=int, help="classifier size when building from a checkpoint")
-    parser.add_argument("--model-arg", action="append", type=_model_arg, default=[], metavar="KEY=VALUE",
-                        help="further create_model option for a checkpoint (repeatable)")
+    parser.add_argument(
+        "--model-arg",
+        action="append",
+        type=_model_arg,
+        default=[],
+        metavar="KEY=VALUE",
+        help="further create_model option for a checkpoint (repeatable)",
+    )
     parser.add_argument("--top-k", type=int, default=5, help="length of the SavedModel's top-k outputs")
-    parser.add_argument("--normalization", default="vit", choices=["vit", "imagenet"],
-                        help="the model's pre-processing (vit: x / 127.5 - 1)")
-    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                        help="module defining custom layers, imported first (repeatable)")
+    parser.add_argument(
+        "--normalization",
+        default="vit",
+        choices=["vit", "imagenet"],
+        help="the model's pre-processing (vit: x / 127.5 - 1)",
+    )
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="module defining custom layers, imported first (repeatable)",
+    )
     parser.add_argument("--verbose", action="store_true", help="show the converters' output")
     return parser
 

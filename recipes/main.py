@@ -9,9 +9,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import keras  # noqa: E402
-
 import finetune  # noqa: E402
+import keras  # noqa: E402
 import pretrain  # noqa: E402
 
 

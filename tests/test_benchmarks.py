@@ -57,11 +57,14 @@ def test_quick_mode_measures_every_row_beside_the_peers(speed_benchmark, tmp_pat
     ]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--engines", "keras-vit:numpy"], "unknown engine ['keras-vit:numpy']"),
-    (["--models", "vit_b16@512"], "unknown model ['vit_b16@512']"),
-    (["--precisions", "float16"], "unknown precision ['float16']"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--engines", "keras-vit:numpy"], "unknown engine ['keras-vit:numpy']"),
+        (["--models", "vit_b16@512"], "unknown model ['vit_b16@512']"),
+        (["--precisions", "float16"], "unknown precision ['float16']"),
+    ],
+)
 def test_bad_arguments_say_what_is_expected(speed_benchmark, argv, message):
     with pytest.raises(SystemExit, match=message.replace("[", r"\[").replace("]", r"\]")):
         speed_benchmark.parse_args(argv)

@@ -10,9 +10,9 @@ import os
 
 import numpy as np
 import pytest
+from conftest import randomize_torch, to_numpy
 
 import keras_vit
-from conftest import randomize_torch, to_numpy
 
 TOL = 1e-4
 
@@ -49,28 +49,78 @@ TIMM_CASES = {
     "tiny_p16_token": (
         dict(patch_size=16, embed_dim=64, depth=2, num_heads=4, mlp_ratio=2.0, img_size=64, num_classes=7),
         dict(patch_size=16, hidden_size=64, depth=2, num_heads=4, mlp_dim=128, image_size=64, num_classes=7),
-        64, "model.pth",
+        64,
+        "model.pth",
     ),
     "p8_gap_no_cls_rect": (
-        dict(patch_size=8, embed_dim=48, depth=3, num_heads=3, mlp_ratio=4.0, img_size=(40, 56), num_classes=5,
-             global_pool="avg", class_token=False, fc_norm=False),
-        dict(patch_size=8, hidden_size=48, depth=3, num_heads=3, mlp_dim=192, image_size=(40, 56), num_classes=5,
-             pooling="gap"),
-        (40, 56), "model.safetensors",
+        dict(
+            patch_size=8,
+            embed_dim=48,
+            depth=3,
+            num_heads=3,
+            mlp_ratio=4.0,
+            img_size=(40, 56),
+            num_classes=5,
+            global_pool="avg",
+            class_token=False,
+            fc_norm=False,
+        ),
+        dict(
+            patch_size=8,
+            hidden_size=48,
+            depth=3,
+            num_heads=3,
+            mlp_dim=192,
+            image_size=(40, 56),
+            num_classes=5,
+            pooling="gap",
+        ),
+        (40, 56),
+        "model.safetensors",
     ),
     "p16_no_qkv_bias": (
-        dict(patch_size=16, embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0, img_size=32, num_classes=4,
-             qkv_bias=False),
-        dict(patch_size=16, hidden_size=32, depth=2, num_heads=2, mlp_dim=64, image_size=32, num_classes=4,
-             qkv_bias=False),
-        32, "model.safetensors",
+        dict(
+            patch_size=16, embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0, img_size=32, num_classes=4, qkv_bias=False
+        ),
+        dict(
+            patch_size=16,
+            hidden_size=32,
+            depth=2,
+            num_heads=2,
+            mlp_dim=64,
+            image_size=32,
+            num_classes=4,
+            qkv_bias=False,
+        ),
+        32,
+        "model.safetensors",
     ),
     "p14_gap_fc_norm": (
-        dict(patch_size=14, embed_dim=96, depth=2, num_heads=6, mlp_ratio=4.0, img_size=56, num_classes=3,
-             global_pool="avg", class_token=True),
-        dict(patch_size=14, hidden_size=96, depth=2, num_heads=6, mlp_dim=384, image_size=56, num_classes=3,
-             pooling="gap", class_token=True, norm_after_pool=True),
-        56, "pytorch_model.bin",
+        dict(
+            patch_size=14,
+            embed_dim=96,
+            depth=2,
+            num_heads=6,
+            mlp_ratio=4.0,
+            img_size=56,
+            num_classes=3,
+            global_pool="avg",
+            class_token=True,
+        ),
+        dict(
+            patch_size=14,
+            hidden_size=96,
+            depth=2,
+            num_heads=6,
+            mlp_dim=384,
+            image_size=56,
+            num_classes=3,
+            pooling="gap",
+            class_token=True,
+            norm_after_pool=True,
+        ),
+        56,
+        "pytorch_model.bin",
     ),
 }
 
@@ -136,13 +186,20 @@ def write_original_npz(path, rng, width, depth, heads, mlp, patch, tokens, class
     for i in range(depth):
         b = f"Transformer/encoderblock_{i}/"
         a = b + "MultiHeadDotProductAttention_1/"
-        arrays.update({
-            b + "LayerNorm_0/scale": (width,), b + "LayerNorm_0/bias": (width,),
-            b + "LayerNorm_2/scale": (width,), b + "LayerNorm_2/bias": (width,),
-            a + "out/kernel": (heads, hd, width), a + "out/bias": (width,),
-            b + "MlpBlock_3/Dense_0/kernel": (width, mlp), b + "MlpBlock_3/Dense_0/bias": (mlp,),
-            b + "MlpBlock_3/Dense_1/kernel": (mlp, width), b + "MlpBlock_3/Dense_1/bias": (width,),
-        })
+        arrays.update(
+            {
+                b + "LayerNorm_0/scale": (width,),
+                b + "LayerNorm_0/bias": (width,),
+                b + "LayerNorm_2/scale": (width,),
+                b + "LayerNorm_2/bias": (width,),
+                a + "out/kernel": (heads, hd, width),
+                a + "out/bias": (width,),
+                b + "MlpBlock_3/Dense_0/kernel": (width, mlp),
+                b + "MlpBlock_3/Dense_0/bias": (mlp,),
+                b + "MlpBlock_3/Dense_1/kernel": (mlp, width),
+                b + "MlpBlock_3/Dense_1/bias": (width,),
+            }
+        )
         for n in ("query", "key", "value"):
             arrays.update({a + f"{n}/kernel": (width, heads, hd), a + f"{n}/bias": (heads, hd)})
     values = {}
@@ -160,11 +217,19 @@ def test_original_npz_matches_timm_npz_loader(timm, tmp_path, rng, image_size):
     # At 64px timm's npz loader resamples bilinearly without antialias, as we do.
     path = write_original_npz(str(tmp_path / "ViT-tiny.npz"), rng, 64, 2, 4, 128, 8, 17, 10)
     peer = timm.models.vision_transformer.VisionTransformer(
-        patch_size=8, embed_dim=64, depth=2, num_heads=4, mlp_ratio=2.0, img_size=image_size,
-        num_classes=10, act_layer="gelu_tanh").eval()
+        patch_size=8,
+        embed_dim=64,
+        depth=2,
+        num_heads=4,
+        mlp_ratio=2.0,
+        img_size=image_size,
+        num_classes=10,
+        act_layer="gelu_tanh",
+    ).eval()
     timm.models.vision_transformer._load_weights(peer, path)
     model = keras_vit.VisionTransformer(
-        image_size=image_size, patch_size=8, hidden_size=64, depth=2, num_heads=4, mlp_dim=128, num_classes=10)
+        image_size=image_size, patch_size=8, hidden_size=64, depth=2, num_heads=4, mlp_dim=128, num_classes=10
+    )
     report = keras_vit.load_weights(model, path)
     assert report.layout == "original" and not report.unused
     x = images(rng, image_size)
@@ -175,12 +240,30 @@ def test_original_npz_matches_timm_npz_loader(timm, tmp_path, rng, image_size):
 
 HF_CASES = {
     # id: (ViTConfig kwargs, file written)
-    "p16_classifier_safetensors": (dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                        intermediate_size=128, image_size=64, patch_size=16, num_labels=6),
-                                   "model.safetensors"),
-    "p8_classifier_bin": (dict(hidden_size=48, num_hidden_layers=3, num_attention_heads=3,
-                               intermediate_size=96, image_size=48, patch_size=8, num_labels=4),
-                          "pytorch_model.bin"),
+    "p16_classifier_safetensors": (
+        dict(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=128,
+            image_size=64,
+            patch_size=16,
+            num_labels=6,
+        ),
+        "model.safetensors",
+    ),
+    "p8_classifier_bin": (
+        dict(
+            hidden_size=48,
+            num_hidden_layers=3,
+            num_attention_heads=3,
+            intermediate_size=96,
+            image_size=48,
+            patch_size=8,
+            num_labels=4,
+        ),
+        "pytorch_model.bin",
+    ),
 }
 
 
@@ -195,11 +278,16 @@ def _hf_model(config_kwargs, directory):
 
 def _keras_for_hf(config, image_size=None):
     return keras_vit.VisionTransformer(
-        image_size=image_size or config.image_size, patch_size=config.patch_size,
-        hidden_size=config.hidden_size, depth=config.num_hidden_layers,
-        num_heads=config.num_attention_heads, mlp_dim=config.intermediate_size,
-        num_classes=config.num_labels, layer_norm_epsilon=config.layer_norm_eps,
-        gelu_approximate=False)
+        image_size=image_size or config.image_size,
+        patch_size=config.patch_size,
+        hidden_size=config.hidden_size,
+        depth=config.num_hidden_layers,
+        num_heads=config.num_attention_heads,
+        mlp_dim=config.intermediate_size,
+        num_classes=config.num_labels,
+        layer_norm_epsilon=config.layer_norm_eps,
+        gelu_approximate=False,
+    )
 
 
 @pytest.mark.parametrize("case", sorted(HF_CASES))
@@ -209,8 +297,8 @@ def test_hf_checkpoint_matches_transformers(case, tmp_path, rng):
     path = str(tmp_path / "model.safetensors")
     if filename == "pytorch_model.bin":
         # The hub's older files: the same names, pickled by torch.
-        from safetensors.torch import load_file
         import torch
+        from safetensors.torch import load_file
 
         torch.save(load_file(path), str(tmp_path / filename))
         os.remove(path)

@@ -23,11 +23,25 @@ def _torch_flops(peer, image_size):
     "name, timm_name, timm_kwargs, kwargs",
     [
         ("vit_ti16", "vit_tiny_patch16_224", {}, {}),
-        ("vit_s32", "vit_small_patch32_224", dict(img_size=(64, 96), num_classes=10), dict(image_size=(64, 96), num_classes=10)),
-        ("vit_ti16", "vit_tiny_patch16_224", dict(global_pool="avg", class_token=False, fc_norm=False, img_size=48),
-         dict(pooling="gap", image_size=48)),
+        (
+            "vit_s32",
+            "vit_small_patch32_224",
+            dict(img_size=(64, 96), num_classes=10),
+            dict(image_size=(64, 96), num_classes=10),
+        ),
+        (
+            "vit_ti16",
+            "vit_tiny_patch16_224",
+            dict(global_pool="avg", class_token=False, fc_norm=False, img_size=48),
+            dict(pooling="gap", image_size=48),
+        ),
         ("r26_vit_s32", "vit_small_r26_s32_224", dict(img_size=(64, 96)), dict(image_size=(64, 96))),
-        ("r50_vit_b16", "vit_base_r50_s16_224", dict(img_size=48, depth=2, num_classes=1000), dict(image_size=48, depth=2)),
+        (
+            "r50_vit_b16",
+            "vit_base_r50_s16_224",
+            dict(img_size=48, depth=2, num_classes=1000),
+            dict(image_size=48, depth=2),
+        ),
     ],
 )
 def test_flops_equal_torch_flop_counter_on_timm(timm, name, timm_name, timm_kwargs, kwargs):

@@ -222,13 +222,13 @@ def test_flip_follows_dataset_info():
 @pytest.mark.parametrize("options", [{"mixup_alpha": 0.4}, {"cutmix_factor": 1.0}])
 def test_mixup_and_cutmix_give_soft_labels_summing_to_one(digits, options):
     pipeline = make_pipeline(digits.train, 16, 32, training=True, **options)
-    (images, labels), = _batches(pipeline, 1)
+    ((images, labels),) = _batches(pipeline, 1)
     assert labels.shape == (32, 10) and labels.dtype == np.float32
     np.testing.assert_allclose(labels.sum(axis=1), 1.0, atol=1e-5)
     assert np.any((labels > 0.01) & (labels < 0.99))  # some labels really are mixed
     assert images.min() >= -1.0 and images.max() <= 1.0
     # The same options on the evaluation pipeline give one-hot, unmixed labels.
-    (_, eval_labels), = _batches(make_pipeline(digits.validation, 16, 32, training=False, **options), 1)
+    ((_, eval_labels),) = _batches(make_pipeline(digits.validation, 16, 32, training=False, **options), 1)
     assert eval_labels.shape == (32, 10) and set(np.unique(eval_labels)) == {0.0, 1.0}
 
 

@@ -16,9 +16,9 @@ import sys
 import keras
 import numpy as np
 import pytest
+from conftest import to_numpy
 
 import keras_vit
-from conftest import to_numpy
 from keras_vit.export import (
     FORMATS,
     InvalidModelFileError,
@@ -45,14 +45,28 @@ MIN_TEST_ACCURACY = 0.9
 EPOCHS = {"vit_ti16": 25, "r26_vit_s32": 6}
 
 TINY_VIT = dict(
-    name="vit_ti16", image_size=IMAGE_SIZE, patch_size=4, depth=2, hidden_size=32, num_heads=2,
-    mlp_dim=64, num_classes=10, gelu_approximate=False,
+    name="vit_ti16",
+    image_size=IMAGE_SIZE,
+    patch_size=4,
+    depth=2,
+    hidden_size=32,
+    num_heads=2,
+    mlp_dim=64,
+    num_classes=10,
+    gelu_approximate=False,
 )
 # The hybrid cut to two stages of one unit (total stride 8, a 2x2 token grid at 16x16)
 # and width 32, the least its GroupNorm's 32 groups allow: the same layers as R26, small.
 TINY_HYBRID = dict(
-    name="r26_vit_s32", image_size=IMAGE_SIZE, resnet_block_units=(1, 1), resnet_width=32,
-    depth=1, hidden_size=32, num_heads=2, mlp_dim=64, num_classes=10,
+    name="r26_vit_s32",
+    image_size=IMAGE_SIZE,
+    resnet_block_units=(1, 1),
+    resnet_width=32,
+    depth=1,
+    hidden_size=32,
+    num_heads=2,
+    mlp_dim=64,
+    num_classes=10,
 )
 
 
@@ -68,7 +82,8 @@ def _hybrid_available():
 MODELS = [
     pytest.param(TINY_VIT, id="vit"),
     pytest.param(
-        TINY_HYBRID, id="hybrid",
+        TINY_HYBRID,
+        id="hybrid",
         marks=pytest.mark.skipif(not _hybrid_available(), reason="hybrid ResNet+ViT not available yet"),
     ),
 ]
@@ -147,8 +162,18 @@ def exported(request, digits, tmp_path_factory):
     # points, and on JAX the hybrid is not rebuilt from the file (seconds).
     source = model_file if name == TINY_VIT["name"] else model
     result = export_model(source, output, formats=formats, representative_data="digits")
-    return dict(model=model, name=name, model_file=model_file, output=output, result=result,
-                accuracy=accuracy, x_test=x_test, y_test=y_test, reference=reference, formats=formats)
+    return dict(
+        model=model,
+        name=name,
+        model_file=model_file,
+        output=output,
+        result=result,
+        accuracy=accuracy,
+        x_test=x_test,
+        y_test=y_test,
+        reference=reference,
+        formats=formats,
+    )
 
 
 # ---------------------------------------------------------------- the exported files
@@ -181,9 +206,7 @@ def test_savedmodel_serving_signatures_match_keras(exported):
         np.testing.assert_allclose(outputs["probabilities"], expected, atol=FLOAT_TOLERANCE)
         assert outputs["top_k_indices"].shape == (batch, 5)
         np.testing.assert_array_equal(outputs["top_k_indices"][:, 0], expected.argmax(-1))
-        np.testing.assert_allclose(
-            outputs["top_k_scores"], np.sort(expected, -1)[:, ::-1][:, :5], atol=FLOAT_TOLERANCE
-        )
+        np.testing.assert_allclose(outputs["top_k_scores"], np.sort(expected, -1)[:, ::-1][:, :5], atol=FLOAT_TOLERANCE)
         pre = loaded.signatures["serving_preprocessed"](images=tf.constant(_preprocess(images)))
         np.testing.assert_allclose(pre["probabilities"].numpy(), expected, atol=FLOAT_TOLERANCE)
 
@@ -201,7 +224,9 @@ def test_tflite_float32_matches_keras_on_raw_images(exported):
     for batch in (1, 3):
         images = exported["x_test"][:batch]
         np.testing.assert_allclose(
-            _litert_probabilities(path, images), exported["reference"][:batch], atol=FLOAT_TOLERANCE,
+            _litert_probabilities(path, images),
+            exported["reference"][:batch],
+            atol=FLOAT_TOLERANCE,
         )
 
 
@@ -223,7 +248,9 @@ def test_int8_keeps_float_top1_on_test_split(exported, name):
     expected = exported["reference"].argmax(-1)
     got = _litert_probabilities(path, images).argmax(-1)
     agreement = float((got == expected).mean())
-    print(f"{BACKEND} {exported['name']} {name}: top-1 agreement with float {agreement:.4f} on {len(images)} test images")
+    print(
+        f"{BACKEND} {exported['name']} {name}: top-1 agreement with float {agreement:.4f} on {len(images)} test images"
+    )
     assert agreement >= MIN_INT8_TOP1_AGREEMENT, agreement
 
 
@@ -258,7 +285,8 @@ def test_recipe_exports_from_this_backend(exported, tmp_path, capsys):
     images = exported["x_test"][:4]
     np.testing.assert_allclose(
         _litert_probabilities(str(output / "model_float32.tflite"), images),
-        exported["reference"][:4], atol=FLOAT_TOLERANCE,
+        exported["reference"][:4],
+        atol=FLOAT_TOLERANCE,
     )
 
 
@@ -387,7 +415,11 @@ def test_crash_during_conversion_leaves_nothing_behind(tiny_model_file, tmp_path
         raise KeyboardInterrupt  # anything, even an interrupt
 
     monkeypatch.setattr(convert, "convert_model", half_write_then_crash)
-    monkeypatch.setattr(convert, "convert_in_tensorflow_process", lambda model, path, paths, *a, **k: half_write_then_crash(model, paths))
+    monkeypatch.setattr(
+        convert,
+        "convert_in_tensorflow_process",
+        lambda model, path, paths, *a, **k: half_write_then_crash(model, paths),
+    )
     output = tmp_path / "new" / "export"  # folders it creates are removed again
     with pytest.raises(KeyboardInterrupt):
         export_model(tiny_model_file, output, formats="tflite_float32,onnx")

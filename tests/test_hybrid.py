@@ -14,14 +14,14 @@ import sys
 import textwrap
 from functools import partial
 
+import keras
 import numpy as np
 import pytest
-
-import keras
-import keras_vit
 from conftest import randomize_torch, to_numpy
-from keras_vit.models.registry import get_spec
 from test_checkpoint_parity import images, save_torch_state, torch_logits, write_original_npz
+
+import keras_vit
+from keras_vit.models.registry import get_spec
 
 TOL = 1e-4
 
@@ -35,6 +35,7 @@ def _seeded():
 
     keras.utils.set_random_seed(0)
     torch.manual_seed(0)
+
 
 # Named hybrids and the timm models of the same architecture.
 NAMED = {
@@ -51,12 +52,18 @@ def timm_hybrid(timm, block_units, width, img_size, **vit_kwargs):
     from timm.models.resnetv2 import ResNetV2
 
     backbone = ResNetV2(
-        layers=block_units, channels=tuple(4 * width * 2**i for i in range(4)), stem_chs=width,
-        num_classes=0, global_pool="", preact=False, stem_type="same",
-        conv_layer=partial(StdConv2dSame, eps=1e-8))
+        layers=block_units,
+        channels=tuple(4 * width * 2**i for i in range(4)),
+        stem_chs=width,
+        num_classes=0,
+        global_pool="",
+        preact=False,
+        stem_type="same",
+        conv_layer=partial(StdConv2dSame, eps=1e-8),
+    )
     return timm.models.vision_transformer.VisionTransformer(
-        img_size=img_size, patch_size=1, embed_layer=partial(HybridEmbed, backbone=backbone),
-        **vit_kwargs).eval()
+        img_size=img_size, patch_size=1, embed_layer=partial(HybridEmbed, backbone=backbone), **vit_kwargs
+    ).eval()
 
 
 def logits(model, x):
@@ -69,8 +76,8 @@ def logits(model, x):
 
 def keras_hybrid(block_units, width, image_size, **kwargs):
     return keras_vit.VisionTransformer(
-        image_size=image_size, patch_size=1, resnet_block_units=block_units, resnet_width=width,
-        **kwargs)
+        image_size=image_size, patch_size=1, resnet_block_units=block_units, resnet_width=width, **kwargs
+    )
 
 
 # --- timm state dicts ------------------------------------------------------------------
@@ -85,8 +92,11 @@ def test_timm_hybrid_checkpoint_matches_timm(timm, tmp_path, rng):
     # A three-stage ResNet (stride 16, as R50's) with 1, 2 and 3 units, a rectangular image
     # (a 3x5 grid), average pooling without class token, in a safetensors file.
     units, size = (1, 2, 3), (48, 80)
-    peer = randomize_torch(timm_hybrid(timm, units, 64, size, **S, depth=2, num_classes=5, global_pool="avg",
-                                       class_token=False, fc_norm=False))
+    peer = randomize_torch(
+        timm_hybrid(
+            timm, units, 64, size, **S, depth=2, num_classes=5, global_pool="avg", class_token=False, fc_norm=False
+        )
+    )
     path = save_torch_state(peer.state_dict(), str(tmp_path / "model.safetensors"))
     model = keras_hybrid(units, 64, size, **S_KERAS, depth=2, num_classes=5, pooling="gap", gelu_approximate=False)
     report = keras_vit.load_weights(model, path)
@@ -136,8 +146,13 @@ def write_original_hybrid_npz(path, rng, block_units, resnet_width, **vit):
         mid = width * 2 ** (i - 1)
         for j in range(1, units + 1):
             u = f"block{i}/unit{j}/"
-            shapes.update({u + "conv1/kernel": (1, 1, cin, mid), u + "conv2/kernel": (3, 3, mid, mid),
-                           u + "conv3/kernel": (1, 1, mid, 4 * mid)})
+            shapes.update(
+                {
+                    u + "conv1/kernel": (1, 1, cin, mid),
+                    u + "conv2/kernel": (3, 3, mid, mid),
+                    u + "conv3/kernel": (1, 1, mid, 4 * mid),
+                }
+            )
             if j == 1:
                 shapes[u + "conv_proj/kernel"] = (1, 1, cin, 4 * mid)
             for n, c in (("gn1", mid), ("gn2", mid), ("gn3", 4 * mid)) + ((("gn_proj", 4 * mid),) if j == 1 else ()):
@@ -157,8 +172,18 @@ def test_original_hybrid_npz_matches_timm_npz_loader(timm, tmp_path, rng, image_
     # one) and a one-block ViT-S, trained at 32 px (2x2 grid + class token = 5 tokens). The
     # original code uses flax's tanh GELU, so timm's reference does too and keras-vit keeps
     # its defaults. At 64 px timm's npz loader resamples bilinearly, as we do.
-    path = write_original_hybrid_npz(str(tmp_path / "R50+ViT-B_16.npz"), rng, (1, 1, 1), 64,
-                                     width=384, depth=1, heads=6, mlp=1536, tokens=5, classes=10)
+    path = write_original_hybrid_npz(
+        str(tmp_path / "R50+ViT-B_16.npz"),
+        rng,
+        (1, 1, 1),
+        64,
+        width=384,
+        depth=1,
+        heads=6,
+        mlp=1536,
+        tokens=5,
+        classes=10,
+    )
     from timm.models.vision_transformer_hybrid import _resnetv2
 
     peer = timm_hybrid(timm, (1, 1, 1), 64, image_size, **S, depth=1, num_classes=10, act_layer="gelu_tanh")
@@ -214,8 +239,9 @@ def test_hybrids_are_listed():
 
 # --- saving, training ----------------------------------------------------------------------
 
-TINY = dict(image_size=16, patch_size=1, resnet_block_units=(1,), resnet_width=64, **S_KERAS, depth=1,
-            num_classes=4)  # one ResNet stage (stride 4): a 4x4 grid
+TINY = dict(
+    image_size=16, patch_size=1, resnet_block_units=(1,), resnet_width=64, **S_KERAS, depth=1, num_classes=4
+)  # one ResNet stage (stride 4): a 4x4 grid
 
 OTHER_BACKEND_SCRIPT = textwrap.dedent("""
     import sys, numpy as np, keras, keras_vit
@@ -237,16 +263,21 @@ def test_saved_hybrid_loads_on_the_other_backends(tmp_path, rng):
     for backend in {"tensorflow", "jax", "torch"} - {here}:
         out = str(tmp_path / f"{backend}.npy")
         env = {**os.environ, "KERAS_BACKEND": backend}
-        subprocess.run([sys.executable, "-c", OTHER_BACKEND_SCRIPT, path, str(tmp_path / "x.npy"), out],
-                       check=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
+        subprocess.run(
+            [sys.executable, "-c", OTHER_BACKEND_SCRIPT, path, str(tmp_path / "x.npy"), out],
+            check=True,
+            env=env,
+            cwd=os.path.dirname(os.path.dirname(__file__)),
+        )
         np.testing.assert_allclose(np.load(out), expected, atol=1e-5, rtol=0, err_msg=f"{here} -> {backend}")
 
 
 def test_hybrid_trains_with_fit(rng):
     keras.utils.set_random_seed(0)
     model = keras_vit.VisionTransformer(**TINY)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     x = rng.uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
     y = np.arange(8) % 4
     root = to_numpy(model.get_layer("resnet").conv_root.kernel)
@@ -272,8 +303,7 @@ def test_image_size_not_divisible_by_the_total_stride(name, size, stride):
 
 
 def test_plain_vit_checkpoint_into_a_hybrid_names_the_missing_resnet(timm, tmp_path):
-    peer = timm.models.vision_transformer.VisionTransformer(
-        img_size=16, patch_size=4, **S, depth=1, num_classes=4)
+    peer = timm.models.vision_transformer.VisionTransformer(img_size=16, patch_size=4, **S, depth=1, num_classes=4)
     path = save_torch_state(peer.state_dict(), str(tmp_path / "plain.pth"))
     missing = r"resnet/conv_root/kernel: missing key 'patch_embed\.backbone\.stem\.conv\.weight'"
     with pytest.raises(ValueError, match=missing):

@@ -6,13 +6,13 @@ tests/test_models.py and tests/test_resnet.py; tests/test_layers.py runs the com
 over every public layer.
 """
 
+import keras
 import numpy as np
 import pytest
+from conftest import to_numpy
 
-import keras
 import keras_vit.layers.encoder_block as encoder_block_module
 import keras_vit.layers.inline as inline_module
-from conftest import to_numpy
 from keras_vit.layers import EncoderBlock, MlpBlock, PatchEmbedding, TokenPooling
 from keras_vit.layers.inline import call_inline
 
@@ -97,8 +97,14 @@ def test_traced_graph_keeps_every_sublayer_scope(rng):
     inputs = keras.Input((5, 16))
     model = keras.Model(inputs, EncoderBlock(2, 32, name="block_0")(inputs), name="m")
     paths = _op_layer_paths(model, rng.standard_normal((1, 5, 16)).astype("float32"))
-    for scope in ("block_0/norm1", "block_0/attention/qkv", "block_0/attention/out", "block_0/norm2",
-                  "block_0/mlp/fc1", "block_0/mlp/fc2"):
+    for scope in (
+        "block_0/norm1",
+        "block_0/attention/qkv",
+        "block_0/attention/out",
+        "block_0/norm2",
+        "block_0/mlp/fc1",
+        "block_0/mlp/fc2",
+    ):
         assert any(scope in path for path in paths), (scope, sorted(paths))
 
 

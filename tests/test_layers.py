@@ -8,13 +8,13 @@ Runs on the backend of KERAS_BACKEND (one process each).
 import inspect
 import warnings
 
+import keras
 import numpy as np
 import pytest
+from conftest import to_numpy
 
-import keras
 import keras_vit.layers
 import keras_vit.layers.inline as inline_module
-from conftest import to_numpy
 
 SEED = 0
 
@@ -176,8 +176,9 @@ def test_quantized_layer_survives_a_keras_file(name, mode, tmp_path):
     float_out = to_numpy(model(x))
     model.quantize(mode)
     quantized = [sublayer.path for sublayer in layer._flatten_layers() if sublayer.quantization_mode == mode]
-    assert quantized and all(isinstance(sublayer, keras.layers.Dense) for sublayer in layer._flatten_layers()
-                             if sublayer.quantization_mode)
+    assert quantized and all(
+        isinstance(sublayer, keras.layers.Dense) for sublayer in layer._flatten_layers() if sublayer.quantization_mode
+    )
     out = to_numpy(model(x))
     assert not np.array_equal(out, float_out)  # quantization took effect
     path = str(tmp_path / "model.keras")
@@ -203,8 +204,9 @@ def test_quantized_mixed_precision_block_survives_a_keras_file(tmp_path):
     policies = {sublayer.path: inline_module.own_policy(sublayer).name for sublayer in layer._flatten_layers()}
     assert policies["block_0/mlp/fc1"] == "int8_from_mixed_bfloat16"
     assert policies["block_0/norm1"] == "mixed_bfloat16"
-    again = {sublayer.path: inline_module.own_policy(sublayer).name
-             for sublayer in reloaded.layers[-1]._flatten_layers()}
+    again = {
+        sublayer.path: inline_module.own_policy(sublayer).name for sublayer in reloaded.layers[-1]._flatten_layers()
+    }
     assert again == policies
     np.testing.assert_array_equal(_float32(reloaded(x)), _float32(out))
 
@@ -231,13 +233,17 @@ def test_block_takes_its_policies_from_a_model_wide_map():
     # What a model rebuilt from its config hands its blocks (see VisionTransformer).
     policy_map = keras.dtype_policies.DTypePolicyMap(
         "float32",
-        {"block_0/attention/qkv": "int8_from_float32", "block_0/mlp/fc2": "float8_from_float32",
-         "head": "int8_from_float32"},
+        {
+            "block_0/attention/qkv": "int8_from_float32",
+            "block_0/mlp/fc2": "float8_from_float32",
+            "head": "int8_from_float32",
+        },
     )
     block = keras_vit.layers.EncoderBlock(num_heads=2, mlp_dim=16, name="block_0", dtype=policy_map)
     block(keras.Input((5, 8)))
-    modes = {sublayer.path: sublayer.quantization_mode for sublayer in block._flatten_layers()
-             if sublayer.quantization_mode}
+    modes = {
+        sublayer.path: sublayer.quantization_mode for sublayer in block._flatten_layers() if sublayer.quantization_mode
+    }
     assert modes == {"block_0/attention/qkv": "int8", "block_0/mlp/fc2": "float8"}
     # Keras' own sublayers hold plain policies (Dense.quantize fails on a map): the rest
     # still quantizes, and the block's config keeps its own entries only.

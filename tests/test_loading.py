@@ -5,12 +5,12 @@ import subprocess
 import sys
 import textwrap
 
+import keras
 import numpy as np
 import pytest
-
-import keras
-import keras_vit
 from conftest import randomize_torch, to_numpy
+
+import keras_vit
 
 SMALL = dict(image_size=32, patch_size=16, hidden_size=32, depth=2, num_heads=2, mlp_dim=64)
 
@@ -23,8 +23,8 @@ def timm_file(timm, tmp_path, name="timm.pth", **kwargs):
     import torch
 
     peer = timm.models.vision_transformer.VisionTransformer(
-        img_size=32, patch_size=16, embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0,
-        **{"num_classes": 5, **kwargs})
+        img_size=32, patch_size=16, embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0, **{"num_classes": 5, **kwargs}
+    )
     randomize_torch(peer)
     torch.save(peer.state_dict(), str(tmp_path / name))
     return str(tmp_path / name), peer
@@ -43,8 +43,9 @@ def test_other_number_of_classes_loads_all_but_the_head(timm, tmp_path, rng):
 
     x = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
     with torch.no_grad():
-        expected = peer.forward_head(peer.forward_features(torch.from_numpy(x.transpose(0, 3, 1, 2))),
-                                     pre_logits=True).numpy()
+        expected = peer.forward_head(
+            peer.forward_features(torch.from_numpy(x.transpose(0, 3, 1, 2))), pre_logits=True
+        ).numpy()
     features = keras.Model(model.input, model.get_layer("pooling").output)
     np.testing.assert_allclose(to_numpy(features(x)), expected, atol=1e-4)
 
@@ -64,8 +65,11 @@ def test_missing_key_names_key_and_shape(timm, tmp_path):
     torch.save(state, path)
     model = small()
     before = [to_numpy(v) for v in model.weights]
-    with pytest.raises(ValueError, match=r"block_1/mlp/fc1/kernel: missing key 'blocks.1.mlp.fc1.weight' "
-                                         r"\(expected shape \(32, 64\)\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"block_1/mlp/fc1/kernel: missing key 'blocks.1.mlp.fc1.weight' "
+        r"\(expected shape \(32, 64\)\)",
+    ):
         keras_vit.load_weights(model, path)
     # Nothing was assigned: a failed load leaves the model as it was.
     for v, b in zip(model.weights, before):
@@ -74,8 +78,11 @@ def test_missing_key_names_key_and_shape(timm, tmp_path):
 
 def test_wrong_shape_names_key_expected_and_given(timm, tmp_path):
     path, _ = timm_file(timm, tmp_path)
-    with pytest.raises(ValueError, match=r"block_0/mlp/fc1/kernel: key 'blocks.0.mlp.fc1.weight' has shape "
-                                         r"\(32, 64\), expected \(32, 128\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"block_0/mlp/fc1/kernel: key 'blocks.0.mlp.fc1.weight' has shape "
+        r"\(32, 64\), expected \(32, 128\)",
+    ):
         keras_vit.load_weights(small(mlp_dim=128), path)
 
 
@@ -96,7 +103,9 @@ def test_pooling_structure_mismatch_is_an_error(timm, tmp_path):
 
 def test_numerics_that_differ_from_the_checkpoint_are_reported(timm, tmp_path):
     path, _ = timm_file(timm, tmp_path)
-    with pytest.warns(UserWarning, match=r"trained with gelu_approximate=False.*create_model\(\.\.\., gelu_approximate=False\)"):
+    with pytest.warns(
+        UserWarning, match=r"trained with gelu_approximate=False.*create_model\(\.\.\., gelu_approximate=False\)"
+    ):
         keras_vit.load_weights(small(gelu_approximate=True), path)
 
 
@@ -124,8 +133,9 @@ def test_keras_file_fine_tunes_at_higher_resolution(tmp_path, rng):
     with pytest.warns(UserWarning, match="head/kernel keeps its fresh initial value"):
         report = keras_vit.load_weights(target, path)
     assert report.layout == "keras" and report.resampled["position_embedding/embedding"] == ((1, 5, 32), (1, 10, 32))
-    np.testing.assert_array_equal(to_numpy(target.get_layer("block_1").mlp.fc2.kernel),
-                                  to_numpy(source.get_layer("block_1").mlp.fc2.kernel))
+    np.testing.assert_array_equal(
+        to_numpy(target.get_layer("block_1").mlp.fc2.kernel), to_numpy(source.get_layer("block_1").mlp.fc2.kernel)
+    )
 
 
 def test_bfloat16_safetensors_load(timm, tmp_path):
@@ -137,8 +147,9 @@ def test_bfloat16_safetensors_load(timm, tmp_path):
     save_file(state, str(tmp_path / "bf16.safetensors"))
     model = small()
     keras_vit.load_weights(model, str(tmp_path / "bf16.safetensors"))
-    np.testing.assert_array_equal(to_numpy(model.get_layer("block_0").norm1.gamma),
-                                  state["blocks.0.norm1.weight"].float().numpy())
+    np.testing.assert_array_equal(
+        to_numpy(model.get_layer("block_0").norm1.gamma), state["blocks.0.norm1.weight"].float().numpy()
+    )
 
 
 # --- the same files on every backend -------------------------------------------------------
@@ -169,6 +180,10 @@ def test_saved_model_loads_on_the_other_backends(tmp_path, rng, kind):
     for backend in {"tensorflow", "jax", "torch"} - {here}:
         out = str(tmp_path / f"{backend}.npy")
         env = {**os.environ, "KERAS_BACKEND": backend}
-        subprocess.run([sys.executable, "-c", script, kind, path, str(tmp_path / "x.npy"), out],
-                       check=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
+        subprocess.run(
+            [sys.executable, "-c", script, kind, path, str(tmp_path / "x.npy"), out],
+            check=True,
+            env=env,
+            cwd=os.path.dirname(os.path.dirname(__file__)),
+        )
         np.testing.assert_allclose(np.load(out), expected, atol=1e-5, rtol=0, err_msg=f"{here} -> {backend}")

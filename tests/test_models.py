@@ -1,20 +1,25 @@
 """Named models: configs, parameter counts against timm, options, errors, training."""
 
+import keras
 import numpy as np
 import pytest
-
-import keras
-import keras_vit
 from conftest import to_numpy
+
+import keras_vit
 from keras_vit.inspect import count_parameters
 
 # keras-vit name -> timm name, for every size/patch pair that timm registers.
 TIMM_NAMES = {
-    "vit_ti16": "vit_tiny_patch16_224", "vit_s16": "vit_small_patch16_224",
-    "vit_s32": "vit_small_patch32_224", "vit_s8": "vit_small_patch8_224",
-    "vit_b8": "vit_base_patch8_224", "vit_b16": "vit_base_patch16_224",
-    "vit_b32": "vit_base_patch32_224", "vit_l16": "vit_large_patch16_224",
-    "vit_l32": "vit_large_patch32_224", "vit_l14": "vit_large_patch14_224",
+    "vit_ti16": "vit_tiny_patch16_224",
+    "vit_s16": "vit_small_patch16_224",
+    "vit_s32": "vit_small_patch32_224",
+    "vit_s8": "vit_small_patch8_224",
+    "vit_b8": "vit_base_patch8_224",
+    "vit_b16": "vit_base_patch16_224",
+    "vit_b32": "vit_base_patch32_224",
+    "vit_l16": "vit_large_patch16_224",
+    "vit_l32": "vit_large_patch32_224",
+    "vit_l14": "vit_large_patch14_224",
     "vit_h14": "vit_huge_patch14_224",
 }
 
@@ -65,8 +70,9 @@ def test_features_and_tokens_without_top(rng):
 
 
 def test_representation_layer_is_dense_tanh(rng):
-    model = keras_vit.create_model("vit_ti16", image_size=32, num_classes=4, depth=1,
-                                   representation_size=24, include_top=False)
+    model = keras_vit.create_model(
+        "vit_ti16", image_size=32, num_classes=4, depth=1, representation_size=24, include_top=False
+    )
     out = to_numpy(model(rng.random((2, 32, 32, 3), dtype="float32")))
     assert out.shape == (2, 24) and np.abs(out).max() <= 1.0
 
@@ -152,12 +158,14 @@ def test_sincos2d_position_embedding_has_no_weights(rng):
 
 
 def test_fit_reduces_loss_on_every_backend(rng):
-    model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=2, depth=1, patch_size=8,
-                                   dropout_rate=0.1, drop_path_rate=0.1)
+    model = keras_vit.create_model(
+        "vit_ti16", image_size=16, num_classes=2, depth=1, patch_size=8, dropout_rate=0.1, drop_path_rate=0.1
+    )
     x = rng.random((16, 16, 16, 3), dtype="float32")
     y = (x.mean(axis=(1, 2, 3)) > 0.5).astype("int32")
-    model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     history = model.fit(x, y, epochs=8, batch_size=8, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0]
 
@@ -187,13 +195,16 @@ def test_unknown_model_name_suggests_close_names():
         keras_vit.create_model("vit_b_16")
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(pooling="max"), "pooling must be one of"),
-    (dict(pooling="token", class_token=False), "needs class_token=True"),
-    (dict(pooling=None), "only possible with include_top=False"),
-    (dict(position_embedding="rope"), "position embedding must be one of"),
-    (dict(num_heads=5), "not divisible by num_heads 5"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(pooling="max"), "pooling must be one of"),
+        (dict(pooling="token", class_token=False), "needs class_token=True"),
+        (dict(pooling=None), "only possible with include_top=False"),
+        (dict(position_embedding="rope"), "position embedding must be one of"),
+        (dict(num_heads=5), "not divisible by num_heads 5"),
+    ],
+)
 def test_bad_options_are_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         keras_vit.create_model("vit_ti16", image_size=32, depth=1, **kwargs)

@@ -5,17 +5,36 @@ import subprocess
 import sys
 import textwrap
 
+import keras
 import numpy as np
 import pytest
-
-import keras
-import keras_vit
 from conftest import to_numpy
 
-VIT = dict(name="vit_ti16", image_size=32, num_classes=5, depth=2, hidden_size=32, num_heads=2, mlp_dim=64,
-           patch_size=8, head_zero_init=False)
-HYBRID = dict(name="r26_vit_s32", image_size=32, num_classes=5, depth=1, hidden_size=32, num_heads=2, mlp_dim=64,
-              resnet_block_units=(1, 1), resnet_width=32, head_zero_init=False)
+import keras_vit
+
+VIT = dict(
+    name="vit_ti16",
+    image_size=32,
+    num_classes=5,
+    depth=2,
+    hidden_size=32,
+    num_heads=2,
+    mlp_dim=64,
+    patch_size=8,
+    head_zero_init=False,
+)
+HYBRID = dict(
+    name="r26_vit_s32",
+    image_size=32,
+    num_classes=5,
+    depth=1,
+    hidden_size=32,
+    num_heads=2,
+    mlp_dim=64,
+    resnet_block_units=(1, 1),
+    resnet_width=32,
+    head_zero_init=False,
+)
 
 OTHER_BACKEND_SCRIPT = textwrap.dedent("""
     import sys, numpy as np, keras, keras_vit
@@ -87,11 +106,16 @@ def test_int8_vit_and_hybrid_saved_here_reload_on_the_other_backends(tmp_path, r
     for backend in sorted({"tensorflow", "jax", "torch"} - {here}):
         out = str(tmp_path / f"{backend}.npz")
         env = {**os.environ, "KERAS_BACKEND": backend}
-        subprocess.run([sys.executable, "-c", OTHER_BACKEND_SCRIPT, str(tmp_path / "x.npy"), out, *paths],
-                       check=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
+        subprocess.run(
+            [sys.executable, "-c", OTHER_BACKEND_SCRIPT, str(tmp_path / "x.npy"), out, *paths],
+            check=True,
+            env=env,
+            cwd=os.path.dirname(os.path.dirname(__file__)),
+        )
         with np.load(out) as outputs:
             for name, want, got in zip(("vit", "hybrid"), expected, (outputs["arr_0"], outputs["arr_1"])):
                 # The int8 matmuls accumulate in another order on each backend: float32
                 # rounding at the outputs' scale, not a different model.
-                np.testing.assert_allclose(got, want, atol=1e-5 * max(1.0, np.abs(want).max()), rtol=0,
-                                           err_msg=f"{name}: {here} -> {backend}")
+                np.testing.assert_allclose(
+                    got, want, atol=1e-5 * max(1.0, np.abs(want).max()), rtol=0, err_msg=f"{name}: {here} -> {backend}"
+                )

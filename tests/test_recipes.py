@@ -6,15 +6,24 @@ import subprocess
 import sys
 import textwrap
 
+import keras
 import numpy as np
 import pytest
 
-import keras
 from keras_vit.training import finetune, make_config, parse_args, pretrain
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = dict(hidden_size=32, depth=1, num_heads=2, mlp_dim=64, representation_size=32, epochs=1,
-            batch_size=32, verbose=0, warmup_steps=2)
+TINY = dict(
+    hidden_size=32,
+    depth=1,
+    num_heads=2,
+    mlp_dim=64,
+    representation_size=32,
+    epochs=1,
+    batch_size=32,
+    verbose=0,
+    warmup_steps=2,
+)
 
 
 def tiny(preset, tmp_path, **overrides):
@@ -39,8 +48,14 @@ def test_pretrain_writes_the_run_folder(pretrained):
 
 
 def test_finetune_at_1_5x_starts_from_the_pretrained_model(pretrained, tmp_path):
-    config = tiny("digits_finetune", tmp_path, run_name="fine", image_size=24,
-                  init_from=os.path.join(pretrained.run_dir, "model.keras"), representation_size=None)
+    config = tiny(
+        "digits_finetune",
+        tmp_path,
+        run_name="fine",
+        image_size=24,
+        init_from=os.path.join(pretrained.run_dir, "model.keras"),
+        representation_size=None,
+    )
     result = finetune(config)
     # Before any step the new zero head outputs exactly zero ...
     assert result.checks["head_max_abs_output"] == 0.0
@@ -61,8 +76,9 @@ def test_pretrain_on_tfds_mock_data(tmp_path):
     import tensorflow_datasets as tfds
 
     with tfds.testing.mock_data(num_examples=64):
-        result = pretrain(tiny("digits_pretrain", tmp_path, dataset="mnist", image_size=16,
-                               steps_per_epoch=2, run_name="mnist"))
+        result = pretrain(
+            tiny("digits_pretrain", tmp_path, dataset="mnist", image_size=16, steps_per_epoch=2, run_name="mnist")
+        )
     assert result.model.output_shape == (None, 10)
     assert len(result.history["loss"]) == 1
 
@@ -103,17 +119,27 @@ TWO_DEVICES = textwrap.dedent("""
 
 def _strategies():
     return {"tensorflow": ["mirrored"], "jax": ["data_parallel", "model_parallel"], "torch": []}[
-        keras.backend.backend()]
+        keras.backend.backend()
+    ]
 
 
-@pytest.mark.parametrize("strategy", _strategies() or [pytest.param("none", marks=pytest.mark.skip(
-    reason="keras.distribution has no PyTorch implementation; see the error test below"))])
+@pytest.mark.parametrize(
+    "strategy",
+    _strategies()
+    or [
+        pytest.param(
+            "none",
+            marks=pytest.mark.skip(reason="keras.distribution has no PyTorch implementation; see the error test below"),
+        )
+    ],
+)
 def test_two_device_run(strategy, tmp_path):
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    out = subprocess.run([sys.executable, "-c", TWO_DEVICES, strategy, str(tmp_path)], env=env,
-                         capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", TWO_DEVICES, strategy, str(tmp_path)], env=env, capture_output=True, text=True, cwd=ROOT
+    )
     assert out.returncode == 0, out.stderr[-3000:]
-    line = [l for l in out.stdout.splitlines() if l.startswith("REPLICAS")][-1].split()
+    line = [text for text in out.stdout.splitlines() if text.startswith("REPLICAS")][-1].split()
     expected_replicas = 1 if strategy == "model_parallel" else 2
     assert int(line[1]) == expected_replicas and np.isfinite(float(line[3]))
 
@@ -161,8 +187,9 @@ def test_batch_the_devices_do_not_divide_is_an_error(tmp_path):
         pretrain(make_config("digits_pretrain", batch_size=33, strategy=strategy, output_dir=sys.argv[1]))
     """)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True,
-                         text=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True, cwd=ROOT
+    )
     assert out.returncode != 0
     assert "batch_size 33 is not divisible by the 2 devices" in out.stderr
     assert "Epoch 1" not in out.stdout
@@ -179,8 +206,22 @@ def test_main_recipe_runs_both_phases(tmp_path, capsys):
     sys.path.insert(0, os.path.join(ROOT, "recipes"))
     import main
 
-    args = ["--output_dir", str(tmp_path), "--epochs", "1", "--depth", "1", "--hidden_size", "32",
-            "--num_heads", "2", "--mlp_dim", "64", "--verbose", "0"]
+    args = [
+        "--output_dir",
+        str(tmp_path),
+        "--epochs",
+        "1",
+        "--depth",
+        "1",
+        "--hidden_size",
+        "32",
+        "--num_heads",
+        "2",
+        "--mlp_dim",
+        "64",
+        "--verbose",
+        "0",
+    ]
     first, second = main.main(args)
     table = capsys.readouterr().out
     assert "pretrain" in table and "finetune" in table and second.model.input_shape[1] == 24

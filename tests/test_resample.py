@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 import torchvision_stub
 
 torchvision_stub.install()
@@ -22,8 +21,14 @@ MODES = [("nearest", False), ("bilinear", False), ("bilinear", True), ("bicubic"
 # Up, down, square, non-square (one axis up, the other down), degenerate 1x1, and a
 # 2 -> 82 nearest case where a float64 source index would floor differently than torch's
 # float32 one.
-SIZES = [((7, 7), (12, 12)), ((14, 14), (24, 24)), ((24, 24), (14, 14)),
-         ((6, 9), (10, 4)), ((1, 1), (3, 3)), ((2, 3), (82, 5))]
+SIZES = [
+    ((7, 7), (12, 12)),
+    ((14, 14), (24, 24)),
+    ((24, 24), (14, 14)),
+    ((6, 9), (10, 4)),
+    ((1, 1), (3, 3)),
+    ((2, 3), (82, 5)),
+]
 
 
 def _torch_resize(grid, size, method, antialias):
@@ -38,8 +43,9 @@ def test_resize_grid_matches_torch(method, antialias, old, new):
     rng = np.random.default_rng(0)
     grid = rng.standard_normal((*old, 5))
     # float64 pins the kernel formulas themselves (differences would be ~1e-2, not 1e-12) ...
-    np.testing.assert_allclose(resize_grid(grid, new, method, antialias),
-                               _torch_resize(grid, new, method, antialias), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(
+        resize_grid(grid, new, method, antialias), _torch_resize(grid, new, method, antialias), rtol=0, atol=1e-10
+    )
     # ... and float32, the dtype checkpoints come in, keeps its dtype and torch's result.
     grid32 = grid.astype(np.float32)
     out = resize_grid(grid32, new, method, antialias)
@@ -86,8 +92,14 @@ def test_resample_position_embedding_matches_timm(old, new, prefix, method, anti
     # Pass old_grid only when it cannot be inferred, so the square default is exercised too.
     old_grid = None if old[0] == old[1] else old
     out = resample_position_embedding(posemb, new, old_grid, prefix, method, antialias)
-    ref = resample_abs_pos_embed(torch.from_numpy(posemb), list(new), None if old_grid is None else list(old),
-                                 num_prefix_tokens=prefix, interpolation=method, antialias=antialias)
+    ref = resample_abs_pos_embed(
+        torch.from_numpy(posemb),
+        list(new),
+        None if old_grid is None else list(old),
+        num_prefix_tokens=prefix,
+        interpolation=method,
+        antialias=antialias,
+    )
     assert out.shape == (1, prefix + new[0] * new[1], posemb.shape[-1]) == tuple(ref.shape)
     np.testing.assert_allclose(out, ref.numpy(), rtol=0, atol=1e-5)
     np.testing.assert_array_equal(out[:, :prefix], posemb[:, :prefix])

@@ -9,10 +9,10 @@ import copy
 import re
 from functools import partial
 
+import keras
 import numpy as np
 import pytest
-
-import keras
+import torchvision_stub  # noqa: E402  (tests/ is on sys.path via conftest)
 from keras import ops
 
 from keras_vit.layers.resnet import (
@@ -24,8 +24,6 @@ from keras_vit.layers.resnet import (
     resnet_feature_stride,
     resnet_out_channels,
 )
-
-import torchvision_stub  # noqa: E402  (tests/ is on sys.path via conftest)
 
 torchvision_stub.install()
 import timm  # noqa: E402
@@ -99,7 +97,7 @@ _PATH_TABLE = [
 
 def _timm_key(path, prefix="resnet/"):
     assert path.startswith(prefix), path
-    rel = path[len(prefix):]
+    rel = path[len(prefix) :]
     for pattern, template in _PATH_TABLE:
         m = re.fullmatch(pattern, rel)
         if m:
@@ -114,10 +112,7 @@ def _timm_key(path, prefix="resnet/"):
 
 def _load_timm_into_keras(timm_model, keras_layer):
     """Copy a timm ResNetV2 state dict into the Keras backbone by path."""
-    sd = {
-        k: v.detach().numpy()
-        for k, v in timm_model.state_dict().items()
-    }
+    sd = {k: v.detach().numpy() for k, v in timm_model.state_dict().items()}
     used = set()
     for var in keras_layer.weights:
         key = _timm_key(var.path, prefix=keras_layer.name + "/")
@@ -185,9 +180,7 @@ def test_parity_timm_resnetv2_helper(block_units):
 
 def test_parity_r26_from_hybrid_vit():
     # R26 (2, 2, 2, 2) backbone of R26+ViT-S/32, taken from the timm model.
-    vit = timm.create_model(
-        "vit_small_r26_s32_224", pretrained=False, img_size=64, num_classes=0
-    )
+    vit = timm.create_model("vit_small_r26_s32_224", pretrained=False, img_size=64, num_classes=0)
     tm = _randomize_timm(vit.patch_embed.backbone, seed=2)
     del vit
     kl = ResNetBackbone((2, 2, 2, 2))
@@ -267,9 +260,7 @@ def test_std_conv_valid_and_epsilon():
     conv.build((None, 6, 6, 2))
     conv.kernel.assign(w)
     ws = (w - w.mean(axis=(0, 1, 2))) / np.sqrt(w.var(axis=(0, 1, 2)) + 1e-3)
-    np.testing.assert_allclose(
-        ops.convert_to_numpy(conv.standardized_kernel()), ws, atol=1e-5
-    )
+    np.testing.assert_allclose(ops.convert_to_numpy(conv.standardized_kernel()), ws, atol=1e-5)
     x = np.ones((1, 6, 6, 2), "float32")
     assert ops.convert_to_numpy(conv(x)).shape == (1, 4, 4, 4)
 
@@ -327,8 +318,14 @@ def test_bad_std_conv_form_is_a_clear_error():
 
 def test_original_numerics_reach_every_sublayer():
     # The fields of a model spec are splatted into the backbone; every conv and norm gets them.
-    fields = dict(block_units=(1, 2), width=16, std_conv_form="std_eps", std_conv_epsilon=1e-5,
-                  group_norm_epsilon=1e-6, num_groups=8)
+    fields = dict(
+        block_units=(1, 2),
+        width=16,
+        std_conv_form="std_eps",
+        std_conv_epsilon=1e-5,
+        group_norm_epsilon=1e-6,
+        num_groups=8,
+    )
     backbone = ResNetBackbone(**fields, name="resnet", dtype="float32")
     backbone.build((None, 32, 32, 3))
     convs = [layer for layer in backbone._flatten_layers() if isinstance(layer, StdConv2D)]
@@ -421,9 +418,7 @@ def test_dynamic_spatial_shape_functional():
         )
         for h, w in [(50, 72), (64, 64)]:
             x = _images(h, w)
-            np.testing.assert_allclose(
-                fn(x).numpy(), ops.convert_to_numpy(layer(x)), atol=ATOL, rtol=0
-            )
+            np.testing.assert_allclose(fn(x).numpy(), ops.convert_to_numpy(layer(x)), atol=ATOL, rtol=0)
 
 
 # --------------------------------------------------------------------------
@@ -440,9 +435,7 @@ def _randomize_keras(layer, seed=0):
 
 def test_keras_save_load_round_trip(tmp_path):
     inp = keras.Input((40, 36, 3))
-    backbone = ResNetBackbone(
-        (1, 2), width=16, num_groups=8, std_conv_epsilon=1e-6, group_norm_epsilon=1e-6
-    )
+    backbone = ResNetBackbone((1, 2), width=16, num_groups=8, std_conv_epsilon=1e-6, group_norm_epsilon=1e-6)
     x = backbone(inp)
     x = keras.layers.GlobalAveragePooling2D()(x)
     model = keras.Model(inp, keras.layers.Dense(3)(x))
@@ -467,12 +460,21 @@ def test_keras_save_load_round_trip(tmp_path):
 def test_get_config_round_trips():
     layers = [
         StdConv2D(
-            8, (3, 5), strides=(2, 1), padding="valid", epsilon=1e-5,
-            use_bias=True, name="c",
+            8,
+            (3, 5),
+            strides=(2, 1),
+            padding="valid",
+            epsilon=1e-5,
+            use_bias=True,
+            name="c",
         ),
         BottleneckUnit(
-            16, strides=2, std_conv_epsilon=1e-7, group_norm_epsilon=1e-6,
-            num_groups=4, name="u",
+            16,
+            strides=2,
+            std_conv_epsilon=1e-7,
+            group_norm_epsilon=1e-6,
+            num_groups=4,
+            name="u",
         ),
         ResNetStage(3, 16, strides=2, num_groups=4, name="stage_1"),
         ResNetBackbone((2, 2, 2, 2), width=32, num_groups=16, name="r26"),
@@ -502,9 +504,7 @@ def test_stride_and_channel_helpers():
     assert layer.compute_output_shape((None, None, None, 3)) == (None, None, None, 128)
 
 
-@pytest.mark.parametrize(
-    "bad", [(), [], (1, 0, 1), (1, -2), (1, 1, 1, 1, 1), (1.5, 2), "349", None, (True, 1)]
-)
+@pytest.mark.parametrize("bad", [(), [], (1, 0, 1), (1, -2), (1, 1, 1, 1, 1), (1.5, 2), "349", None, (True, 1)])
 def test_bad_block_units(bad):
     with pytest.raises(ValueError, match="block_units"):
         ResNetBackbone(bad)

@@ -4,9 +4,9 @@ import dataclasses
 
 import numpy as np
 import pytest
+from conftest import to_numpy
 
 import keras_vit
-from conftest import to_numpy
 from keras_vit.models.spec import ARCHITECTURE, REGULARIZATION, TASK, ResNetSpec, ViTSpec
 from keras_vit.training.config import MODEL_OPTIONS, make_config, parse_args
 
@@ -31,7 +31,9 @@ def test_model_config_is_keras_config_plus_the_spec(rng):
     model = keras_vit.create_model("vit_ti16", image_size=(32, 48), num_classes=3, depth=1, pooling="gap")
     config = model.get_config()
     assert {"name", "trainable", "dtype"} <= set(config)
-    assert ViTSpec.from_config({k: v for k, v in config.items() if k not in ("name", "trainable", "dtype")}) == model.spec
+    assert (
+        ViTSpec.from_config({k: v for k, v in config.items() if k not in ("name", "trainable", "dtype")}) == model.spec
+    )
     clone = keras_vit.VisionTransformer.from_config(config)
     clone.set_weights(model.get_weights())
     x = rng.random((2, 32, 48, 3), dtype="float32")
@@ -48,13 +50,16 @@ def test_resnet_fields_by_prefix_and_nested_config():
     assert spec.replace(resnet_block_units=None).resnet is None
 
 
-@pytest.mark.parametrize("options, message", [
-    (dict(hiden_size=3), r"unknown option\(s\) \['hiden_size'\].*Did you mean 'hidden_size'"),
-    (dict(image_size=0), "image_size must be a positive integer"),
-    (dict(num_classes=0), "num_classes must be a positive integer"),
-    (dict(depth=1.5), "depth must be a positive integer"),
-    (dict(resnet_widht=8), r"unknown option\(s\) \['widht'\].*Did you mean 'width'"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(hiden_size=3), r"unknown option\(s\) \['hiden_size'\].*Did you mean 'hidden_size'"),
+        (dict(image_size=0), "image_size must be a positive integer"),
+        (dict(num_classes=0), "num_classes must be a positive integer"),
+        (dict(depth=1.5), "depth must be a positive integer"),
+        (dict(resnet_widht=8), r"unknown option\(s\) \['widht'\].*Did you mean 'width'"),
+    ],
+)
 def test_bad_options_name_what_was_expected(options, message):
     with pytest.raises(ValueError, match=message):
         keras_vit.get_spec("vit_ti16").replace(**options)

@@ -31,7 +31,7 @@ def _timm_final_norm(spec, arrays):
             + f" but the model has norm_after_pool={spec.norm_after_pool}: build it "
             f"with norm_after_pool={after}."
         )
-    return {("norm." + k[len("fc_norm."):] if k.startswith("fc_norm.") else k): v for k, v in arrays.items()}
+    return {("norm." + k[len("fc_norm.") :] if k.startswith("fc_norm.") else k): v for k, v in arrays.items()}
 
 
 def _hf_config_numerics(path):
@@ -68,7 +68,7 @@ class Layout:
     name: str
     signature: str
     prefixes: tuple
-    rows: typing.Optional[list]
+    rows: list | None
     class_token_key: str
     resampling: tuple
     numerics: dict = dataclasses.field(default_factory=dict)
@@ -98,7 +98,11 @@ LAYOUTS = {
         # google-research/vision_transformer .npz files. (Resampled as timm's loader for
         # them does; the original code itself resizes with scipy's zoom, order 1.)
         Layout(
-            "original", "embedding/kernel", ("", "opt/target/"), _column(1, table.RESNET_ORIGINAL), "cls",
+            "original",
+            "embedding/kernel",
+            ("", "opt/target/"),
+            _column(1, table.RESNET_ORIGINAL),
+            "cls",
             resampling=("bilinear", False),
             numerics={"gelu_approximate": True, "layer_norm_epsilon": 1e-6},
             # Its StdConv divides by (std + 1e-5); flax's GroupNorm epsilon is 1e-6.
@@ -106,7 +110,11 @@ LAYOUTS = {
             ignorable=("pre_logits/",),
         ),
         Layout(
-            "timm", "patch_embed.proj.weight", ("", "module.", "model."), _column(2, table.RESNET_TIMM), "cls_token",
+            "timm",
+            "patch_embed.proj.weight",
+            ("", "module.", "model."),
+            _column(2, table.RESNET_TIMM),
+            "cls_token",
             resampling=("bicubic", True),  # checkpoint_filter_fn
             numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-6},
             # StdConv2dSame(eps=1e-8) and torch's GroupNorm.
@@ -114,7 +122,11 @@ LAYOUTS = {
             prepare=_timm_final_norm,
         ),
         Layout(
-            "hf", "embeddings.patch_embeddings.projection.weight", ("", "vit."), _column(3), "embeddings.cls_token",
+            "hf",
+            "embeddings.patch_embeddings.projection.weight",
+            ("", "vit."),
+            _column(3),
+            "embeddings.cls_token",
             resampling=("bicubic", False),  # interpolate_pos_encoding
             numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-12},
             ignorable=("pooler.",),
@@ -122,8 +134,13 @@ LAYOUTS = {
         ),
         # keras-vit's own .keras files: the identity.
         Layout(
-            "keras", "patch_embedding/kernel", ("",), None, "class_token/token",
-            resampling=("bicubic", True), ignorable=("pre_logits/",),
+            "keras",
+            "patch_embedding/kernel",
+            ("",),
+            None,
+            "class_token/token",
+            resampling=("bicubic", True),
+            ignorable=("pre_logits/",),
         ),
     )
 }
@@ -134,7 +151,7 @@ def detect_layout(arrays):
     for layout in LAYOUTS.values():
         for prefix in layout.prefixes:
             if prefix + layout.signature in arrays:
-                stripped = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+                stripped = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
                 # Keys outside the prefix (HF's `classifier.*`) are kept as they are.
                 stripped.update({k: v for k, v in arrays.items() if not k.startswith(prefix)})
                 return layout, stripped

@@ -6,8 +6,6 @@ import warnings
 
 import numpy as np
 
-import keras
-
 from keras_vit.checkpoints import layouts, readers
 from keras_vit.checkpoints.resample import resample_position_embedding
 
@@ -150,7 +148,9 @@ def _resample(model, posemb, method, antialias, key):
     if posemb.ndim == 2:  # some files drop the leading batch axis
         posemb = posemb[None]
     try:
-        return resample_position_embedding(posemb, grid, num_prefix_tokens=num_prefix, method=method, antialias=antialias)
+        return resample_position_embedding(
+            posemb, grid, num_prefix_tokens=num_prefix, method=method, antialias=antialias
+        )
     except ValueError as error:
         raise ValueError(f"Cannot resample {key!r} of shape {posemb.shape} to grid {grid}: {error}") from None
 
@@ -170,9 +170,7 @@ def _warn(model, report, layout, path):
     expected = {**layout.numerics, **layout.file_numerics(path)}
     differ = {k: v for k, v in expected.items() if getattr(spec, k) != v}
     if spec.resnet is not None:
-        differ.update(
-            {f"resnet_{k}": v for k, v in layout.resnet_numerics.items() if getattr(spec.resnet, k) != v}
-        )
+        differ.update({f"resnet_{k}": v for k, v in layout.resnet_numerics.items() if getattr(spec.resnet, k) != v})
     if differ:
         options = ", ".join(f"{k}={v!r}" for k, v in differ.items())
         warnings.warn(

@@ -10,6 +10,7 @@ import zipfile
 
 import numpy as np
 
+
 def sniff_container(path):
     """Which container a file is, from its first bytes (and zip member names)."""
     with open(path, "rb") as f:
@@ -55,8 +56,16 @@ def read_torch(path):
 
 
 _SAFETENSORS_DTYPES = {
-    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
-    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
 }
 
 

@@ -111,8 +111,9 @@ def resize_grid(grid, new_size, method="bicubic", antialias=True):
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if method == "nearest" and antialias:
-        raise ValueError("antialias=True is only supported for 'bilinear' and 'bicubic'; "
-                         "pass antialias=False with method='nearest'")
+        raise ValueError(
+            "antialias=True is only supported for 'bilinear' and 'bicubic'; pass antialias=False with method='nearest'"
+        )
     grid = np.asarray(grid)
     if grid.ndim != 3:
         raise ValueError(f"expected grid of shape (H, W, C), got {grid.shape}")
@@ -124,8 +125,7 @@ def resize_grid(grid, new_size, method="bicubic", antialias=True):
     return out.astype(dtype)
 
 
-def resample_position_embedding(posemb, new_grid, old_grid=None, num_prefix_tokens=1,
-                                method="bicubic", antialias=True):
+def resample_position_embedding(posemb, new_grid, old_grid=None, num_prefix_tokens=1, method="bicubic", antialias=True):
     """Resize a ``(1, prefix + old_h*old_w, D)`` position embedding to a new patch grid.
 
     The grid tokens are a row-major flattened ``(old_h, old_w)`` grid, as in timm's
@@ -145,20 +145,22 @@ def resample_position_embedding(posemb, new_grid, old_grid=None, num_prefix_toke
     """
     posemb = np.asarray(posemb)
     if posemb.ndim != 3 or posemb.shape[0] != 1 or posemb.shape[1] < num_prefix_tokens:
-        raise ValueError(f"expected posemb of shape (1, tokens, dim) with tokens >= "
-                         f"num_prefix_tokens={num_prefix_tokens}, got {posemb.shape}")
+        raise ValueError(
+            f"expected posemb of shape (1, tokens, dim) with tokens >= "
+            f"num_prefix_tokens={num_prefix_tokens}, got {posemb.shape}"
+        )
     new_h, new_w = checks.pair(new_grid, "new_grid")
     num_grid = posemb.shape[1] - num_prefix_tokens
     if old_grid is None:
         side = math.isqrt(num_grid)
         if side * side != num_grid:
-            raise ValueError(f"cannot infer old_grid: {num_grid} grid tokens is not a perfect "
-                             f"square; pass old_grid=(h, w)")
+            raise ValueError(
+                f"cannot infer old_grid: {num_grid} grid tokens is not a perfect square; pass old_grid=(h, w)"
+            )
         old_grid = (side, side)
     old_h, old_w = checks.pair(old_grid, "old_grid")
     if old_h * old_w != num_grid:
-        raise ValueError(f"old_grid {(old_h, old_w)} needs {old_h * old_w} grid tokens, "
-                         f"got {num_grid}")
+        raise ValueError(f"old_grid {(old_h, old_w)} needs {old_h * old_w} grid tokens, got {num_grid}")
     if (old_h, old_w) == (new_h, new_w):
         return posemb.copy()
     prefix, grid = posemb[0, :num_prefix_tokens], posemb[0, num_prefix_tokens:]

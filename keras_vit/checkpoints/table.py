@@ -74,7 +74,7 @@ class Shifted(Source):
 
     def resolve(self, groups):
         indices = [int(g) + self.by for g in groups[: self.count]]
-        return super().resolve((*indices, *groups[self.count:]))
+        return super().resolve((*indices, *groups[self.count :]))
 
 
 def heads_in(*keys):
@@ -100,6 +100,7 @@ _HF = "encoder.layer.{0}."
 _HF_ATTN = _HF + "attention."
 
 # One row per weight of the plain ViT, one column per layout (None: the layout has none).
+# fmt: off
 VIT = [
     # Keras path
     #   original .npz
@@ -127,7 +128,8 @@ VIT = [
         same("blocks.{0}.attn.qkv.bias"),
         concat(*(_HF_ATTN + f"attention.{n}.bias" for n in _QKV))),
     (_B + r"attention/out/kernel",
-        heads_out(_MHA + "out/kernel"), linear("blocks.{0}.attn.proj.weight"), linear(_HF_ATTN + "output.dense.weight")),
+        heads_out(_MHA + "out/kernel"), linear("blocks.{0}.attn.proj.weight"),
+        linear(_HF_ATTN + "output.dense.weight")),
     (_B + r"attention/out/bias",
         same(_MHA + "out/bias"), same("blocks.{0}.attn.proj.bias"), same(_HF_ATTN + "output.dense.bias")),
     (_B + r"norm2/gamma",
@@ -140,7 +142,8 @@ VIT = [
     (_B + r"mlp/fc1/bias",
         same(_ENC + "MlpBlock_3/Dense_0/bias"), same("blocks.{0}.mlp.fc1.bias"), same(_HF + "intermediate.dense.bias")),
     (_B + r"mlp/fc2/kernel",
-        same(_ENC + "MlpBlock_3/Dense_1/kernel"), linear("blocks.{0}.mlp.fc2.weight"), linear(_HF + "output.dense.weight")),
+        same(_ENC + "MlpBlock_3/Dense_1/kernel"), linear("blocks.{0}.mlp.fc2.weight"),
+        linear(_HF + "output.dense.weight")),
     (_B + r"mlp/fc2/bias",
         same(_ENC + "MlpBlock_3/Dense_1/bias"), same("blocks.{0}.mlp.fc2.bias"), same(_HF + "output.dense.bias")),
     # (timm names the final norm `fc_norm` when it follows the pooling; the loader
@@ -177,3 +180,4 @@ RESNET_TIMM = [
     (_U + r"gn_proj/gamma", same(_RU + "downsample.norm.weight")),
     (_U + r"gn_proj/beta", same(_RU + "downsample.norm.bias")),
 ]
+# fmt: on

@@ -137,9 +137,7 @@ def make_batch_augmentation(rand_augment=False, mixup_alpha=None, cutmix_factor=
     """
     import tensorflow as tf
 
-    ra_kwargs, mixup_alpha, cutmix_factor = parse_augment_options(
-        rand_augment, mixup_alpha, cutmix_factor
-    )
+    ra_kwargs, mixup_alpha, cutmix_factor = parse_augment_options(rand_augment, mixup_alpha, cutmix_factor)
     if ra_kwargs is None and mixup_alpha is None and cutmix_factor is None:
         return None
 
@@ -149,9 +147,7 @@ def make_batch_augmentation(rand_augment=False, mixup_alpha=None, cutmix_factor=
 
     rand_aug = None if ra_kwargs is None else make_rand_augment(seed=sub_seed(0), **ra_kwargs)
     mixup = None if mixup_alpha is None else keras.layers.MixUp(alpha=mixup_alpha, seed=sub_seed(1))
-    cutmix = (
-        None if cutmix_factor is None else keras.layers.CutMix(factor=cutmix_factor, seed=sub_seed(2))
-    )
+    cutmix = None if cutmix_factor is None else keras.layers.CutMix(factor=cutmix_factor, seed=sub_seed(2))
 
     def apply_mixing(layer, images, labels):
         out = layer({"images": images, "labels": labels}, training=True)

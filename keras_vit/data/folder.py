@@ -25,9 +25,7 @@ def _image_files(path):
     found = []
     for dirpath, dirnames, filenames in os.walk(path):
         dirnames.sort()
-        found.extend(
-            os.path.join(dirpath, f) for f in sorted(filenames) if f.lower().endswith(IMAGE_EXTENSIONS)
-        )
+        found.extend(os.path.join(dirpath, f) for f in sorted(filenames) if f.lower().endswith(IMAGE_EXTENSIONS))
     return found
 
 
@@ -46,11 +44,7 @@ def _list_classes(root, class_names=None):
 def _no_images_error(root):
     looked_for = ", ".join(IMAGE_EXTENSIONS)
     top_level = [f for f in os.listdir(root) if f.lower().endswith(IMAGE_EXTENSIONS)]
-    hint = (
-        f" It holds {len(top_level)} image(s) directly; move them into one subfolder per class."
-        if top_level
-        else ""
-    )
+    hint = f" It holds {len(top_level)} image(s) directly; move them into one subfolder per class." if top_level else ""
     return ValueError(
         f"No images found in folder {root!r}: expected one subfolder per class holding image "
         f"files with extensions {looked_for} (case-insensitive).{hint}"
@@ -118,8 +112,7 @@ def load_image_folder(path, validation_fraction=0.1, test_fraction=0.2, seed=0):
                         f"Folder {os.path.join(root, folder)!r} has classes {sorted(extra)} that "
                         f"{os.path.join(root, 'train')!r} lacks; expected the same class subfolders."
                     )
-                p, l, _ = _list_classes(os.path.join(root, folder), class_names)
-                parts[role] = (p, l)
+                parts[role] = _list_classes(os.path.join(root, folder), class_names)[:2]
     else:
         paths, labels, class_names = _list_classes(root)
         parts = {}
@@ -147,6 +140,4 @@ def load_image_folder(path, validation_fraction=0.1, test_fraction=0.2, seed=0):
         if missing_test:
             parts["test"] = ([paths[i] for i in test_idx], labels[test_idx])
         parts["train"] = ([paths[i] for i in train_idx], labels[train_idx])
-    return DatasetSplits(
-        *(_split(role, info, *parts[role]) for role in ("train", "validation", "test")), info
-    )
+    return DatasetSplits(*(_split(role, info, *parts[role]) for role in ("train", "validation", "test")), info)

@@ -11,11 +11,7 @@ from keras_vit.data.tfds_source import UnknownDatasetError, load_tfds, unknown_d
 def _looks_like_path(name):
     # A separator, "~" or a leading "." means the caller meant a folder, never a tfds name
     # (tfds configs use "/" too, but "name/config" is neither absolute nor dotted).
-    return (
-        name.startswith((".", "~", os.sep))
-        or (os.altsep is not None and os.altsep in name)
-        or os.path.isabs(name)
-    )
+    return name.startswith((".", "~", os.sep)) or (os.altsep is not None and os.altsep in name) or os.path.isabs(name)
 
 
 def load_dataset(
@@ -57,8 +53,7 @@ def load_dataset(
         name_or_path = os.fspath(name_or_path)
     if not isinstance(name_or_path, str) or not name_or_path.strip():
         raise ValueError(
-            "Expected a dataset name ('digits' or a tensorflow-datasets name) or a folder path; "
-            f"got {name_or_path!r}."
+            f"Expected a dataset name ('digits' or a tensorflow-datasets name) or a folder path; got {name_or_path!r}."
         )
     if name_or_path == DIGITS_NAME:
         return load_digits(validation_fraction, test_fraction, seed)
@@ -67,8 +62,7 @@ def load_dataset(
         return load_image_folder(expanded, validation_fraction, test_fraction, seed)
     if _looks_like_path(name_or_path):
         raise ValueError(
-            f"Expected an existing folder of images; got {name_or_path!r}, which does not exist "
-            "or is not a folder."
+            f"Expected an existing folder of images; got {name_or_path!r}, which does not exist or is not a folder."
         )
     if os.path.exists(expanded):  # a file, not a folder
         raise ValueError(

@@ -44,9 +44,7 @@ def _arrays_dataset(images, labels):
             "Convert them, e.g. np.clip(x * 255, 0, 255).astype('uint8') for 0..1 floats."
         )
     if images.ndim != 4 or images.shape[-1] not in (1, 3):
-        raise ValueError(
-            f"Expected images of shape (N, H, W, 1) or (N, H, W, 3); got shape {images.shape}."
-        )
+        raise ValueError(f"Expected images of shape (N, H, W, 1) or (N, H, W, 3); got shape {images.shape}.")
     if labels.ndim != 1 or len(labels) != len(images) or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(
             f"Expected one integer label per image, shape ({len(images)},); got labels of "
@@ -91,14 +89,9 @@ def _as_examples(data):
 
     image_spec = dataset.element_spec[0]
     if image_spec.dtype != tf.uint8:
-        raise ValueError(
-            "Expected uint8 images with values 0..255; got a dataset of "
-            f"{image_spec.dtype.name} images."
-        )
+        raise ValueError(f"Expected uint8 images with values 0..255; got a dataset of {image_spec.dtype.name} images.")
     if image_spec.shape.rank is not None and image_spec.shape.rank != 3:
-        raise ValueError(
-            f"Expected unbatched images of shape (H, W, C); got element shape {image_spec.shape}."
-        )
+        raise ValueError(f"Expected unbatched images of shape (H, W, C); got element shape {image_spec.shape}.")
 
     label_spec = dataset.element_spec[1]
     if not label_spec.dtype.is_integer or label_spec.shape.rank not in (0, None):
@@ -108,18 +101,14 @@ def _as_examples(data):
         )
     channels = image_spec.shape[-1] if image_spec.shape.rank is not None else None
     if channels not in (1, 3, None):
-        raise ValueError(
-            f"Expected images with 1 (grey) or 3 (RGB) channels; got {channels} channels."
-        )
+        raise ValueError(f"Expected images with 1 (grey) or 3 (RGB) channels; got {channels} channels.")
 
     def to_rgb(image, label):
         # Grey images are repeated to 3 channels so that RGB models apply.
         if channels == 1:
             image = tf.image.grayscale_to_rgb(image)
         elif channels is None:  # not known statically: decide per image
-            image = tf.cond(
-                tf.shape(image)[-1] == 1, lambda: tf.image.grayscale_to_rgb(image), lambda: image
-            )
+            image = tf.cond(tf.shape(image)[-1] == 1, lambda: tf.image.grayscale_to_rgb(image), lambda: image)
             image = tf.ensure_shape(image, [None, None, 3])
         return image, tf.cast(label, tf.int32)
 
@@ -221,9 +210,7 @@ def make_pipeline(
     batch_size = checks.positive_int(batch_size, "batch_size")
     check_normalization(normalization)
     _check_training_options(training, shuffle_buffer, seed)
-    crop_aspect_ratio_range = checks.fraction_range(
-        crop_aspect_ratio_range, "crop_aspect_ratio_range", high=np.inf
-    )
+    crop_aspect_ratio_range = checks.fraction_range(crop_aspect_ratio_range, "crop_aspect_ratio_range", high=np.inf)
     parse_augment_options(rand_augment, mixup_alpha, cutmix_factor)  # fail early, even for eval
     label_one_hot = bool(one_hot) or mixes_labels(mixup_alpha, cutmix_factor)
 
@@ -266,9 +253,7 @@ def make_pipeline(
             image, label = example
             crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(example_seed, 2))
             if inception_crop:
-                image = random_resized_crop(
-                    image, (height, width), crop_seed, crop_area_range, crop_aspect_ratio_range
-                )
+                image = random_resized_crop(image, (height, width), crop_seed, crop_area_range, crop_aspect_ratio_range)
             else:
                 image = resize(image, (height, width))
             if horizontal_flip:
@@ -290,9 +275,7 @@ def make_pipeline(
         dataset = tf.data.Dataset.zip((dataset, _stream_seeds(seed, 1)))
         # Sequential on purpose: the Keras layers' stateful seed generators must be drawn
         # in a fixed order for a seeded pipeline to repeat itself.
-        dataset = dataset.map(
-            lambda batch, batch_seed: augment(*batch, batch_seed), num_parallel_calls=None
-        )
+        dataset = dataset.map(lambda batch, batch_seed: augment(*batch, batch_seed), num_parallel_calls=None)
 
     dataset = dataset.map(
         lambda images, labels: (normalize(images, normalization), labels),
@@ -346,9 +329,7 @@ def preprocess_split(
     if not images:
         if num_classes is None and isinstance(data, Split):
             num_classes = data.info.num_classes
-        empty_labels = (
-            np.zeros((0, num_classes or 0), np.float32) if one_hot else np.zeros((0,), np.int32)
-        )
+        empty_labels = np.zeros((0, num_classes or 0), np.float32) if one_hot else np.zeros((0,), np.int32)
         return np.zeros((0, height, width, 3), np.float32), empty_labels
     images = np.concatenate(images)[:max_examples]
     labels = np.concatenate(labels)[:max_examples]

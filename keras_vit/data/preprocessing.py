@@ -23,9 +23,7 @@ NORMALIZATIONS = ("vit", "imagenet", None)
 def check_normalization(normalization):
     """Returns ``normalization`` if it is one of ``NORMALIZATIONS``, else raises ValueError."""
     if normalization not in NORMALIZATIONS:
-        raise ValueError(
-            f"normalization must be one of {NORMALIZATIONS!r}; got normalization={normalization!r}."
-        )
+        raise ValueError(f"normalization must be one of {NORMALIZATIONS!r}; got normalization={normalization!r}.")
     return normalization
 
 

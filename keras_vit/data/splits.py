@@ -6,7 +6,6 @@ an unbatched ``tf.data.Dataset`` of ``(uint8 image (H, W, 3), int32 label)`` pai
 """
 
 import dataclasses
-from typing import Optional
 
 import numpy as np
 
@@ -48,10 +47,10 @@ class Split:
 
     name: str
     info: DatasetInfo
-    images: Optional[np.ndarray] = None
-    labels: Optional[np.ndarray] = None
+    images: np.ndarray | None = None
+    labels: np.ndarray | None = None
     dataset: object = None
-    num_examples: Optional[int] = None
+    num_examples: int | None = None
 
     def __post_init__(self):
         if (self.images is None) == (self.dataset is None):

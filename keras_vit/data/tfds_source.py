@@ -10,9 +10,7 @@ import difflib
 from keras_vit.data.splits import DatasetInfo, DatasetSplits, Split
 
 # Datasets of digits and characters: a mirror image changes or destroys the label.
-_NO_FLIP = frozenset(
-    {"mnist", "emnist", "kmnist", "svhn_cropped", "binarized_mnist", "mnist_corrupted"}
-)
+_NO_FLIP = frozenset({"mnist", "emnist", "kmnist", "svhn_cropped", "binarized_mnist", "mnist_corrupted"})
 
 
 def tfds_names():
@@ -100,8 +98,7 @@ def _features(info, name):
     label_feature = features[label_key]
     if not hasattr(label_feature, "num_classes"):
         raise ValueError(
-            f"tfds dataset {name!r}: expected {label_key!r} to be a ClassLabel, got "
-            f"{type(label_feature).__name__}."
+            f"tfds dataset {name!r}: expected {label_key!r} to be a ClassLabel, got {type(label_feature).__name__}."
         )
     return image_key, label_key, features[image_key], label_feature
 
@@ -154,10 +151,7 @@ def load_tfds(
 
     shape = tuple(image_feature.shape)
     if len(shape) != 3 or shape[-1] not in (1, 3):
-        raise ValueError(
-            f"tfds dataset {name!r}: expected images of shape (H, W, 1) or (H, W, 3), "
-            f"got {shape}."
-        )
+        raise ValueError(f"tfds dataset {name!r}: expected images of shape (H, W, 1) or (H, W, 3), got {shape}.")
     channels = shape[-1]
     dataset_info = DatasetInfo(
         name=name,
@@ -176,7 +170,7 @@ def load_tfds(
     available = list(info.splits.keys())
     chosen = _choose_splits(available, train_split, validation_split, test_split, validation_fraction)
     splits = []
-    for role, split in zip(("train", "validation", "test"), chosen):
+    for split in chosen:  # train, validation, test
         dataset = builder.as_dataset(split=split, shuffle_files=False)
         dataset = dataset.map(to_pair, num_parallel_calls=tf.data.AUTOTUNE)
         try:

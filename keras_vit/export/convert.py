@@ -24,8 +24,17 @@ from keras_vit.export.errors import ExportError, InvalidModelFileError, Unconver
 from keras_vit.export.formats import FORMATS
 
 
-def convert_model(model, paths, *, representative_images=None, top_k=5, normalization="vit",
-                  outputs_probabilities=False, opset=None, scratch_dir=None):
+def convert_model(
+    model,
+    paths,
+    *,
+    representative_images=None,
+    top_k=5,
+    normalization="vit",
+    outputs_probabilities=False,
+    opset=None,
+    scratch_dir=None,
+):
     """Writes ``model`` in each format of ``paths`` (``{format name: path}``).
 
     The paths are written as given, without verification or renaming: ``export_model`` is
@@ -84,13 +93,23 @@ def convert_model(model, paths, *, representative_images=None, top_k=5, normaliz
 # The errors the child process reports by name and the parent raises again as such.
 _ERRORS = {
     cls.__name__: cls
-    for cls in (ExportError, UnconvertibleModelError, VerificationError, InvalidModelFileError, ValueError,
-                FileExistsError, FileNotFoundError, TypeError, RuntimeError)
+    for cls in (
+        ExportError,
+        UnconvertibleModelError,
+        VerificationError,
+        InvalidModelFileError,
+        ValueError,
+        FileExistsError,
+        FileNotFoundError,
+        TypeError,
+        RuntimeError,
+    )
 }
 
 
-def convert_in_tensorflow_process(model, model_path, paths, imports=(), verbose=False, *,
-                                  representative_images=None, **options):
+def convert_in_tensorflow_process(
+    model, model_path, paths, imports=(), verbose=False, *, representative_images=None, **options
+):
     """``convert_model`` in a child process with ``KERAS_BACKEND=tensorflow``.
 
     Args:

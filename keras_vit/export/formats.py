@@ -32,20 +32,41 @@ FORMATS = {
     f.name: f
     for f in (
         ExportFormat(
-            "savedmodel", "savedmodel", "savedmodel",
+            "savedmodel",
+            "savedmodel",
+            "savedmodel",
             description="TF SavedModel for TF Serving: serving_default (uint8 images) and "
             "serving_preprocessed (float32 images in [-1, 1])",
         ),
-        ExportFormat("tflite_float32", "model_float32.tflite", "tflite", "float32",
-                     "LiteRT flat buffer, float32 weights and arithmetic"),
-        ExportFormat("tflite_float16", "model_float16.tflite", "tflite", "float16",
-                     "LiteRT, float16 weights (half the size), float32 arithmetic on CPU"),
-        ExportFormat("tflite_dynamic_int8", "model_dynamic_int8.tflite", "tflite", "dynamic_int8",
-                     "LiteRT, int8 weights, activations quantised on the fly"),
-        ExportFormat("tflite_int8", "model_int8.tflite", "tflite", "int8",
-                     "LiteRT, full-integer int8 (calibrated on representative data)"),
-        ExportFormat("onnx", "model.onnx", "onnx",
-                     description="ONNX (opset 17), dynamic batch, for onnxruntime"),
+        ExportFormat(
+            "tflite_float32",
+            "model_float32.tflite",
+            "tflite",
+            "float32",
+            "LiteRT flat buffer, float32 weights and arithmetic",
+        ),
+        ExportFormat(
+            "tflite_float16",
+            "model_float16.tflite",
+            "tflite",
+            "float16",
+            "LiteRT, float16 weights (half the size), float32 arithmetic on CPU",
+        ),
+        ExportFormat(
+            "tflite_dynamic_int8",
+            "model_dynamic_int8.tflite",
+            "tflite",
+            "dynamic_int8",
+            "LiteRT, int8 weights, activations quantised on the fly",
+        ),
+        ExportFormat(
+            "tflite_int8",
+            "model_int8.tflite",
+            "tflite",
+            "int8",
+            "LiteRT, full-integer int8 (calibrated on representative data)",
+        ),
+        ExportFormat("onnx", "model.onnx", "onnx", description="ONNX (opset 17), dynamic batch, for onnxruntime"),
     )
 }
 DEFAULT_FORMATS = tuple(FORMATS)
@@ -74,10 +95,7 @@ def parse_formats(formats):
             if n not in FORMATS:
                 close = difflib.get_close_matches(n, FORMATS, n=2, cutoff=0.6)
                 hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-                raise ValueError(
-                    f"Unknown export format {n!r}.{hint} Known formats: {', '.join(FORMATS)} "
-                    "(or 'all')."
-                )
+                raise ValueError(f"Unknown export format {n!r}.{hint} Known formats: {', '.join(FORMATS)} (or 'all').")
             if n not in result:
                 result.append(n)
     return tuple(result)

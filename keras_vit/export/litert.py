@@ -79,10 +79,13 @@ def write_tflite(model, saved_model_dir, path, quantization="float32", represent
     except Exception as error:
         message = str(error)
         raise unconvertible(
-            f"tflite_{quantization}", model,
-            lambda what, ops: f"tflite_{quantization}: LiteRT cannot convert {what}"
-            + (f" (unsupported ops: {', '.join(ops)})" if ops else "")
-            + f". Converter message: {_first_lines(message)}",
+            f"tflite_{quantization}",
+            model,
+            lambda what, ops: (
+                f"tflite_{quantization}: LiteRT cannot convert {what}"
+                + (f" (unsupported ops: {', '.join(ops)})" if ops else "")
+                + f". Converter message: {_first_lines(message)}"
+            ),
             message,
         ) from None
     with open(path, "wb") as f:

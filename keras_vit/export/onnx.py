@@ -96,7 +96,8 @@ def write_onnx(model, saved_model_dir, path, opset=DEFAULT_OPSET):
     proto, unsupported = convert_onnx(saved_model_dir, opset)
     if unsupported:
         raise unconvertible(
-            "onnx", model,
+            "onnx",
+            model,
             lambda what, ops: f"onnx: tf2onnx cannot convert {what} (unsupported ops: {', '.join(ops)}).",
             op_paths=unsupported,
         )

@@ -96,9 +96,12 @@ def build_archive(model, *, top_k=5, normalization="vit", outputs_probabilities=
             # Tracing runs every layer's call() on symbolic TF tensors: a layer written
             # with another backend's own ops (jax.numpy, torch) fails here.
             raise unconvertible(
-                "savedmodel", model,
-                lambda what, ops: f"TensorFlow could not trace {what} for the {name} signature; every "
-                f"layer must be written with keras.ops (not jax.numpy or torch) to export. ({error})",
+                "savedmodel",
+                model,
+                lambda what, ops, name=name, error=error: (
+                    f"TensorFlow could not trace {what} for the {name} signature; every "
+                    f"layer must be written with keras.ops (not jax.numpy or torch) to export. ({error})"
+                ),
                 str(error),
             ) from error
     return archive
@@ -116,6 +119,8 @@ def write_savedmodel(model, path, *, top_k=5, normalization="vit", outputs_proba
     ...     model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1)
     ...     _ = write_savedmodel(model, os.path.join(tempfile.mkdtemp(), "savedmodel"))
     """
-    archive = build_archive(model, top_k=top_k, normalization=normalization, outputs_probabilities=outputs_probabilities)
+    archive = build_archive(
+        model, top_k=top_k, normalization=normalization, outputs_probabilities=outputs_probabilities
+    )
     archive.write_out(path, verbose=False)
     return path

@@ -165,5 +165,3 @@ def _short(details):
     return ", ".join(
         f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in details.items() if v is not None
     )
-
-

@@ -1,7 +1,7 @@
 """A Markdown table of every named model's parameters and forward GFLOPs.
 
-    python -m keras_vit.inspect.table              # at 224x224, 1000 classes
-    python -m keras_vit.inspect.table --image-size 384
+python -m keras_vit.inspect.table              # at 224x224, 1000 classes
+python -m keras_vit.inspect.table --image-size 384
 """
 
 import argparse
@@ -16,18 +16,24 @@ def variants_table(image_size=224, num_classes=1000):
     >>> print(variants_table().splitlines()[0])
     | model | width x depth, heads | stem | tokens | parameters (M) | GFLOPs |
     """
-    lines = ["| model | width x depth, heads | stem | tokens | parameters (M) | GFLOPs |",
-             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| model | width x depth, heads | stem | tokens | parameters (M) | GFLOPs |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
     for name, spec in VARIANTS.items():  # sizes Ti..H, patches 8..32, then the hybrids
         spec = spec.replace(image_size=image_size)
         tokens = spec.grid_size[0] * spec.grid_size[1] + spec.num_prefix_tokens
-        stem = f"ResNet {spec.resnet.block_units}, stride {spec.stride}" if spec.resnet else (
-            f"{spec.stride}x{spec.stride} patches"
+        stem = (
+            f"ResNet {spec.resnet.block_units}, stride {spec.stride}"
+            if spec.resnet
+            else (f"{spec.stride}x{spec.stride} patches")
         )
         params = count_parameters(name, image_size=image_size, num_classes=num_classes)
         flops = count_flops(name, image_size=image_size, num_classes=num_classes)
-        lines.append(f"| `{name}` | {spec.hidden_size} x {spec.depth}, {spec.num_heads} | {stem} | "
-                     f"{tokens} | {params / 1e6:.1f} | {flops / 1e9:.1f} |")
+        lines.append(
+            f"| `{name}` | {spec.hidden_size} x {spec.depth}, {spec.num_heads} | {stem} | "
+            f"{tokens} | {params / 1e6:.1f} | {flops / 1e9:.1f} |"
+        )
     return "\n".join(lines)
 
 

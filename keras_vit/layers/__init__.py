@@ -5,8 +5,13 @@ from keras_vit.layers.encoder_block import EncoderBlock, MlpBlock
 from keras_vit.layers.heads import TokenPooling
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.resnet import (
-    BottleneckUnit, ResNetBackbone, ResNetStage, StdConv2D,
-    check_block_units, resnet_feature_stride, resnet_out_channels,
+    BottleneckUnit,
+    ResNetBackbone,
+    ResNetStage,
+    StdConv2D,
+    check_block_units,
+    resnet_feature_stride,
+    resnet_out_channels,
 )
 from keras_vit.layers.stochastic_depth import DropPath
 from keras_vit.layers.tokens import ClassToken, PositionEmbedding, sincos_2d_position_embedding

@@ -131,9 +131,7 @@ class EncoderBlock(keras.layers.Layer):
         self.norm2 = keras.layers.LayerNormalization(
             epsilon=epsilon, name="norm2", dtype=sublayer_policy(self, "norm2")
         )
-        self.mlp = MlpBlock(
-            self.mlp_dim, self.dropout_rate, self.gelu_approximate, name="mlp", dtype=self.dtype_policy
-        )
+        self.mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate, name="mlp", dtype=self.dtype_policy)
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=sublayer_policy(self, "dropout"))
         self.drop_path = DropPath(self.drop_path_rate, name="drop_path", dtype=sublayer_policy(self, "drop_path"))
         for layer in (self.norm1, self.attention, self.norm2, self.mlp, self.dropout, self.drop_path):

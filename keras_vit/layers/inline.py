@@ -55,11 +55,7 @@ def call_inline(layer, *args, **kwargs):
     ...                  keras.ops.convert_to_numpy(dense(x))))
     True
     """
-    if (
-        _inline_pays()
-        and layer.quantization_mode is None
-        and getattr(layer, "_remat_mode", None) is None
-    ):
+    if _inline_pays() and layer.quantization_mode is None and getattr(layer, "_remat_mode", None) is None:
         return layer.call(*args, **kwargs)
     return layer(*args, **kwargs)
 

@@ -90,6 +90,4 @@ def check_feature_map(shape, owner, what="the input"):
         )
     for side, size in zip(("height", "width"), shape[1:3]):
         if size is not None and size < 1:
-            raise ValueError(
-                f"{owner}: {what} has an empty {side} ({size}); shape {tuple(shape)} is too small."
-            )
+            raise ValueError(f"{owner}: {what} has an empty {side} ({size}); shape {tuple(shape)} is too small.")

@@ -84,8 +84,9 @@ def _conv_norm(conv, norm, x):
 class _BitLayer(keras.layers.Layer):
     """The numerics that the backbone, its stages and units share and hand down."""
 
-    def __init__(self, std_conv_form="var_eps", std_conv_epsilon=1e-8, group_norm_epsilon=1e-5, num_groups=32,
-                 **kwargs):
+    def __init__(
+        self, std_conv_form="var_eps", std_conv_epsilon=1e-8, group_norm_epsilon=1e-5, num_groups=32, **kwargs
+    ):
         super().__init__(**kwargs)
         self.std_conv_form = check_std_conv_form(std_conv_form)
         self.std_conv_epsilon = float(std_conv_epsilon)
@@ -97,15 +98,23 @@ class _BitLayer(keras.layers.Layer):
         return {name: getattr(self, name) for name in names}
 
     def _conv(self, filters, kernel_size, strides, name):
-        return StdConv2D(filters, kernel_size, strides, epsilon=self.std_conv_epsilon,
-                         std_conv_form=self.std_conv_form, dtype=self.dtype_policy, name=name)
+        return StdConv2D(
+            filters,
+            kernel_size,
+            strides,
+            epsilon=self.std_conv_epsilon,
+            std_conv_form=self.std_conv_form,
+            dtype=self.dtype_policy,
+            name=name,
+        )
 
     def _norm(self, name):
         # Keras' GroupNormalization is torch's GroupNorm (contiguous channel groups, biased
         # variance, rsqrt(var + eps), per-channel gamma/beta) and keeps float32 statistics
         # under mixed precision.
-        return keras.layers.GroupNormalization(self.num_groups, epsilon=self.group_norm_epsilon,
-                                               dtype=self.dtype_policy, name=name)
+        return keras.layers.GroupNormalization(
+            self.num_groups, epsilon=self.group_norm_epsilon, dtype=self.dtype_policy, name=name
+        )
 
     def get_config(self):
         return {**super().get_config(), **self._numerics()}
@@ -183,8 +192,13 @@ class ResNetStage(_BitLayer):
             raise ValueError(f"`num_units` must be >= 1. Received: num_units={num_units!r}")
         self.num_units, self.filters, self.strides = int(num_units), int(filters), int(strides)
         self.units = [
-            BottleneckUnit(self.filters, self.strides if j == 0 else 1, **self._numerics(),
-                           dtype=self.dtype_policy, name=f"unit_{j}")
+            BottleneckUnit(
+                self.filters,
+                self.strides if j == 0 else 1,
+                **self._numerics(),
+                dtype=self.dtype_policy,
+                name=f"unit_{j}",
+            )
             for j in range(self.num_units)
         ]
 
@@ -232,8 +246,17 @@ class ResNetBackbone(_BitLayer):
     'resnet/stage_1/unit_0/conv_proj/kernel'
     """
 
-    def __init__(self, block_units=(3, 4, 9), width=64, *, std_conv_form="var_eps", std_conv_epsilon=1e-8,
-                 group_norm_epsilon=1e-5, num_groups=32, **kwargs):
+    def __init__(
+        self,
+        block_units=(3, 4, 9),
+        width=64,
+        *,
+        std_conv_form="var_eps",
+        std_conv_epsilon=1e-8,
+        group_norm_epsilon=1e-5,
+        num_groups=32,
+        **kwargs,
+    ):
         kwargs.setdefault("name", "resnet")
         super().__init__(std_conv_form, std_conv_epsilon, group_norm_epsilon, num_groups, **kwargs)
         self.block_units = check_block_units(block_units)
@@ -242,8 +265,14 @@ class ResNetBackbone(_BitLayer):
         self.width = int(width)
         self.conv_root, self.gn_root = self._conv(self.width, 7, 2, "conv_root"), self._norm("gn_root")
         self.stages = [
-            ResNetStage(units, self.width * 2**i, 1 if i == 0 else 2, **self._numerics(),
-                        dtype=self.dtype_policy, name=f"stage_{i}")
+            ResNetStage(
+                units,
+                self.width * 2**i,
+                1 if i == 0 else 2,
+                **self._numerics(),
+                dtype=self.dtype_policy,
+                name=f"stage_{i}",
+            )
             for i, units in enumerate(self.block_units)
         ]
 

@@ -1,8 +1,7 @@
 """The class token and the position embeddings added to the token sequence."""
 
-import numpy as np
-
 import keras
+import numpy as np
 from keras import ops
 
 POSITION_EMBEDDINGS = ("learned", "sincos2d")

@@ -27,9 +27,7 @@ def get_spec(name):
     except KeyError:
         close = difflib.get_close_matches(str(name), VARIANTS, n=4, cutoff=0.5)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise ValueError(
-            f"Unknown model name {name!r}.{hint} Known names: keras_vit.list_models()."
-        ) from None
+        raise ValueError(f"Unknown model name {name!r}.{hint} Known names: keras_vit.list_models().") from None
 
 
 def create_model(name, image_size=None, num_classes=None, *, dtype=None, **options):

@@ -162,19 +162,19 @@ class ViTSpec(_Spec):
     num_heads: int = _field(12)
     mlp_dim: int = _field(3072)
     num_channels: int = _field(3)
-    pooling: typing.Optional[str] = _field("token")
-    class_token: typing.Optional[bool] = _field(None)
+    pooling: str | None = _field("token")
+    class_token: bool | None = _field(None)
     position_embedding: str = _field("learned")
     layer_norm_epsilon: float = _field(1e-6)
     gelu_approximate: bool = _field(True)
     qkv_bias: bool = _field(True)
     norm_after_pool: bool = _field(False)
-    resnet: typing.Optional[ResNetSpec] = _field(None)
+    resnet: ResNetSpec | None = _field(None)
     num_classes: int = _field(1000, TASK)
     include_top: bool = _field(True, TASK)
-    representation_size: typing.Optional[int] = _field(None, TASK)
+    representation_size: int | None = _field(None, TASK)
     head_zero_init: bool = _field(True, TASK)
-    classifier_activation: typing.Optional[str] = _field(None, TASK)
+    classifier_activation: str | None = _field(None, TASK)
     dropout_rate: float = _field(0.0, REGULARIZATION)
     attention_dropout_rate: float = _field(0.0, REGULARIZATION)
     drop_path_rate: float = _field(0.0, REGULARIZATION)
@@ -199,8 +199,10 @@ class ViTSpec(_Spec):
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}.")
         for side in self.image_size:
             if side % self.stride:
-                what = f"the patch size {self.patch_size}" if self.resnet is None else (
-                    f"the ResNet stride x patch size = {self.stride}"
+                what = (
+                    f"the patch size {self.patch_size}"
+                    if self.resnet is None
+                    else (f"the ResNet stride x patch size = {self.stride}")
                 )
                 raise ValueError(f"image size {self.image_size} is not divisible by {what}.")
 
@@ -210,7 +212,7 @@ class ViTSpec(_Spec):
         >>> ViTSpec().replace(resnet_block_units=(2, 2), patch_size=1).resnet.stride
         8
         """
-        stem = {k[len("resnet_"):]: changes.pop(k) for k in list(changes) if k.startswith("resnet_")}
+        stem = {k[len("resnet_") :]: changes.pop(k) for k in list(changes) if k.startswith("resnet_")}
         if stem.get("block_units", ()) is None:  # no stem: a plain ViT
             changes["resnet"] = None
         elif stem:

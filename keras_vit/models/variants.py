@@ -37,17 +37,25 @@ HYBRIDS = {
 def _plain_variants():
     for size, (hidden, depth, heads, mlp) in SIZES.items():
         for patch in PATCH_SIZES:
-            yield f"vit_{size}{patch}", ViTSpec(
-                patch_size=patch, hidden_size=hidden, depth=depth, num_heads=heads, mlp_dim=mlp
+            yield (
+                f"vit_{size}{patch}",
+                ViTSpec(patch_size=patch, hidden_size=hidden, depth=depth, num_heads=heads, mlp_dim=mlp),
             )
 
 
 def _hybrid_variants():
     for name, (resnet, size) in HYBRIDS.items():
         hidden, depth, heads, mlp = SIZES[size]
-        yield name, ViTSpec(
-            patch_size=1, hidden_size=hidden, depth=depth, num_heads=heads, mlp_dim=mlp,
-            resnet=ResNetSpec(RESNETS[resnet]),
+        yield (
+            name,
+            ViTSpec(
+                patch_size=1,
+                hidden_size=hidden,
+                depth=depth,
+                num_heads=heads,
+                mlp_dim=mlp,
+                resnet=ResNetSpec(RESNETS[resnet]),
+            ),
         )
 
 

@@ -151,13 +151,23 @@ def _make_layers(spec, dtype_for):
     return dict(
         stem=resnet,
         patch_embedding=PatchEmbedding(
-            spec.hidden_size, spec.patch_size, spec.embedding_channels, name="patch_embedding", dtype=dtype_for("patch_embedding")
+            spec.hidden_size,
+            spec.patch_size,
+            spec.embedding_channels,
+            name="patch_embedding",
+            dtype=dtype_for("patch_embedding"),
         ),
         class_token=ClassToken(name="class_token", dtype=dtype_for("class_token")) if spec.has_class_token else None,
         position_embedding=PositionEmbedding(
-            spec.grid_size, spec.num_prefix_tokens, spec.position_embedding, name="position_embedding", dtype=dtype_for("position_embedding")
+            spec.grid_size,
+            spec.num_prefix_tokens,
+            spec.position_embedding,
+            name="position_embedding",
+            dtype=dtype_for("position_embedding"),
         ),
-        embedding_dropout=keras.layers.Dropout(spec.dropout_rate, name="embedding_dropout", dtype=dtype_for("embedding_dropout")),
+        embedding_dropout=keras.layers.Dropout(
+            spec.dropout_rate, name="embedding_dropout", dtype=dtype_for("embedding_dropout")
+        ),
         blocks=[
             EncoderBlock(
                 spec.num_heads,
@@ -173,10 +183,16 @@ def _make_layers(spec, dtype_for):
             )
             for i in range(spec.depth)
         ],
-        encoder_norm=keras.layers.LayerNormalization(epsilon=spec.layer_norm_epsilon, name="encoder_norm", dtype=dtype_for("encoder_norm")),
-        pooling=TokenPooling(spec.pooling, spec.num_prefix_tokens, name="pooling", dtype=dtype_for("pooling")) if spec.pooling else None,
+        encoder_norm=keras.layers.LayerNormalization(
+            epsilon=spec.layer_norm_epsilon, name="encoder_norm", dtype=dtype_for("encoder_norm")
+        ),
+        pooling=TokenPooling(spec.pooling, spec.num_prefix_tokens, name="pooling", dtype=dtype_for("pooling"))
+        if spec.pooling
+        else None,
         pre_logits=(
-            keras.layers.Dense(spec.representation_size, activation="tanh", name="pre_logits", dtype=dtype_for("pre_logits"))
+            keras.layers.Dense(
+                spec.representation_size, activation="tanh", name="pre_logits", dtype=dtype_for("pre_logits")
+            )
             if spec.representation_size
             else None
         ),

@@ -9,6 +9,7 @@ and so can every option of the model spec (``--depth 4``), which ``model_options
 import argparse
 import dataclasses
 import difflib
+import types
 import typing
 
 from keras_vit.models.spec import ViTSpec
@@ -18,18 +19,18 @@ from keras_vit.models.spec import ViTSpec
 class RecipeConfig:
     # data
     dataset: str = "digits"  # "digits" (embedded), a folder path, or a tensorflow-datasets name
-    data_dir: typing.Optional[str] = None  # tensorflow-datasets data_dir
+    data_dir: str | None = None  # tensorflow-datasets data_dir
     image_size: int = 224
     batch_size: int = 4096
     epochs: int = 300
-    steps_per_epoch: typing.Optional[int] = None  # None: one pass over the training split
+    steps_per_epoch: int | None = None  # None: one pass over the training split
     normalization: str = "vit"  # pixels x / 127.5 - 1, as the original checkpoints expect
     inception_crop: bool = True  # random resized crop (pre-training) vs resize (fine-tuning)
-    crop_area_min: typing.Optional[float] = None  # None: the dataset's own default
-    horizontal_flip: typing.Optional[bool] = None  # None: the dataset's own default
+    crop_area_min: float | None = None  # None: the dataset's own default
+    horizontal_flip: bool | None = None  # None: the dataset's own default
     rand_augment: bool = False
-    mixup_alpha: typing.Optional[float] = None
-    cutmix_factor: typing.Optional[float] = None
+    mixup_alpha: float | None = None
+    cutmix_factor: float | None = None
     # model
     model: str = "vit_b16"
     # ViTSpec fields over the named model's (architecture for pre-training; pooling,
@@ -42,15 +43,15 @@ class RecipeConfig:
     beta2: float = 0.999
     momentum: float = 0.9
     weight_decay: float = 0.1
-    global_clipnorm: typing.Optional[float] = 1.0
+    global_clipnorm: float | None = 1.0
     warmup_steps: int = 10_000
     decay: str = "linear"  # "linear" or "cosine", after the linear warm-up
     label_smoothing: float = 0.0
     # fine-tuning
-    init_from: typing.Optional[str] = None  # a .keras file or any load_weights checkpoint
-    init_model: typing.Optional[str] = None  # the model that checkpoint fits (non-.keras files)
+    init_from: str | None = None  # a .keras file or any load_weights checkpoint
+    init_model: str | None = None  # the model that checkpoint fits (non-.keras files)
     # runtime
-    run_name: typing.Optional[str] = None  # default: "<recipe>-<model>-<dataset>"
+    run_name: str | None = None  # default: "<recipe>-<model>-<dataset>"
     output_dir: str = "saved_models"
     mixed_precision: bool = False  # "mixed_bfloat16" compute, float32 weights
     jit_compile: bool = True  # XLA where the backend supports it
@@ -62,14 +63,34 @@ class RecipeConfig:
 
 # The paper's recipes (ImageNet-21k pre-training of ViT-B; fine-tuning at 384).
 PAPER_PRETRAIN = dict(
-    optimizer="adam", beta1=0.9, beta2=0.999, weight_decay=0.1, learning_rate=1e-3,
-    batch_size=4096, warmup_steps=10_000, decay="linear", dropout_rate=0.1,
-    representation_size=768, image_size=224, inception_crop=True, global_clipnorm=1.0,
+    optimizer="adam",
+    beta1=0.9,
+    beta2=0.999,
+    weight_decay=0.1,
+    learning_rate=1e-3,
+    batch_size=4096,
+    warmup_steps=10_000,
+    decay="linear",
+    dropout_rate=0.1,
+    representation_size=768,
+    image_size=224,
+    inception_crop=True,
+    global_clipnorm=1.0,
 )
 PAPER_FINETUNE = dict(
-    optimizer="sgd", momentum=0.9, weight_decay=0.0, learning_rate=0.01, batch_size=512,
-    warmup_steps=500, decay="cosine", global_clipnorm=1.0, dropout_rate=0.1,
-    representation_size=None, image_size=384, inception_crop=False, epochs=8,
+    optimizer="sgd",
+    momentum=0.9,
+    weight_decay=0.0,
+    learning_rate=0.01,
+    batch_size=512,
+    warmup_steps=500,
+    decay="cosine",
+    global_clipnorm=1.0,
+    dropout_rate=0.1,
+    representation_size=None,
+    image_size=384,
+    inception_crop=False,
+    epochs=8,
 )
 # The embedded default: a small ViT on scikit-learn's 8x8 digits, pre-trained at 16 px
 # and fine-tuned at 24 px (1.5x), fast enough for the README's main command on a CPU.
@@ -79,16 +100,37 @@ PAPER_FINETUNE = dict(
 # backends): 30 + 15 epochs without smoothing 96.9-98.6% (mean 97.6), 50 + 20 without
 # 96.4-98.6% (97.6), 50 + 20 with smoothing 97.2-99.2% (98.0).
 _DIGITS_MODEL = dict(
-    dataset="digits", model="vit_ti16", patch_size=4, hidden_size=128, depth=4, num_heads=4,
-    mlp_dim=256, crop_area_min=0.8, horizontal_flip=False, label_smoothing=0.1,
+    dataset="digits",
+    model="vit_ti16",
+    patch_size=4,
+    hidden_size=128,
+    depth=4,
+    num_heads=4,
+    mlp_dim=256,
+    crop_area_min=0.8,
+    horizontal_flip=False,
+    label_smoothing=0.1,
 )
 DIGITS_PRETRAIN = dict(
-    PAPER_PRETRAIN, **_DIGITS_MODEL, image_size=16, batch_size=64, epochs=50,
-    learning_rate=2e-3, warmup_steps=100, representation_size=128, weight_decay=0.1,
+    PAPER_PRETRAIN,
+    **_DIGITS_MODEL,
+    image_size=16,
+    batch_size=64,
+    epochs=50,
+    learning_rate=2e-3,
+    warmup_steps=100,
+    representation_size=128,
+    weight_decay=0.1,
 )
 DIGITS_FINETUNE = dict(
-    PAPER_FINETUNE, **_DIGITS_MODEL, image_size=24, batch_size=64, epochs=20,
-    learning_rate=0.03, warmup_steps=20, inception_crop=False,
+    PAPER_FINETUNE,
+    **_DIGITS_MODEL,
+    image_size=24,
+    batch_size=64,
+    epochs=20,
+    learning_rate=0.03,
+    warmup_steps=20,
+    inception_crop=False,
 )
 PRESETS = {
     "paper_pretrain": PAPER_PRETRAIN,
@@ -131,7 +173,7 @@ def _unknown_keys_message(unknown):
 
 def _parse_value(text, field):
     kind = field.type
-    if typing.get_origin(kind) is typing.Union:  # Optional[X]
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None
         if text.lower() in ("none", "null", ""):
             return None
         kind = next(a for a in typing.get_args(kind) if a is not type(None))

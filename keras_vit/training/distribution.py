@@ -58,8 +58,7 @@ def check_strategy(strategy_name, batch_size):
     allowed = STRATEGIES.get(backend, ("default",))
     if strategy_name not in allowed:
         raise ValueError(
-            f"strategy {strategy_name!r} is not available on the {backend} backend; "
-            f"expected one of {allowed}."
+            f"strategy {strategy_name!r} is not available on the {backend} backend; expected one of {allowed}."
         )
     replicas = num_replicas(strategy_name)
     if batch_size % replicas:
@@ -110,9 +109,7 @@ def distribution_scope(strategy_name, tpu=""):
         if strategy_name == "data_parallel":
             distribution = keras.distribution.DataParallel(devices=devices)
         else:
-            mesh = keras.distribution.DeviceMesh(
-                model_parallel_mesh_shape(len(devices)), ["batch", "model"], devices
-            )
+            mesh = keras.distribution.DeviceMesh(model_parallel_mesh_shape(len(devices)), ["batch", "model"], devices)
             distribution = keras.distribution.ModelParallel(
                 layout_map=model_parallel_layout_map(mesh), batch_dim_name="batch"
             )

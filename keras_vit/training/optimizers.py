@@ -21,15 +21,20 @@ def make_optimizer(config, total_steps):
     clip = dict(global_clipnorm=config.global_clipnorm) if config.global_clipnorm else {}
     if config.optimizer == "adam":
         optimizer = keras.optimizers.AdamW(
-            learning_rate=schedule, beta_1=config.beta1, beta_2=config.beta2,
-            weight_decay=config.weight_decay, **clip,
+            learning_rate=schedule,
+            beta_1=config.beta1,
+            beta_2=config.beta2,
+            weight_decay=config.weight_decay,
+            **clip,
         )
         optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
         return optimizer
     if config.optimizer == "sgd":
         # The paper fine-tunes without weight decay; keep it an option all the same.
         return keras.optimizers.SGD(
-            learning_rate=schedule, momentum=config.momentum,
-            weight_decay=config.weight_decay or None, **clip,
+            learning_rate=schedule,
+            momentum=config.momentum,
+            weight_decay=config.weight_decay or None,
+            **clip,
         )
     raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {config.optimizer!r}.")

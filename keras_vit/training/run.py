@@ -10,9 +10,8 @@ import math
 import os
 import time
 
-import numpy as np
-
 import keras
+import numpy as np
 
 import keras_vit
 from keras_vit.data import load_dataset, make_pipeline, mixes_labels
@@ -20,6 +19,7 @@ from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 from keras_vit.saving import load_model, save_model
 from keras_vit.training.distribution import check_strategy, distribution_scope
 from keras_vit.training.optimizers import make_optimizer
+
 
 @dataclasses.dataclass
 class RunResult:
@@ -39,14 +39,23 @@ def _run_dir(config, recipe):
 def _pipelines(config, splits, drop_remainder):
     crop = (config.crop_area_min, 1.0) if config.crop_area_min else None
     common = dict(
-        image_size=config.image_size, batch_size=config.batch_size, seed=config.seed,
-        normalization=config.normalization, mixup_alpha=config.mixup_alpha,
-        cutmix_factor=config.cutmix_factor, drop_remainder=drop_remainder,
+        image_size=config.image_size,
+        batch_size=config.batch_size,
+        seed=config.seed,
+        normalization=config.normalization,
+        mixup_alpha=config.mixup_alpha,
+        cutmix_factor=config.cutmix_factor,
+        drop_remainder=drop_remainder,
         one_hot=bool(config.label_smoothing),  # label smoothing needs the categorical loss
     )
     train = make_pipeline(
-        splits.train, training=True, inception_crop=config.inception_crop, crop_area_range=crop,
-        horizontal_flip=config.horizontal_flip, rand_augment=config.rand_augment, **common,
+        splits.train,
+        training=True,
+        inception_crop=config.inception_crop,
+        crop_area_range=crop,
+        horizontal_flip=config.horizontal_flip,
+        rand_augment=config.rand_augment,
+        **common,
     )
     evaluate = lambda split: make_pipeline(split, training=False, **common)  # noqa: E731
     return train, evaluate(splits.validation), evaluate(splits.test)
@@ -56,9 +65,7 @@ def _steps_per_epoch(config, split, drop_remainder):
     if config.steps_per_epoch:
         return config.steps_per_epoch
     if split.num_examples is None:
-        raise ValueError(
-            f"The size of {config.dataset!r}'s training split is unknown: set --steps_per_epoch."
-        )
+        raise ValueError(f"The size of {config.dataset!r}'s training split is unknown: set --steps_per_epoch.")
     batches = split.num_examples / config.batch_size
     return max(1, math.floor(batches) if drop_remainder else math.ceil(batches))
 
@@ -151,6 +158,7 @@ def start_checks(model, pretrained, images, pretrained_size):
     checks["feature_cosine_other_images"] = float(_cosine(old, np.roll(old, 1, axis=0)).mean())
     top = [layer for layer in pretrained.layers if layer.name in ("pre_logits", "head")]
     if [layer.name for layer in top][-1:] == ["head"]:
+
         def classify(features):
             for layer in top:
                 features = layer(features)
@@ -197,8 +205,12 @@ def _fit(config, recipe, extra_callbacks):
             size = tuple(pretrained.input_shape[1:3]) if pretrained is not None else None
             checks = start_checks(model, pretrained, images, size)
         history = model.fit(
-            train, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch, validation_data=validation,
-            callbacks=_callbacks(run_dir, extra_callbacks), verbose=config.verbose,
+            train,
+            epochs=config.epochs,
+            steps_per_epoch=config.steps_per_epoch,
+            validation_data=validation,
+            callbacks=_callbacks(run_dir, extra_callbacks),
+            verbose=config.verbose,
             shuffle=False,  # the pipeline shuffles, seeded
         )
         save_model(model, os.path.join(run_dir, "model.keras"))
