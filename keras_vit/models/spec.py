@@ -18,7 +18,7 @@ import typing
 
 from keras_vit import checks
 from keras_vit.layers.heads import POOLINGS
-from keras_vit.layers.resnet import check_block_units
+from keras_vit.layers.resnet import check_block_units, resnet_feature_stride, resnet_out_channels
 from keras_vit.layers.std_conv import check_std_conv_form
 from keras_vit.layers.tokens import POSITION_EMBEDDINGS
 
@@ -104,12 +104,11 @@ class ResNetSpec(_Spec):
 
     @property
     def stride(self):
-        """Total stride: 4 at the root (conv and pool), then 2 per stage after the first."""
-        return 4 * 2 ** (len(self.block_units) - 1)
+        return resnet_feature_stride(self.block_units)
 
     @property
     def out_channels(self):
-        return 4 * self.width * 2 ** (len(self.block_units) - 1)
+        return resnet_out_channels(self.block_units, self.width)
 
 
 @dataclasses.dataclass(frozen=True)

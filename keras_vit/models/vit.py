@@ -9,6 +9,7 @@ from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.heads import TokenPooling
 from keras_vit.layers.inline import own_policy
 from keras_vit.layers.patch_embedding import PatchEmbedding
+from keras_vit.layers.resnet import ResNetBackbone
 from keras_vit.layers.tokens import ClassToken, PositionEmbedding
 from keras_vit.models.spec import ViTSpec
 
@@ -145,8 +146,6 @@ def _make_layers(spec, dtype_for):
     """The model's layers by role, each named and given its dtype policy."""
     resnet = None
     if spec.resnet is not None:
-        from keras_vit.layers.resnet import ResNetBackbone
-
         resnet = ResNetBackbone(**dataclasses.asdict(spec.resnet), name="resnet", dtype=dtype_for("resnet"))
     return dict(
         stem=resnet,

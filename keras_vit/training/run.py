@@ -113,7 +113,8 @@ def _spec(config, recipe, num_classes, pretrained):
     if pretrained is None:
         base = base.replace(**{k: v for k, v in task.items() if k in architecture})
     own = {k: v for k, v in task.items() if k not in architecture}
-    return ViTSpec(**{k: getattr(base, k) for k in architecture}, **own, head_zero_init=True)
+    # A zero head, so fine-tuning starts from the pre-trained features alone.
+    return ViTSpec(**{k: getattr(base, k) for k in architecture}, **{**own, "head_zero_init": True})
 
 
 def _build(config, recipe, num_classes):
