@@ -51,23 +51,16 @@ def _size_mb(path):
 
 
 # Models the benchmark can train itself on digits (current backend) when given no file.
+# fmt: off
 PRESETS = {
     # The test suite's tiny ViT: ~0.1 MB, latencies are mostly call overhead.
-    "tiny": dict(
-        name="vit_ti16",
-        image_size=16,
-        patch_size=4,
-        depth=2,
-        hidden_size=32,
-        num_heads=2,
-        mlp_dim=64,
-        num_classes=10,
-        epochs=25,
-    ),
+    "tiny": dict(name="vit_ti16", image_size=16, patch_size=4, depth=2, hidden_size=32, num_heads=2, mlp_dim=64,
+                 num_classes=10, epochs=25),
     # ViT-Ti's width (192, 3 heads, MLP 768) in 4 blocks, 4x4 patches at 32x32: 65 tokens,
     # 1.8M parameters; a few minutes of training on 2 CPU cores.
     "small": dict(name="vit_ti16", image_size=32, patch_size=4, depth=4, num_classes=10, epochs=10),
 }
+# fmt: on
 
 
 def train_model(path, preset="tiny", epochs=None):

@@ -21,6 +21,10 @@ def timm():
     return timm_module
 
 
+# The small Transformer that the model-level tests share (seconds per backend, not minutes).
+TINY_ENCODER = dict(hidden_size=32, num_heads=2, mlp_dim=64)
+
+
 @pytest.fixture(autouse=True)
 def _seeded():
     """Every random source seeded before each test: Keras' initialisers and dropout, numpy's

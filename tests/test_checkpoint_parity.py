@@ -44,85 +44,37 @@ def save_torch_state(state_dict, path):
 
 # --- timm -------------------------------------------------------------------------------
 
+# fmt: off
 TIMM_CASES = {
     # id: (timm kwargs, keras-vit kwargs, image size, file name)
     "tiny_p16_token": (
         dict(patch_size=16, embed_dim=64, depth=2, num_heads=4, mlp_ratio=2.0, img_size=64, num_classes=7),
         dict(patch_size=16, hidden_size=64, depth=2, num_heads=4, mlp_dim=128, image_size=64, num_classes=7),
-        64,
-        "model.pth",
+        64, "model.pth",
     ),
     "p8_gap_no_cls_rect": (
-        dict(
-            patch_size=8,
-            embed_dim=48,
-            depth=3,
-            num_heads=3,
-            mlp_ratio=4.0,
-            img_size=(40, 56),
-            num_classes=5,
-            global_pool="avg",
-            class_token=False,
-            fc_norm=False,
-        ),
-        dict(
-            patch_size=8,
-            hidden_size=48,
-            depth=3,
-            num_heads=3,
-            mlp_dim=192,
-            image_size=(40, 56),
-            num_classes=5,
-            pooling="gap",
-        ),
-        (40, 56),
-        "model.safetensors",
+        dict(patch_size=8, embed_dim=48, depth=3, num_heads=3, mlp_ratio=4.0, img_size=(40, 56), num_classes=5,
+             global_pool="avg", class_token=False, fc_norm=False),
+        dict(patch_size=8, hidden_size=48, depth=3, num_heads=3, mlp_dim=192, image_size=(40, 56), num_classes=5,
+             pooling="gap"),
+        (40, 56), "model.safetensors",
     ),
     "p16_no_qkv_bias": (
-        dict(
-            patch_size=16, embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0, img_size=32, num_classes=4, qkv_bias=False
-        ),
-        dict(
-            patch_size=16,
-            hidden_size=32,
-            depth=2,
-            num_heads=2,
-            mlp_dim=64,
-            image_size=32,
-            num_classes=4,
-            qkv_bias=False,
-        ),
-        32,
-        "model.safetensors",
+        dict(patch_size=16, embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0, img_size=32, num_classes=4,
+             qkv_bias=False),
+        dict(patch_size=16, hidden_size=32, depth=2, num_heads=2, mlp_dim=64, image_size=32, num_classes=4,
+             qkv_bias=False),
+        32, "model.safetensors",
     ),
     "p14_gap_fc_norm": (
-        dict(
-            patch_size=14,
-            embed_dim=96,
-            depth=2,
-            num_heads=6,
-            mlp_ratio=4.0,
-            img_size=56,
-            num_classes=3,
-            global_pool="avg",
-            class_token=True,
-        ),
-        dict(
-            patch_size=14,
-            hidden_size=96,
-            depth=2,
-            num_heads=6,
-            mlp_dim=384,
-            image_size=56,
-            num_classes=3,
-            pooling="gap",
-            class_token=True,
-            norm_after_pool=True,
-        ),
-        56,
-        "pytorch_model.bin",
+        dict(patch_size=14, embed_dim=96, depth=2, num_heads=6, mlp_ratio=4.0, img_size=56, num_classes=3,
+             global_pool="avg", class_token=True),
+        dict(patch_size=14, hidden_size=96, depth=2, num_heads=6, mlp_dim=384, image_size=56, num_classes=3,
+             pooling="gap", class_token=True, norm_after_pool=True),
+        56, "pytorch_model.bin",
     ),
 }
+# fmt: on
 
 
 def _timm_pair(timm, case):
@@ -238,33 +190,17 @@ def test_original_npz_matches_timm_npz_loader(timm, tmp_path, rng, image_size):
 
 # --- HF transformers ----------------------------------------------------------------------
 
+# fmt: off
 HF_CASES = {
     # id: (ViTConfig kwargs, file written)
-    "p16_classifier_safetensors": (
-        dict(
-            hidden_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=128,
-            image_size=64,
-            patch_size=16,
-            num_labels=6,
-        ),
-        "model.safetensors",
-    ),
-    "p8_classifier_bin": (
-        dict(
-            hidden_size=48,
-            num_hidden_layers=3,
-            num_attention_heads=3,
-            intermediate_size=96,
-            image_size=48,
-            patch_size=8,
-            num_labels=4,
-        ),
-        "pytorch_model.bin",
-    ),
+    "p16_classifier_safetensors": (dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                        intermediate_size=128, image_size=64, patch_size=16, num_labels=6),
+                                   "model.safetensors"),
+    "p8_classifier_bin": (dict(hidden_size=48, num_hidden_layers=3, num_attention_heads=3,
+                               intermediate_size=96, image_size=48, patch_size=8, num_labels=4),
+                          "pytorch_model.bin"),
 }
+# fmt: on
 
 
 def _hf_model(config_kwargs, directory):

@@ -16,7 +16,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from conftest import to_numpy
+from conftest import TINY_ENCODER, to_numpy
 
 import keras_vit
 from keras_vit.export import (
@@ -44,30 +44,11 @@ MIN_TEST_ACCURACY = 0.9
 # Enough for >90% test accuracy (measured: ViT ~95% after 25 epochs, the hybrid ~98% after 6).
 EPOCHS = {"vit_ti16": 25, "r26_vit_s32": 6}
 
-TINY_VIT = dict(
-    name="vit_ti16",
-    image_size=IMAGE_SIZE,
-    patch_size=4,
-    depth=2,
-    hidden_size=32,
-    num_heads=2,
-    mlp_dim=64,
-    num_classes=10,
-    gelu_approximate=False,
-)
+TINY_TASK = dict(image_size=IMAGE_SIZE, num_classes=10, **TINY_ENCODER)
+TINY_VIT = dict(name="vit_ti16", patch_size=4, depth=2, gelu_approximate=False, **TINY_TASK)
 # The hybrid cut to two stages of one unit (total stride 8, a 2x2 token grid at 16x16)
 # and width 32, the least its GroupNorm's 32 groups allow: the same layers as R26, small.
-TINY_HYBRID = dict(
-    name="r26_vit_s32",
-    image_size=IMAGE_SIZE,
-    resnet_block_units=(1, 1),
-    resnet_width=32,
-    depth=1,
-    hidden_size=32,
-    num_heads=2,
-    mlp_dim=64,
-    num_classes=10,
-)
+TINY_HYBRID = dict(name="r26_vit_s32", resnet_block_units=(1, 1), resnet_width=32, depth=1, **TINY_TASK)
 
 
 def _hybrid_available():

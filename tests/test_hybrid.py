@@ -172,18 +172,8 @@ def test_original_hybrid_npz_matches_timm_npz_loader(timm, tmp_path, rng, image_
     # one) and a one-block ViT-S, trained at 32 px (2x2 grid + class token = 5 tokens). The
     # original code uses flax's tanh GELU, so timm's reference does too and keras-vit keeps
     # its defaults. At 64 px timm's npz loader resamples bilinearly, as we do.
-    path = write_original_hybrid_npz(
-        str(tmp_path / "R50+ViT-B_16.npz"),
-        rng,
-        (1, 1, 1),
-        64,
-        width=384,
-        depth=1,
-        heads=6,
-        mlp=1536,
-        tokens=5,
-        classes=10,
-    )
+    vit = dict(width=384, depth=1, heads=6, mlp=1536, tokens=5, classes=10)  # ViT-S, one block
+    path = write_original_hybrid_npz(str(tmp_path / "R50+ViT-B_16.npz"), rng, (1, 1, 1), 64, **vit)
     from timm.models.vision_transformer_hybrid import _resnetv2
 
     peer = timm_hybrid(timm, (1, 1, 1), 64, image_size, **S, depth=1, num_classes=10, act_layer="gelu_tanh")

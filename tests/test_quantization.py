@@ -8,33 +8,13 @@ import textwrap
 import keras
 import numpy as np
 import pytest
-from conftest import to_numpy
+from conftest import TINY_ENCODER, to_numpy
 
 import keras_vit
 
-VIT = dict(
-    name="vit_ti16",
-    image_size=32,
-    num_classes=5,
-    depth=2,
-    hidden_size=32,
-    num_heads=2,
-    mlp_dim=64,
-    patch_size=8,
-    head_zero_init=False,
-)
-HYBRID = dict(
-    name="r26_vit_s32",
-    image_size=32,
-    num_classes=5,
-    depth=1,
-    hidden_size=32,
-    num_heads=2,
-    mlp_dim=64,
-    resnet_block_units=(1, 1),
-    resnet_width=32,
-    head_zero_init=False,
-)
+TASK = dict(image_size=32, num_classes=5, head_zero_init=False, **TINY_ENCODER)
+VIT = dict(name="vit_ti16", patch_size=8, depth=2, **TASK)
+HYBRID = dict(name="r26_vit_s32", resnet_block_units=(1, 1), resnet_width=32, depth=1, **TASK)
 
 OTHER_BACKEND_SCRIPT = textwrap.dedent("""
     import sys, numpy as np, keras, keras_vit

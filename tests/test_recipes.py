@@ -9,21 +9,12 @@ import textwrap
 import keras
 import numpy as np
 import pytest
+from conftest import TINY_ENCODER
 
 from keras_vit.training import finetune, make_config, parse_args, pretrain
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = dict(
-    hidden_size=32,
-    depth=1,
-    num_heads=2,
-    mlp_dim=64,
-    representation_size=32,
-    epochs=1,
-    batch_size=32,
-    verbose=0,
-    warmup_steps=2,
-)
+TINY = dict(depth=1, representation_size=32, epochs=1, batch_size=32, verbose=0, warmup_steps=2, **TINY_ENCODER)
 
 
 def tiny(preset, tmp_path, **overrides):

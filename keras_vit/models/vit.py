@@ -143,65 +143,42 @@ def _layer_dtypes(dtype):
 
 
 def _make_layers(spec, dtype_for):
-    """The model's layers by role, each named and given its dtype policy."""
-    resnet = None
-    if spec.resnet is not None:
-        resnet = ResNetBackbone(**dataclasses.asdict(spec.resnet), name="resnet", dtype=dtype_for("resnet"))
+    """The model's layers by role (None where the spec has none), each named for its role."""
+
+    def make(name, layer_class, *args, composite=False, **kwargs):
+        return layer_class(*args, name=name, dtype=dtype_for(name, composite), **kwargs)
+
+    def block(i):
+        return make(
+            f"block_{i}", EncoderBlock, spec.num_heads, spec.mlp_dim, composite=True,
+            dropout_rate=spec.dropout_rate, attention_dropout_rate=spec.attention_dropout_rate,
+            drop_path_rate=spec.drop_path_rate * i / max(spec.depth - 1, 1),  # rising linearly
+            layer_norm_epsilon=spec.layer_norm_epsilon, gelu_approximate=spec.gelu_approximate,
+            qkv_bias=spec.qkv_bias,
+        )  # fmt: skip
+
+    initializer = "zeros" if spec.head_zero_init else "glorot_uniform"
     return dict(
-        stem=resnet,
-        patch_embedding=PatchEmbedding(
-            spec.hidden_size,
-            spec.patch_size,
-            spec.embedding_channels,
-            name="patch_embedding",
-            dtype=dtype_for("patch_embedding"),
+        stem=make("resnet", ResNetBackbone, **dataclasses.asdict(spec.resnet)) if spec.resnet else None,
+        patch_embedding=make(
+            "patch_embedding", PatchEmbedding, spec.hidden_size, spec.patch_size, spec.embedding_channels
         ),
-        class_token=ClassToken(name="class_token", dtype=dtype_for("class_token")) if spec.has_class_token else None,
-        position_embedding=PositionEmbedding(
-            spec.grid_size,
-            spec.num_prefix_tokens,
-            spec.position_embedding,
-            name="position_embedding",
-            dtype=dtype_for("position_embedding"),
+        class_token=make("class_token", ClassToken) if spec.has_class_token else None,
+        position_embedding=make(
+            "position_embedding", PositionEmbedding, spec.grid_size, spec.num_prefix_tokens, spec.position_embedding
         ),
-        embedding_dropout=keras.layers.Dropout(
-            spec.dropout_rate, name="embedding_dropout", dtype=dtype_for("embedding_dropout")
-        ),
-        blocks=[
-            EncoderBlock(
-                spec.num_heads,
-                spec.mlp_dim,
-                dropout_rate=spec.dropout_rate,
-                attention_dropout_rate=spec.attention_dropout_rate,
-                drop_path_rate=spec.drop_path_rate * i / max(spec.depth - 1, 1),
-                layer_norm_epsilon=spec.layer_norm_epsilon,
-                gelu_approximate=spec.gelu_approximate,
-                qkv_bias=spec.qkv_bias,
-                name=f"block_{i}",
-                dtype=dtype_for(f"block_{i}", composite=True),
-            )
-            for i in range(spec.depth)
-        ],
-        encoder_norm=keras.layers.LayerNormalization(
-            epsilon=spec.layer_norm_epsilon, name="encoder_norm", dtype=dtype_for("encoder_norm")
-        ),
-        pooling=TokenPooling(spec.pooling, spec.num_prefix_tokens, name="pooling", dtype=dtype_for("pooling"))
-        if spec.pooling
-        else None,
+        embedding_dropout=make("embedding_dropout", keras.layers.Dropout, spec.dropout_rate),
+        blocks=[block(i) for i in range(spec.depth)],
+        encoder_norm=make("encoder_norm", keras.layers.LayerNormalization, epsilon=spec.layer_norm_epsilon),
+        pooling=make("pooling", TokenPooling, spec.pooling, spec.num_prefix_tokens) if spec.pooling else None,
         pre_logits=(
-            keras.layers.Dense(
-                spec.representation_size, activation="tanh", name="pre_logits", dtype=dtype_for("pre_logits")
-            )
+            make("pre_logits", keras.layers.Dense, spec.representation_size, activation="tanh")
             if spec.representation_size
             else None
         ),
         head=(
-            keras.layers.Dense(
-                spec.num_classes,
-                activation=spec.classifier_activation,
-                kernel_initializer="zeros" if spec.head_zero_init else "glorot_uniform",
-                dtype=dtype_for("head"),
-                name="head",
+            make(
+                "head", keras.layers.Dense, spec.num_classes, spec.classifier_activation, kernel_initializer=initializer
             )
             if spec.include_top
             else None

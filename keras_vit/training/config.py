@@ -61,36 +61,17 @@ class RecipeConfig:
     verbose: int = 1  # Keras progress bars (1), one line per epoch (2), silent (0)
 
 
+# fmt: off
 # The paper's recipes (ImageNet-21k pre-training of ViT-B; fine-tuning at 384).
 PAPER_PRETRAIN = dict(
-    optimizer="adam",
-    beta1=0.9,
-    beta2=0.999,
-    weight_decay=0.1,
-    learning_rate=1e-3,
-    batch_size=4096,
-    warmup_steps=10_000,
-    decay="linear",
-    dropout_rate=0.1,
-    representation_size=768,
-    image_size=224,
-    inception_crop=True,
-    global_clipnorm=1.0,
+    optimizer="adam", beta1=0.9, beta2=0.999, weight_decay=0.1, learning_rate=1e-3,
+    batch_size=4096, warmup_steps=10_000, decay="linear", dropout_rate=0.1,
+    representation_size=768, image_size=224, inception_crop=True, global_clipnorm=1.0,
 )
 PAPER_FINETUNE = dict(
-    optimizer="sgd",
-    momentum=0.9,
-    weight_decay=0.0,
-    learning_rate=0.01,
-    batch_size=512,
-    warmup_steps=500,
-    decay="cosine",
-    global_clipnorm=1.0,
-    dropout_rate=0.1,
-    representation_size=None,
-    image_size=384,
-    inception_crop=False,
-    epochs=8,
+    optimizer="sgd", momentum=0.9, weight_decay=0.0, learning_rate=0.01, batch_size=512,
+    warmup_steps=500, decay="cosine", global_clipnorm=1.0, dropout_rate=0.1,
+    representation_size=None, image_size=384, inception_crop=False, epochs=8,
 )
 # The embedded default: a small ViT on scikit-learn's 8x8 digits, pre-trained at 16 px
 # and fine-tuned at 24 px (1.5x), fast enough for the README's main command on a CPU.
@@ -100,38 +81,18 @@ PAPER_FINETUNE = dict(
 # backends): 30 + 15 epochs without smoothing 96.9-98.6% (mean 97.6), 50 + 20 without
 # 96.4-98.6% (97.6), 50 + 20 with smoothing 97.2-99.2% (98.0).
 _DIGITS_MODEL = dict(
-    dataset="digits",
-    model="vit_ti16",
-    patch_size=4,
-    hidden_size=128,
-    depth=4,
-    num_heads=4,
-    mlp_dim=256,
-    crop_area_min=0.8,
-    horizontal_flip=False,
-    label_smoothing=0.1,
+    dataset="digits", model="vit_ti16", patch_size=4, hidden_size=128, depth=4, num_heads=4,
+    mlp_dim=256, crop_area_min=0.8, horizontal_flip=False, label_smoothing=0.1,
 )
 DIGITS_PRETRAIN = dict(
-    PAPER_PRETRAIN,
-    **_DIGITS_MODEL,
-    image_size=16,
-    batch_size=64,
-    epochs=50,
-    learning_rate=2e-3,
-    warmup_steps=100,
-    representation_size=128,
-    weight_decay=0.1,
+    PAPER_PRETRAIN, **_DIGITS_MODEL, image_size=16, batch_size=64, epochs=50,
+    learning_rate=2e-3, warmup_steps=100, representation_size=128, weight_decay=0.1,
 )
 DIGITS_FINETUNE = dict(
-    PAPER_FINETUNE,
-    **_DIGITS_MODEL,
-    image_size=24,
-    batch_size=64,
-    epochs=20,
-    learning_rate=0.03,
-    warmup_steps=20,
-    inception_crop=False,
+    PAPER_FINETUNE, **_DIGITS_MODEL, image_size=24, batch_size=64, epochs=20,
+    learning_rate=0.03, warmup_steps=20, inception_crop=False,
 )
+# fmt: on
 PRESETS = {
     "paper_pretrain": PAPER_PRETRAIN,
     "paper_finetune": PAPER_FINETUNE,

@@ -38,16 +38,10 @@ def _run_dir(config, recipe):
 
 def _pipelines(config, splits, drop_remainder):
     crop = (config.crop_area_min, 1.0) if config.crop_area_min else None
-    common = dict(
-        image_size=config.image_size,
-        batch_size=config.batch_size,
-        seed=config.seed,
-        normalization=config.normalization,
-        mixup_alpha=config.mixup_alpha,
-        cutmix_factor=config.cutmix_factor,
-        drop_remainder=drop_remainder,
-        one_hot=bool(config.label_smoothing),  # label smoothing needs the categorical loss
-    )
+    # The pipeline's arguments of the same name as the recipe's fields.
+    shared = ("image_size", "batch_size", "seed", "normalization", "mixup_alpha", "cutmix_factor")
+    common = {name: getattr(config, name) for name in shared}
+    common.update(drop_remainder=drop_remainder, one_hot=bool(config.label_smoothing))  # smoothing: categorical loss
     train = make_pipeline(
         splits.train,
         training=True,
