@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit.layers.inline import call_inline, dtype_policy_config, sublayer_policy
+from keras_vit.layers.inline import call_inline, composite_config, sublayer_policy
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -81,11 +81,4 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return ops.einsum("bhqk,bkhd->bqhd", dropped, value), weights
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_heads=self.num_heads,
-            attention_dropout_rate=self.attention_dropout_rate,
-            qkv_bias=self.qkv_bias,
-            dtype=dtype_policy_config(self),
-        )
-        return config
+        return composite_config(self, super().get_config())

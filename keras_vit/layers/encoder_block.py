@@ -3,7 +3,7 @@
 import keras
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
-from keras_vit.layers.inline import call_inline, dtype_policy_config, sublayer_policy
+from keras_vit.layers.inline import call_inline, composite_config, sublayer_policy
 from keras_vit.layers.stochastic_depth import DropPath
 
 
@@ -54,14 +54,7 @@ class MlpBlock(keras.layers.Layer):
         return input_shape
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            mlp_dim=self.mlp_dim,
-            dropout_rate=self.dropout_rate,
-            gelu_approximate=self.gelu_approximate,
-            dtype=dtype_policy_config(self),
-        )
-        return config
+        return composite_config(self, super().get_config())
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -155,16 +148,4 @@ class EncoderBlock(keras.layers.Layer):
         return call_inline(self.drop_path, branch, training=training)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_heads=self.num_heads,
-            mlp_dim=self.mlp_dim,
-            dropout_rate=self.dropout_rate,
-            attention_dropout_rate=self.attention_dropout_rate,
-            drop_path_rate=self.drop_path_rate,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            gelu_approximate=self.gelu_approximate,
-            qkv_bias=self.qkv_bias,
-            dtype=dtype_policy_config(self),
-        )
-        return config
+        return composite_config(self, super().get_config())

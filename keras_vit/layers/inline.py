@@ -1,5 +1,7 @@
 """What the layers made of sublayers share: inline sublayer calls and their dtype config."""
 
+import inspect
+
 import keras
 
 _torch_compiler = None
@@ -131,3 +133,19 @@ def dtype_policy_config(layer):
         return keras.dtype_policies.serialize(default)
     policy_map = keras.dtype_policies.DTypePolicyMap(default_policy=default, policy_map=entries)
     return keras.dtype_policies.serialize(policy_map)
+
+
+def composite_config(layer, base_config):
+    """``get_config`` of a layer made of sublayers: Keras' ``base_config``, each argument of
+    the layer's ``__init__`` as the layer holds it (an attribute of the same name), and
+    ``dtype_policy_config``. The arguments are read from the signature, so a new one is
+    saved without being listed again.
+
+    >>> from keras_vit.layers import MlpBlock
+    >>> config = composite_config(MlpBlock(8, dropout_rate=0.1), {})
+    >>> config["mlp_dim"], config["dropout_rate"], config["gelu_approximate"]
+    (8, 0.1, True)
+    """
+    parameters = inspect.signature(type(layer).__init__).parameters.values()
+    names = [p.name for p in parameters if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD]
+    return {**base_config, **{name: getattr(layer, name) for name in names}, "dtype": dtype_policy_config(layer)}
