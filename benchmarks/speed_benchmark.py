@@ -226,17 +226,11 @@ def _torch_model(engine, arch):
     if engine == "hf":
         import transformers
 
-        config = transformers.ViTConfig(
-            hidden_size=arch.hidden_size,
-            num_hidden_layers=arch.depth,
-            num_attention_heads=arch.num_heads,
-            intermediate_size=arch.mlp_dim,
-            image_size=arch.image_size,
-            patch_size=arch.patch_size,
-            num_labels=1000,
-            layer_norm_eps=1e-6,
-            attn_implementation="sdpa",
-        )
+        from keras_vit.checkpoints.layouts import HF_CONFIG_NAMES
+
+        fields = dict(dataclasses.asdict(arch), layer_norm_epsilon=1e-6)
+        names = {name: fields[field] for field, name in HF_CONFIG_NAMES.items() if field in fields}
+        config = transformers.ViTConfig(**names, num_labels=1000, attn_implementation="sdpa")
         return transformers.ViTForImageClassification(config)
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     import torchvision_stub  # timm imports torchvision names its ViT does not use; see that file

@@ -213,17 +213,11 @@ def _hf_model(config_kwargs, directory):
 
 
 def _keras_for_hf(config, image_size=None):
-    return keras_vit.VisionTransformer(
-        image_size=image_size or config.image_size,
-        patch_size=config.patch_size,
-        hidden_size=config.hidden_size,
-        depth=config.num_hidden_layers,
-        num_heads=config.num_attention_heads,
-        mlp_dim=config.intermediate_size,
-        num_classes=config.num_labels,
-        layer_norm_epsilon=config.layer_norm_eps,
-        gelu_approximate=False,
-    )
+    from keras_vit.checkpoints.layouts import spec_options_from_hf_config
+
+    options = spec_options_from_hf_config(config.to_dict())
+    assert options["gelu_approximate"] is False  # HF's "gelu" is the exact form
+    return keras_vit.VisionTransformer(**dict(options, image_size=image_size or config.image_size))
 
 
 @pytest.mark.parametrize("case", sorted(HF_CASES))

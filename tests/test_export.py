@@ -143,18 +143,8 @@ def exported(request, digits, tmp_path_factory):
     # points, and on JAX the hybrid is not rebuilt from the file (seconds).
     source = model_file if name == TINY_VIT["name"] else model
     result = export_model(source, output, formats=formats, representative_data="digits")
-    return dict(
-        model=model,
-        name=name,
-        model_file=model_file,
-        output=output,
-        result=result,
-        accuracy=accuracy,
-        x_test=x_test,
-        y_test=y_test,
-        reference=reference,
-        formats=formats,
-    )
+    files = dict(model_file=model_file, output=output, result=result, formats=formats)
+    return dict(model=model, name=name, accuracy=accuracy, x_test=x_test, y_test=y_test, reference=reference, **files)
 
 
 # ---------------------------------------------------------------- the exported files

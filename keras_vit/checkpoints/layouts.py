@@ -34,17 +34,36 @@ def _timm_final_norm(spec, arrays):
     return {("norm." + k[len("fc_norm.") :] if k.startswith("fc_norm.") else k): v for k, v in arrays.items()}
 
 
+# HF transformers' ViTConfig names for the spec's fields (``ViTSpec`` field: HF name).
+HF_CONFIG_NAMES = dict(
+    image_size="image_size", patch_size="patch_size", num_channels="num_channels", hidden_size="hidden_size",
+    depth="num_hidden_layers", num_heads="num_attention_heads", mlp_dim="intermediate_size",
+    layer_norm_epsilon="layer_norm_eps",
+)  # fmt: skip
+
+
+def spec_options_from_hf_config(hf):
+    """The ``ViTSpec`` fields that an HF ``ViTConfig`` (as a dict, e.g. its ``config.json``) states.
+
+    >>> spec_options_from_hf_config({"num_hidden_layers": 2, "hidden_act": "gelu"})
+    {'depth': 2, 'gelu_approximate': False}
+    """
+    options = {field: hf[name] for field, name in HF_CONFIG_NAMES.items() if name in hf}
+    if "id2label" in hf:  # config.json keeps the classes' names, not their number
+        options["num_classes"] = len(hf["id2label"])
+    if "hidden_act" in hf:
+        options["gelu_approximate"] = hf["hidden_act"] != "gelu"  # "gelu" is the exact erf form
+    return options
+
+
 def _hf_config_numerics(path):
     """HF files sit beside a ``config.json`` that states the numerics they were trained with."""
     config_json = os.path.join(os.path.dirname(path), "config.json")
     if not os.path.isfile(config_json):
         return {}
     with open(config_json) as f:
-        hf = json.load(f)
-    numerics = {"gelu_approximate": hf.get("hidden_act", "gelu") != "gelu"}
-    if "layer_norm_eps" in hf:
-        numerics["layer_norm_epsilon"] = hf["layer_norm_eps"]
-    return numerics
+        options = spec_options_from_hf_config({"hidden_act": "gelu", **json.load(f)})
+    return {k: v for k, v in options.items() if k in ("gelu_approximate", "layer_norm_epsilon")}
 
 
 @dataclasses.dataclass(frozen=True)
