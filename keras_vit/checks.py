@@ -26,7 +26,9 @@ def pair(value, name="image_size"):
             raise ValueError
         return tuple(positive_int(v, name) for v in values)
     except ValueError:
-        raise ValueError(f"{name} must be a positive integer or a pair of positive integers, got {value!r}.") from None
+        raise ValueError(
+            f"{name} must be a positive integer or a pair of positive integers, got {value!r} ({name}={value!r})."
+        ) from None
 
 
 def fraction_range(value, name, low=0.0, high=1.0):

@@ -6,7 +6,6 @@ Run per backend: KERAS_BACKEND=jax python -m pytest tests/test_resnet.py
 """
 
 import copy
-import re
 from functools import partial
 
 import keras
@@ -15,6 +14,7 @@ import pytest
 import torchvision_stub  # noqa: E402  (tests/ is on sys.path via conftest)
 from keras import ops
 
+from keras_vit.checkpoints.layouts import LAYOUTS
 from keras_vit.layers.resnet import (
     BottleneckUnit,
     ResNetBackbone,
@@ -81,48 +81,28 @@ def _randomize_timm(model, seed=0):
     return model.eval()
 
 
-_PATH_TABLE = [
-    # (Keras variable path regex, timm state-dict key template)
-    (r"conv_root/kernel", "stem.conv.weight"),
-    (r"gn_root/gamma", "stem.norm.weight"),
-    (r"gn_root/beta", "stem.norm.bias"),
-    (r"stage_(\d+)/unit_(\d+)/conv([123])/kernel", "stages.{i}.blocks.{j}.conv{k}.weight"),
-    (r"stage_(\d+)/unit_(\d+)/gn([123])/gamma", "stages.{i}.blocks.{j}.norm{k}.weight"),
-    (r"stage_(\d+)/unit_(\d+)/gn([123])/beta", "stages.{i}.blocks.{j}.norm{k}.bias"),
-    (r"stage_(\d+)/unit_(\d+)/conv_proj/kernel", "stages.{i}.blocks.{j}.downsample.conv.weight"),
-    (r"stage_(\d+)/unit_(\d+)/gn_proj/gamma", "stages.{i}.blocks.{j}.downsample.norm.weight"),
-    (r"stage_(\d+)/unit_(\d+)/gn_proj/beta", "stages.{i}.blocks.{j}.downsample.norm.bias"),
-]
+def _timm_arrays(timm_model):
+    # The hybrid nests timm's ResNetV2 under its patch embedding; standalone it has no prefix.
+    return {"patch_embed.backbone." + k: v.detach().numpy() for k, v in timm_model.state_dict().items()}
 
 
-def _timm_key(path, prefix="resnet/"):
-    assert path.startswith(prefix), path
-    rel = path[len(prefix) :]
-    for pattern, template in _PATH_TABLE:
-        m = re.fullmatch(pattern, rel)
-        if m:
-            g = [int(x) for x in m.groups()]
-            # stage/unit count from 0 in Keras and timm; conv{k}/gn{k} <-> conv{k}/norm{k}.
-            fields = {}
-            if g:
-                fields = {"i": g[0], "j": g[1], "k": g[2] if len(g) == 3 else None}
-            return template.format(**fields)
-    raise AssertionError(f"unmapped Keras variable path {path}")
+def _timm_source(keras_path, keras_name="resnet"):
+    """The loader's own timm row for a backbone variable: ``(Source, groups)``."""
+    source, groups = LAYOUTS["timm"].find_source("resnet/" + keras_path[len(keras_name) + 1 :])
+    assert source is not None, f"unmapped Keras variable path {keras_path}"
+    return source, groups
 
 
 def _load_timm_into_keras(timm_model, keras_layer):
-    """Copy a timm ResNetV2 state dict into the Keras backbone by path."""
-    sd = {k: v.detach().numpy() for k, v in timm_model.state_dict().items()}
-    used = set()
+    """Copy a timm ResNetV2 state dict into the Keras backbone through the checkpoint table."""
+    arrays, used = _timm_arrays(timm_model), set()
     for var in keras_layer.weights:
-        key = _timm_key(var.path, prefix=keras_layer.name + "/")
-        value = sd[key]
-        if value.ndim == 4:
-            value = value.transpose(2, 3, 1, 0)  # OIHW -> HWIO
-        assert tuple(var.shape) == value.shape, (var.path, key)
+        source, groups = _timm_source(var.path, keras_layer.name)
+        value = source(arrays, groups)  # OIHW -> HWIO where it is a convolution
+        assert tuple(var.shape) == value.shape, var.path
         var.assign(value)
-        used.add(key)
-    assert used == set(sd), set(sd) ^ used  # every tensor mapped exactly once
+        used.update(source.resolve(groups))
+    assert used == set(arrays), set(arrays) ^ used  # every tensor mapped exactly once
 
 
 def _compare(timm_model, keras_layer, images_nhwc):
@@ -199,12 +179,10 @@ def test_r50_3_stage_matches_timm_structure():
     assert kl.count_params() == n_timm == 11894848
     assert len(kl.weights) == len(tm.state_dict())
     # every Keras variable maps onto a timm tensor of the same (transposed) shape
-    sd = tm.state_dict()
+    arrays = _timm_arrays(tm)
     for var in kl.weights:
-        t = tuple(sd[_timm_key(var.path)].shape)
-        if len(t) == 4:
-            t = (t[2], t[3], t[1], t[0])
-        assert tuple(var.shape) == t, var.path
+        source, groups = _timm_source(var.path)
+        assert tuple(var.shape) == source(arrays, groups).shape, var.path
     # stride / channels agree with timm's feature_info
     assert tm.feature_info[-1]["reduction"] == resnet_feature_stride((3, 4, 9)) == 16
     assert tm.feature_info[-1]["num_chs"] == resnet_out_channels((3, 4, 9), 64) == 1024
