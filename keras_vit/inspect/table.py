@@ -1,7 +1,7 @@
 """A Markdown table of every named model's parameters and forward GFLOPs.
 
 python -m keras_vit.inspect.table              # at 224x224, 1000 classes
-python -m keras_vit.inspect.table --image-size 384
+python -m keras_vit.inspect.table --image_size 384
 """
 
 import argparse
@@ -13,6 +13,8 @@ from keras_vit.models.variants import VARIANTS
 def variants_table(image_size=224, num_classes=1000):
     """Markdown rows: name, architecture, parameters (M), GFLOPs per image (see ``count_flops``).
 
+    Variants whose total stride does not divide ``image_size`` are named below the table.
+
     >>> print(variants_table().splitlines()[0])
     | model | width x depth, heads | stem | tokens | parameters (M) | GFLOPs |
     """
@@ -20,7 +22,10 @@ def variants_table(image_size=224, num_classes=1000):
         "| model | width x depth, heads | stem | tokens | parameters (M) | GFLOPs |",
         "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
+    skipped = [name for name, spec in VARIANTS.items() if image_size % spec.stride]
     for name, spec in VARIANTS.items():  # sizes Ti..H, patches 8..32, then the hybrids
+        if name in skipped:
+            continue
         spec = spec.replace(image_size=image_size)
         tokens = spec.grid_size[0] * spec.grid_size[1] + spec.num_prefix_tokens
         stem = (
@@ -34,12 +39,14 @@ def variants_table(image_size=224, num_classes=1000):
             f"| `{name}` | {spec.hidden_size} x {spec.depth}, {spec.num_heads} | {stem} | "
             f"{tokens} | {params / 1e6:.1f} | {flops / 1e9:.1f} |"
         )
+    if skipped:  # e.g. patch 14 at 384: not a whole number of patches
+        lines.append(f"\n(Not at {image_size}, which their stride does not divide: {', '.join(skipped)}.)")
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--num-classes", type=int, default=1000)
+    parser.add_argument("--image_size", "--image-size", type=int, default=224)
+    parser.add_argument("--num_classes", "--num-classes", type=int, default=1000)
     args = parser.parse_args()
     print(variants_table(args.image_size, args.num_classes))
