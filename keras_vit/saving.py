@@ -13,6 +13,8 @@ import os
 import shutil
 import uuid
 
+from keras_vit import checks
+
 
 class InvalidModelFileError(ValueError):
     """The given path is not a model file keras-vit can load (checked before any work)."""
@@ -255,7 +257,7 @@ def load_model(path, model_name=None, image_size=None, num_classes=None, **model
     container = check_model_file(path, model_name)
     if container == "keras":
         model = keras.saving.load_model(path, compile=False)
-        size = None if image_size is None else _pair(image_size)
+        size = None if image_size is None else checks.pair(image_size)
         if size is None or tuple(model.input_shape[1:3]) == size:
             return model
         if not isinstance(model, keras_vit.VisionTransformer):
@@ -268,11 +270,7 @@ def load_model(path, model_name=None, image_size=None, num_classes=None, **model
         resized = keras_vit.VisionTransformer(spec, dtype=model.dtype_policy, name=model.name)
         load_weights(resized, path)
         return resized
-    options = dict(model_options)
-    options["image_size"] = 224 if image_size is None else image_size
-    if num_classes is not None:
-        options["num_classes"] = num_classes
-    model = keras_vit.create_model(model_name, **options)
+    model = keras_vit.create_model(model_name, image_size, num_classes, **model_options)
     if container == "keras_weights":
         model.load_weights(path)
         return model
@@ -280,12 +278,8 @@ def load_model(path, model_name=None, image_size=None, num_classes=None, **model
     if report.fresh:
         raise InvalidModelFileError(
             f"{path} has no weights for {', '.join(report.fresh)} of a {model_name} with "
-            f"{options.get('num_classes', 1000)} classes ({'; '.join(report.fresh.values())}); they "
+            f"{model.spec.num_classes} classes ({'; '.join(report.fresh.values())}); they "
             "would stay random. Give the checkpoint's own num_classes (to fine-tune, build the "
             "model and call keras_vit.load_weights)."
         )
     return model
-
-
-def _pair(size):
-    return (int(size), int(size)) if isinstance(size, int) else tuple(int(s) for s in size)

@@ -73,6 +73,20 @@ def test_quantized_mixed_precision_file_keeps_its_float32_head(tmp_path, rng):
     np.testing.assert_array_equal(to_numpy(reloaded(x)), to_numpy(model(x)))
 
 
+def test_quantized_file_is_refused_by_a_float_model(tmp_path):
+    # Its int8 kernels read as floats would load without a shape error, and be wrong.
+    path = str(tmp_path / "model.keras")
+    keras_vit.save_model(_quantized(VIT, "int8"), path)
+    options = dict(VIT)
+    model = keras_vit.create_model(options.pop("name"), **options)
+    with pytest.raises(
+        ValueError, match=r"block_0/attention/qkv/kernel: key .* holds int8 \(a quantized model's file\?\)"
+    ):
+        keras_vit.load_weights(model, path)
+    with pytest.raises(ValueError, match="quantized model's file"):
+        keras_vit.load_model(path, image_size=64)  # rebuilt at another size: loaded into a float model
+
+
 def test_int8_vit_and_hybrid_saved_here_reload_on_the_other_backends(tmp_path, rng):
     x = _images(rng)
     np.save(tmp_path / "x.npy", x)

@@ -99,6 +99,10 @@ def load_weights(model, path, resample_method=None, resample_antialias=None, war
                 errors.append(f"{key_path}: missing key {missing[0]!r} (expected shape {expected})")
             continue
         value = np.asarray(source(arrays, groups))
+        if value.dtype.kind in "iu" and "float" in variable.dtype:
+            # A quantized model's integer kernel: read as floats it would load without error.
+            errors.append(f"{key_path}: key {keys[0]!r} holds {value.dtype} (a quantized model's file?)")
+            continue
         if value.shape != expected and key_path == "position_embedding/embedding":
             original_shape = value.shape
             value = _resample(model, value, method, antialias, keys[0])
