@@ -16,8 +16,7 @@ Example:
 5717416
 """
 
-import math
-
+from keras_vit.layers.padding import conv_output_size
 from keras_vit.models.registry import create_model, get_spec
 from keras_vit.models.vit import VisionTransformer
 
@@ -28,22 +27,18 @@ def _dense(positions, fan_in, fan_out):
     return 2 * positions * fan_in * fan_out
 
 
-def _same_size(size, stride):
-    return math.ceil(size / stride)  # TF "SAME": output size depends on the stride only
-
-
 def resnet_flops(height, width, channels, block_units, resnet_width=64):
     """Forward FLOPs of ``ResNetBackbone(block_units, resnet_width)`` on a (height, width) image."""
-    h, w = _same_size(height, 2), _same_size(width, 2)
+    h, w = conv_output_size(height, 7, 2), conv_output_size(width, 7, 2)
     flops = _dense(h * w, 7 * 7 * channels, resnet_width)  # root conv 7x7 stride 2
-    h, w = _same_size(h, 2), _same_size(w, 2)  # max pool 3x3 stride 2
+    h, w = conv_output_size(h, 3, 2), conv_output_size(w, 3, 2)  # max pool 3x3 stride 2
     fan_in = resnet_width
     for stage, units in enumerate(block_units):
         mid = resnet_width * 2**stage
         out = 4 * mid
         for unit in range(units):
             stride = 2 if stage > 0 and unit == 0 else 1
-            oh, ow = _same_size(h, stride), _same_size(w, stride)
+            oh, ow = conv_output_size(h, 3, stride), conv_output_size(w, 3, stride)
             flops += _dense(h * w, fan_in, mid)  # conv1 1x1
             flops += _dense(oh * ow, 3 * 3 * mid, mid)  # conv2 3x3, strided
             flops += _dense(oh * ow, mid, out)  # conv3 1x1
