@@ -1,0 +1,1 @@
+"""Pretrained models by name: the preset registry, downloads, local presets."""

@@ -1,0 +1,261 @@
+"""Downloading weight files into the cache: verified, atomic, offline-capable, shared by processes.
+
+Every test serves its files from ``http_server.FileServer`` on 127.0.0.1; most fetch a
+publisher's URL through ``KERAS_VIT_MIRROR``, the way an air-gapped site would.
+"""
+
+import hashlib
+import io
+import os
+import random
+import subprocess
+import sys
+import time
+
+import pytest
+from http_server import FileServer, download_env, unused_url
+
+from keras_vit.presets import download as dl
+
+URL = "https://storage.googleapis.com/vit_models/augreg/tiny.npz"
+SERVED = "vit_models/augreg/tiny.npz"  # the publisher's path, where the mirror serves it
+DATA = random.Random(0).randbytes(200_000)
+SHA256 = hashlib.sha256(DATA).hexdigest()
+CACHED = os.path.join("storage.googleapis.com", *SERVED.split("/"))  # under home()
+
+# Loads download.py by file path, as a tool without Keras would, and downloads argv[2].
+CHILD = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("download", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+assert "keras" not in sys.modules
+print(module.download(sys.argv[2]))
+"""
+
+
+@pytest.fixture
+def file_server(tmp_path):
+    with FileServer(tmp_path / "served") as server:
+        yield server
+
+
+@pytest.fixture
+def server(file_server, monkeypatch, tmp_path):
+    """The file server holding ``DATA`` at the publisher's path, set as the mirror."""
+    file_server.put(SERVED, DATA)
+    download_env(monkeypatch, tmp_path / "cache", mirror=file_server.url)
+    return file_server
+
+
+def leftovers(root):
+    """Every file under ``root`` but the lock files (which stay, empty, by design)."""
+    found = []
+    for folder, _, names in os.walk(root):
+        found += [os.path.relpath(os.path.join(folder, n), root) for n in names if not n.endswith(".lock")]
+    return sorted(found)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def spawn(url):
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, dl.__file__, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_first_download_stores_the_served_bytes_and_records_their_hash(server):
+    path = dl.download(URL, progress=False)
+    assert path == dl.cache_path(URL)
+    assert read(path) == DATA
+    assert read(path + ".sha256").decode().split() == [SHA256, "tiny.npz"]
+    assert server.requests == ["/" + SERVED]
+    assert leftovers(os.path.dirname(path)) == ["tiny.npz", "tiny.npz.sha256"]
+
+
+def test_a_cache_hit_sends_no_request(server):
+    dl.download(URL, sha256=SHA256, size=len(DATA), progress=False)
+    server.clear_requests()
+    assert read(dl.download(URL, sha256=SHA256, size=len(DATA), progress=False)) == DATA
+    assert read(dl.download(URL, progress=False)) == DATA
+    assert server.requests == []
+
+
+def test_offline_a_hit_works_and_a_miss_names_the_file_and_where_to_put_it(server, monkeypatch):
+    dl.download(URL, progress=False)
+    server.clear_requests()
+    monkeypatch.setenv("KERAS_VIT_OFFLINE", "yes")
+    assert read(dl.download(URL, progress=False)) == DATA
+    missing = "https://storage.googleapis.com/vit_models/augreg/other.npz"
+    with pytest.raises(dl.NotCachedError) as error:
+        dl.download(missing, progress=False)
+    message = str(error.value)
+    assert "other.npz" in message and missing in message and dl.cache_path(missing) in message
+    assert "KERAS_VIT_OFFLINE" in message
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("wrong", ["sha256", "size"])
+def test_a_download_of_the_wrong_file_is_refused_and_leaves_nothing(server, wrong):
+    expected = {"sha256": "0" * 64} if wrong == "sha256" else {"size": len(DATA) + 1}
+    with pytest.raises(dl.IntegrityError) as error:
+        dl.download(URL, progress=False, **expected)
+    message = str(error.value)
+    assert URL in message and server.url_for(SERVED) in message
+    assert str(expected[wrong]) in message  # the expected value, and the actual one:
+    assert (SHA256 if wrong == "sha256" else str(len(DATA))) in message
+    assert leftovers(dl.home()) == []
+
+
+def test_a_corrupted_cached_file_is_caught_by_its_recorded_hash_and_fetched_again(server, monkeypatch):
+    path = dl.download(URL, progress=False)
+    with open(path, "r+b") as f:  # one flipped byte, the same size
+        f.seek(1000)
+        f.write(bytes([DATA[1000] ^ 1]))
+    monkeypatch.setenv("KERAS_VIT_OFFLINE", "1")
+    with pytest.raises(dl.IntegrityError, match="recorded in .*tiny.npz.sha256"):
+        dl.download(URL, progress=False)  # offline: refused, kept for the user to look at
+    monkeypatch.delenv("KERAS_VIT_OFFLINE")
+    server.clear_requests()
+    assert read(dl.download(URL, progress=False)) == DATA
+    assert server.requests == ["/" + SERVED]
+
+
+def test_a_download_cut_halfway_leaves_no_file_and_the_next_call_succeeds(server):
+    server.cut(SERVED)
+    with pytest.raises(dl.DownloadError, match=f"closed after {len(DATA) // 2} of {len(DATA)} bytes"):
+        dl.download(URL, progress=False)
+    assert leftovers(dl.home()) == []
+    server.normal(SERVED)
+    assert read(dl.download(URL, progress=False)) == DATA
+
+
+@pytest.mark.skipif(os.name != "posix", reason="kills the downloading process with SIGKILL")
+def test_a_killed_download_leaves_no_file_and_the_next_download_removes_its_remains(server):
+    server.slow(SERVED, seconds=30, pieces=300)  # killed long before the end
+    target = dl.cache_path(URL)
+    child = spawn(URL)
+    deadline = time.monotonic() + 10
+    while not any(".tmp-" in name for name in leftovers(dl.home())) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    child.kill()
+    child.communicate()
+    assert not os.path.exists(target)
+    assert [name for name in leftovers(dl.home()) if ".tmp-" in name]  # what SIGKILL left behind
+    server.normal(SERVED)
+    assert read(dl.download(URL, progress=False)) == DATA
+    assert leftovers(os.path.dirname(target)) == ["tiny.npz", "tiny.npz.sha256"]
+
+
+def test_a_server_that_is_down_names_both_urls_the_cache_path_and_what_to_do(server, monkeypatch):
+    mirror = unused_url()
+    monkeypatch.setenv("KERAS_VIT_MIRROR", mirror)
+    with pytest.raises(dl.DownloadError) as error:
+        dl.download(URL, progress=False)
+    message = str(error.value)
+    assert mirror + SERVED in message and URL in message and dl.cache_path(URL) in message
+    assert "KERAS_VIT_MIRROR" in message and "KERAS_VIT_OFFLINE=1" in message
+    assert error.value.path == dl.cache_path(URL) and error.value.source == mirror + SERVED
+
+
+@pytest.mark.parametrize("status", [404, 500])
+def test_an_http_error_names_the_url_and_the_cache_path(file_server, monkeypatch, tmp_path, status):
+    download_env(monkeypatch, tmp_path / "cache")
+    url = file_server.url_for("weights/missing.npz")  # the publisher itself, no mirror
+    file_server.fail("weights/missing.npz", status)
+    with pytest.raises(dl.DownloadError, match=f"HTTP {status}") as error:
+        dl.download(url, progress=False)
+    assert url in str(error.value) and dl.cache_path(url) in str(error.value)
+    assert leftovers(dl.home()) == []
+
+
+def test_a_server_that_stops_sending_times_out(server):
+    server.slow(SERVED, seconds=30, pieces=1)
+    with pytest.raises(dl.DownloadError, match="no data for 0.2 s"):
+        dl.download(URL, progress=False, timeout=0.2)
+    assert leftovers(dl.home()) == []
+
+
+def test_two_processes_downloading_one_file_get_one_intact_file(server):
+    server.slow(SERVED, seconds=1, pieces=10)
+    children = [spawn(URL), spawn(URL)]
+    results = [child.communicate(timeout=60) for child in children]
+    assert [child.returncode for child in children] == [0, 0], [err for _, err in results]
+    assert [out.strip() for out, _ in results] == [dl.cache_path(URL)] * 2
+    assert read(dl.cache_path(URL)) == DATA
+    assert leftovers(dl.home()) == [CACHED, CACHED + ".sha256"]
+    # With a lock the second process waits, then finds the file: one request (without, maybe two).
+    assert len(server.requests) in ({1} if dl.fcntl is not None else {1, 2})
+
+
+def test_the_mirror_is_asked_at_the_publishers_path(monkeypatch):
+    monkeypatch.setenv("KERAS_VIT_MIRROR", "http://10.0.0.1:8000")
+    assert dl.source_url(URL) == "http://10.0.0.1:8000/vit_models/augreg/tiny.npz"
+    hf = "https://huggingface.co/timm/vit_base_patch16_224.augreg2_in21k_ft_in1k/resolve/main/model.safetensors"
+    monkeypatch.setenv("KERAS_VIT_MIRROR", "http://10.0.0.1:8000/weights/")
+    assert dl.source_url(hf) == (
+        "http://10.0.0.1:8000/weights/timm/vit_base_patch16_224.augreg2_in21k_ft_in1k/resolve/main/model.safetensors"
+    )
+    monkeypatch.setenv("KERAS_VIT_MIRROR", "mirror.internal")
+    with pytest.raises(ValueError, match="KERAS_VIT_MIRROR"):
+        dl.source_url(URL)
+
+
+def test_a_mirror_with_a_path_prefix_serves_the_file(file_server, monkeypatch, tmp_path):
+    file_server.put("weights/" + SERVED, DATA)
+    download_env(monkeypatch, tmp_path / "cache", mirror=file_server.url + "weights")
+    assert read(dl.download(URL, sha256=SHA256, progress=False)) == DATA
+    assert file_server.requests == ["/weights/" + SERVED]
+
+
+def test_the_cache_keeps_each_publishers_host_and_path(monkeypatch, tmp_path):
+    download_env(monkeypatch, tmp_path)
+    gcs = "https://storage.googleapis.com/vit_models/"
+    paths = {
+        dl.cache_path(gcs + "imagenet21k/ViT-B_16.npz"),
+        dl.cache_path(gcs + "imagenet21k+imagenet2012/ViT-B_16.npz"),
+        dl.cache_path("https://example.org/vit_models/imagenet21k/ViT-B_16.npz"),
+    }
+    assert len(paths) == 3 and all(p.startswith(str(tmp_path) + os.sep) for p in paths)
+    assert dl.cache_path(gcs + "imagenet21k/ViT-B_16.npz?download=1") == dl.cache_path(gcs + "imagenet21k/ViT-B_16.npz")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://example.org/a/../../escape.npz",
+        "https://example.org/a/%2e%2e/%2E%2E/escape.npz",
+        "https://example.org/a/..%5c..%5cescape.npz",
+        "https://example.org/weights/",
+        "ftp://example.org/weights.npz",
+    ],
+)
+def test_a_url_whose_path_would_leave_the_cache_is_refused(url):
+    with pytest.raises(ValueError, match="Expected"):
+        dl.cache_path(url)
+
+
+def test_home_is_keras_vit_home_else_the_users_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("KERAS_VIT_HOME", str(tmp_path / "here"))
+    assert dl.home() == str(tmp_path / "here")
+    monkeypatch.delenv("KERAS_VIT_HOME")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert dl.home() == str(tmp_path / "xdg" / "keras_vit")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert dl.home() == str(tmp_path / ".cache" / "keras_vit")
+
+
+def test_progress_is_one_line_redrawn_on_a_terminal(server, monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    dl.download(URL, progress=True)
+    shown = sys.stderr.getvalue()
+    assert "Downloading " + server.url_for(SERVED) in shown
+    assert shown.rstrip("\n").rsplit("\r", 1)[-1].split()[:2] == ["tiny.npz", "100%"]
