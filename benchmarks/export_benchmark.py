@@ -81,9 +81,18 @@ def train_model(path, preset="tiny", epochs=None):
         keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(3e-3 if preset == "tiny" else 2e-3, steps)),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
-    model.fit(images.astype("float32") / 127.5 - 1, labels, epochs=epochs, batch_size=64, verbose=0)
+    model.fit(_preprocess(model, images), labels, epochs=epochs, batch_size=64, verbose=0)
     model.save(path)
     return path
+
+
+def _preprocess(model, images):
+    """What the exports' uint8 signature does: the model's own pre-processing, else x / 127.5 - 1."""
+    import keras
+
+    from keras_vit.export.serving import serving_preprocessing
+
+    return keras.ops.convert_to_numpy(serving_preprocessing(model)(images))
 
 
 def benchmark(model_file, export_dir, runs=50, warmup=5, threads=2):
@@ -96,7 +105,7 @@ def benchmark(model_file, export_dir, runs=50, warmup=5, threads=2):
     model = load_model(model_file)
     images, labels = digits_images(model.input_shape[1:3], "test")
     one = images[:1]
-    preprocessed = images.astype("float32") / 127.5 - 1
+    preprocessed = _preprocess(model, images)
     keras_top1 = np.argmax(keras.ops.convert_to_numpy(model.predict_on_batch(preprocessed)), -1)
     rows = [
         {

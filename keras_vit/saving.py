@@ -225,8 +225,9 @@ def load_model(path, model_name=None, image_size=None, num_classes=None, **model
             embeddings are resampled); default: the ``.keras`` model's own size, or 224
             for a checkpoint.
         num_classes: classifier size when building from a checkpoint (default 1000).
-        **model_options: further ``create_model`` options for checkpoints
-            (e.g. ``gelu_approximate=False`` for timm weights).
+        **model_options: further ``create_model`` options for checkpoints (by default
+            the model gets the numerics the checkpoint's layout was trained with, e.g.
+            the exact GELU for timm weights).
 
     Returns:
         The model, not compiled.
@@ -266,11 +267,24 @@ def load_model(path, model_name=None, image_size=None, num_classes=None, **model
                 f"only keras-vit models can be rebuilt at another size; {path} holds a "
                 f"{type(model).__name__}. Leave image_size unset."
             )
+        from keras_vit.models.vit import resized_preprocessing
+
         spec = model.spec.replace(image_size=size)
-        resized = keras_vit.VisionTransformer(spec, dtype=model.dtype_policy, name=model.name)
+        resized = keras_vit.VisionTransformer(
+            spec,
+            dtype=model.dtype_policy,
+            preprocessing=resized_preprocessing(model.preprocessing, size),
+            class_names=model.class_names,
+            name=model.name,
+        )
         load_weights(resized, path)
         return resized
-    model = keras_vit.create_model(model_name, image_size, num_classes, **model_options)
+    from keras_vit.checkpoints.loader import trained_numerics
+
+    # Built with the numerics the checkpoint was trained with, unless the caller says otherwise.
+    hybrid = keras_vit.get_spec(model_name).resnet is not None
+    options = {**trained_numerics(path, hybrid), **model_options} if container != "keras_weights" else model_options
+    model = keras_vit.create_model(model_name, image_size, num_classes, **options)
     if container == "keras_weights":
         model.load_weights(path)
         return model

@@ -11,10 +11,12 @@ on JAX or PyTorch the conversion runs in a child process with the TensorFlow bac
     python recipes/export.py ViT-B_16.npz --model vit_b16 --image_size 224 \\
         --formats savedmodel,onnx --output saved_models/vit_b16/export
 
-Every export takes raw uint8 images (any batch size) and pre-processes them inside; each
-is written beside its target, checked against the Keras model, and only then moved into
-place. An existing export is replaced only with --overwrite. Exit status: 0 done, 2 bad
-input (nothing was done), 1 the export failed (nothing was left behind).
+Every export takes raw uint8 images (any batch size) and pre-processes them inside, with
+the model's own pre-processing when it has one; a model's class names are written beside
+the exports as labels.txt (one a line, in index order). Each file is written beside its
+target, checked against the Keras model, and only then moved into place. An existing
+export is replaced only with --overwrite. Exit status: 0 done, 2 bad input (nothing was
+done), 1 the export failed (nothing was left behind).
 """
 
 import argparse
@@ -93,9 +95,10 @@ def build_parser():
     parser.add_argument("--top_k", "--top-k", type=int, default=5, help="length of the SavedModel's top-k outputs")
     parser.add_argument(
         "--normalization",
-        default="vit",
-        choices=["vit", "imagenet"],
-        help="the model's pre-processing (vit: x / 127.5 - 1)",
+        default="auto",
+        choices=["auto", "vit", "imagenet"],
+        help="auto (default): the model's own pre-processing (resize, crop, normalise), else vit (x / 127.5 - 1); "
+        "vit or imagenet: for a model without its own (must agree with it otherwise)",
     )
     parser.add_argument(
         "--import",

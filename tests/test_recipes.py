@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from conftest import TINY_ENCODER
 
+import keras_vit
+from keras_vit.data import load_dataset, make_pipeline
 from keras_vit.training import finetune, make_config, parse_args, pretrain
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,6 +63,13 @@ def test_finetune_at_1_5x_starts_from_the_pretrained_model(pretrained, tmp_path)
     assert "pre_logits" not in [layer.name for layer in result.model.layers]
     pretrained_blocks = keras.saving.load_model(config.init_from).get_layer("block_0")
     assert pretrained_blocks.mlp.fc1.kernel.shape == result.model.get_layer("block_0").mlp.fc1.kernel.shape
+    # The saved model keeps the digits' names and the evaluation pipeline's pre-processing:
+    # raw test images through it are the images the test accuracy was measured on.
+    saved = keras_vit.load_model(os.path.join(result.run_dir, "model.keras"))
+    assert saved.class_names == tuple(str(d) for d in range(10))
+    test = load_dataset("digits").test
+    evaluated = np.concatenate([keras.ops.convert_to_numpy(x) for x, _ in make_pipeline(test, 24, 64, False)])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(saved.preprocessing(test.images)), evaluated, atol=1e-4)
 
 
 def test_pretrain_on_tfds_mock_data(tmp_path):

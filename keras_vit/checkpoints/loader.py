@@ -133,6 +133,32 @@ def load_weights(model, path, resample_method=None, resample_antialias=None, war
     return report
 
 
+def trained_numerics(path, hybrid=False):
+    """The ``create_model`` options of the numerics a checkpoint file was trained with.
+
+    They are its layout's record (``layouts.LAYOUTS``), what files beside it state (an HF
+    ``config.json``), and the final norm's place in a timm file; ``hybrid`` adds the ResNet
+    stem's as ``resnet_<field>``. keras-vit's own files hold their spec: nothing to add.
+
+    >>> import numpy as np, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "timm.npz")
+    >>> np.savez(path, **{"patch_embed.proj.weight": np.zeros((8, 3, 16, 16), "float32")})
+    >>> trained_numerics(path)
+    {'gelu_approximate': False, 'layer_norm_epsilon': 1e-06, 'norm_after_pool': False}
+    """
+    path = os.fspath(path)
+    if readers.sniff_container(path) in ("keras", "keras_weights"):
+        return {}
+    _, arrays = readers.read_arrays(path)
+    layout, arrays = layouts.detect_layout(arrays)
+    options = {**layout.numerics, **layout.file_numerics(path)}
+    if layout.name == "timm":
+        options["norm_after_pool"] = "fc_norm.weight" in arrays
+    if hybrid:
+        options.update({f"resnet_{k}": v for k, v in layout.resnet_numerics.items()})
+    return options
+
+
 def _check_architecture(model, layout, arrays):
     """Structural differences that would load without error yet compute differently."""
     spec = getattr(model, "spec", None)

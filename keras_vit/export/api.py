@@ -12,6 +12,12 @@ from keras_vit.export.errors import InvalidModelFileError
 from keras_vit.export.formats import FORMATS, parse_formats
 from keras_vit.export.verify import TOLERANCES, softmax, verify_export
 
+# Beside the exports when the model has class names: one per line, in the order of the
+# probabilities, so that a client maps top_k_indices back to names.
+LABELS_FILENAME = "labels.txt"
+# export_model's normalization default: the model's own pre-processing, else "vit".
+AUTO = "auto"
+
 
 @dataclasses.dataclass
 class ExportResult:
@@ -22,11 +28,14 @@ class ExportResult:
         checks: ``{format name: measured numbers}`` from the verification against the
             Keras model (``max_abs_diff``, ``top1_agreement``, ...).
         outputs_probabilities: whether the model itself ends in a softmax.
+        labels: the path of ``labels.txt`` (the model's class names, one a line, in the
+            order of the probabilities), or None for a model without class names.
     """
 
     paths: dict
     checks: dict
     outputs_probabilities: bool = False
+    labels: str | None = None
 
     def summary(self):
         """One line per format: name, size, and the verification numbers."""
@@ -37,6 +46,8 @@ class ExportResult:
                 f"{k}={check[k]:.2g}" for k in ("max_abs_diff", "mean_abs_diff", "top1_agreement") if k in check
             )
             lines.append(f"{name:<20} {_size(path) / 1e6:8.2f} MB  {path}  ({numbers})")
+        if self.labels:
+            lines.append(f"{'labels':<20} {_size(self.labels) / 1e6:8.2f} MB  {self.labels}")
         return "\n".join(lines)
 
 
@@ -50,7 +61,7 @@ def export_model(
     num_representative=rep.DEFAULT_NUM_REPRESENTATIVE,
     verification_images=None,
     top_k=5,
-    normalization="vit",
+    normalization=AUTO,
     model_name=None,
     image_size=None,
     num_classes=None,
@@ -62,10 +73,13 @@ def export_model(
 ):
     """Exports a classifier as SavedModel, LiteRT and/or ONNX files, each verified.
 
-    Every export takes raw ``uint8`` images ``(batch, H, W, C)`` (any batch size) and does
-    the model's pre-processing inside; it returns ``probabilities`` (softmax), and the
-    SavedModel also ``top_k_scores`` / ``top_k_indices`` plus a ``serving_preprocessed``
-    signature for float32 images already in the model's range.
+    Every export takes raw ``uint8`` images ``(batch, H, W, C)`` (any batch size, the
+    model's image size) and does the model's pre-processing inside: its own
+    ``model.preprocessing`` (resize, crop, normalise) when it has one, else
+    ``normalization``. It returns ``probabilities`` (softmax), and the SavedModel also
+    ``top_k_scores`` / ``top_k_indices`` plus a ``serving_preprocessed`` signature for
+    float32 images already in the model's range. A model with ``class_names`` gets them
+    written beside the exports as ``labels.txt``, one a line in index order.
 
     Each file is written at a hidden temporary path beside its target, reloaded and
     compared with the Keras model on a few images, and moved into place only if every
@@ -91,8 +105,11 @@ def export_model(
         verification_images: uint8 images to verify on (default: from
             ``representative_data``'s source, else seeded noise).
         top_k: length of the SavedModel's top-k outputs.
-        normalization: the model's pre-processing (``"vit"``: ``x / 127.5 - 1``; or
-            ``"imagenet"``; see ``keras_vit.data.NORMALIZATIONS``).
+        normalization: ``"auto"``: the model's own ``model.preprocessing``, else ``"vit"``
+            (``x / 127.5 - 1``). A name of ``keras_vit.data.NORMALIZATIONS`` (``"vit"``,
+            ``"imagenet"``, None for raw 0..255) is the pre-processing of a model without its
+            own; for a model with its own it must agree with that layer's mean and std
+            (a ValueError otherwise: the model's own is what it was evaluated with).
         model_name, image_size, num_classes, model_kwargs: how to build the model from a
             file (see ``keras_vit.saving.load_model``).
         imports: modules defining custom layers, imported before loading (also in the
@@ -106,8 +123,9 @@ def export_model(
 
     Raises (before any work where possible):
         ValueError: unknown format (the message lists the known ones), missing
-            representative data for ``tflite_int8``, a model that is not an image classifier.
-        FileExistsError: a target exists and ``overwrite`` is False.
+            representative data for ``tflite_int8``, a model that is not an image classifier,
+            a ``normalization`` that contradicts the model's own pre-processing.
+        FileExistsError: a target (``labels.txt`` included) exists and ``overwrite`` is False.
         InvalidModelFileError: ``model`` is a path to something that is not a model file.
         UnconvertibleModelError: a format cannot express some layers (``.layers`` names them).
         VerificationError: an export does not reproduce the model.
@@ -143,7 +161,8 @@ def export_model(
         )
     from keras_vit.data.preprocessing import check_normalization
 
-    check_normalization(normalization)
+    if normalization != AUTO:
+        check_normalization(normalization)
     if int(top_k) < 0:
         raise ValueError(f"Expected top_k >= 0; got {top_k}.")
     unknown = set(tolerances or {}) - set(FORMATS)
@@ -159,16 +178,22 @@ def export_model(
     elif not isinstance(model, keras.Model):
         raise InvalidModelFileError(f"Expected a keras.Model or a model file path; got {type(model).__name__}.")
 
-    # 2. The model: an image classifier; its reference outputs on the verification images.
-    from keras_vit.data import normalize
-    from keras_vit.export.serving import image_spec
+    # 2. The model: an image classifier; its reference outputs on the verification images,
+    # pre-processed here by the layer the exports will run.
+    from keras_vit.export.serving import image_spec, serving_preprocessing
 
     image_shape = image_spec(model)
+    normalization = _resolve_normalization(model, normalization)
+    labels, labels_path = _labels(model), os.path.join(output, LABELS_FILENAME)
+    if labels is not None and not _holds(labels_path, labels):
+        # Written with the exports (refused if another one is there, unless overwrite); the
+        # same file already there stays, so formats can be added to a folder one by one.
+        targets["labels"] = labels_path
     calibration = rep.representative_images(representative_data, image_shape, num_representative)
     check_images = rep.verification_images(
         verification_images if verification_images is not None else representative_data, image_shape
     )
-    preprocessed = np.asarray(normalize(check_images, normalization))
+    preprocessed = keras.ops.convert_to_numpy(serving_preprocessing(model, normalization)(check_images))
     if keras.backend.backend() == "tensorflow":
         # Eager TF is fast for one batch, and tracing a predict function per exported
         # model would only add time (and retracing warnings in loops over models).
@@ -193,17 +218,60 @@ def export_model(
 
     checks = {}
     with saving.StagedWrites(targets, overwrite) as staging:
+        exports = {name: staging.paths[name] for name in names}
         if keras.backend.backend() == "tensorflow":
-            convert.convert_model(model, staging.paths, **options)
+            convert.convert_model(model, exports, **options)
         else:
-            convert.convert_in_tensorflow_process(model, model_path, staging.paths, imports, verbose, **options)
+            convert.convert_in_tensorflow_process(model, model_path, exports, imports, verbose, **options)
+        if "labels" in targets:
+            with open(staging.paths["labels"], "w", encoding="utf-8") as f:
+                f.write(labels)
         for name in names:
             tolerance = (tolerances or {}).get(name, TOLERANCES[name])
             checks[name] = verify_export(
                 name, staging.paths[name], check_images, reference, tolerance, preprocessed_images=preprocessed
             )
         staging.commit()
-    return ExportResult(paths=dict(targets), checks=checks, outputs_probabilities=outputs_probabilities)
+    paths = {name: targets[name] for name in names}
+    return ExportResult(paths, checks, outputs_probabilities, labels=labels_path if labels is not None else None)
+
+
+def _resolve_normalization(model, normalization):
+    """``normalization`` for ``serving_preprocessing``: ``"auto"`` resolved, a contradiction refused."""
+    own = getattr(model, "preprocessing", None)
+    if normalization == AUTO:
+        return "vit"  # used only when the model has no pre-processing of its own
+    if own is not None:
+        from keras_vit.layers.preprocessing import ImagePreprocessing
+
+        named = ImagePreprocessing.from_normalization(normalization, own.image_size)
+        if not (np.allclose(own.mean, named.mean) and np.allclose(own.std, named.std)):
+            raise ValueError(
+                f"The model has its own pre-processing (mean={own.mean}, std={own.std}), which the exports "
+                f"apply; normalization={normalization!r} (mean={named.mean}, std={named.std}) contradicts it. "
+                f"Leave normalization out (normalization='auto') to export the model as it was evaluated."
+            )
+    return normalization
+
+
+def _labels(model):
+    """The text of ``labels.txt`` for the model's class names (one a line), or None."""
+    names = getattr(model, "class_names", None)
+    if names is None:
+        return None
+    names = [str(name) for name in names]
+    bad = [name for name in names if "\n" in name or "\r" in name]
+    if bad:
+        raise ValueError(f"Expected class names without line breaks (one a line in {LABELS_FILENAME}); got {bad[:3]}.")
+    return "".join(f"{name}\n" for name in names)
+
+
+def _holds(path, text):
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            return f.read() == text
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _outputs_probabilities(model, scores):

@@ -36,7 +36,7 @@ FORMATS = {
             "savedmodel",
             "savedmodel",
             description="TF SavedModel for TF Serving: serving_default (uint8 images) and "
-            "serving_preprocessed (float32 images in [-1, 1])",
+            "serving_preprocessed (float32 images, already pre-processed)",
         ),
         ExportFormat(
             "tflite_float32",

@@ -4,7 +4,7 @@ Every variant has one signature, ``serving_default``, the SavedModel's: ``images
 ``(batch, H, W, C)`` in (pre-processing inside); ``probabilities`` float32, ``top_k_scores``
 float32 and ``top_k_indices`` int32 out. The full-integer model computes
 every layer in int8: the image is cast and quantised once on entry, the probabilities
-dequantised once on exit (the converter folds ``x / 127.5 - 1`` into that quantisation).
+dequantised once on exit (the converter folds the pre-processing's scaling into that quantisation).
 """
 
 import numpy as np

@@ -43,7 +43,7 @@ def load_exported(path, num_threads=2, signature="serving_default"):
             ``export_model``.
         num_threads: LiteRT / onnxruntime CPU threads.
         signature: the SavedModel signature (``"serving_default"`` takes uint8 images,
-            ``"serving_preprocessed"`` float32 images in [-1, 1]); the other formats have
+            ``"serving_preprocessed"`` float32 images already pre-processed); the other formats have
             only the uint8 one.
 
     Example:

@@ -2,7 +2,9 @@
 
 The exported graphs take what a client has, raw ``uint8`` images, and do the model's
 pre-processing inside, so that no client can get it wrong: a served ViT fed 0..255
-pixels instead of [-1, 1] still answers, only wrongly. The SavedModel written here is the
+pixels instead of [-1, 1] still answers, only wrongly. That pre-processing is the model's
+own ``model.preprocessing`` layer (resize, crop, normalise, as it was evaluated) when it
+has one, else the scaling named by ``normalization``. The SavedModel written here is the
 TF Serving export and the source LiteRT and ONNX are converted from.
 """
 
@@ -31,6 +33,34 @@ def image_spec(model):
     return tuple(int(s) for s in shape[1:])
 
 
+def serving_preprocessing(model, normalization="vit"):
+    """The layer the raw-image signature applies: the model's own, else one for ``normalization``.
+
+    ``model.preprocessing`` (a ``keras_vit.layers.ImagePreprocessing``) takes precedence:
+    ``normalization`` (one of ``keras_vit.data.NORMALIZATIONS``) only serves a model
+    without one, as ``ImagePreprocessing.from_normalization`` at the model's image size
+    (on images of that size, only the scaling). Either way its output size must be the
+    model's input size.
+
+    >>> import keras_vit
+    >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1)
+    >>> serving_preprocessing(model, "imagenet").image_size
+    (16, 16)
+    """
+    from keras_vit.layers.preprocessing import ImagePreprocessing
+
+    height, width, _ = image_spec(model)
+    layer = getattr(model, "preprocessing", None)
+    if layer is None:
+        return ImagePreprocessing.from_normalization(normalization, (height, width))
+    if tuple(layer.image_size) != (height, width):
+        raise ValueError(
+            f"The model's pre-processing outputs {tuple(layer.image_size)} images but the model takes "
+            f"{(height, width)}; give model.preprocessing the model's image size."
+        )
+    return layer
+
+
 def _scores_to_outputs(tf, scores, outputs_probabilities, top_k):
     scores = tf.cast(scores, tf.float32)  # mixed-precision models answer in float32 too
     probabilities = scores if outputs_probabilities else tf.nn.softmax(scores, axis=-1)
@@ -45,16 +75,18 @@ def _scores_to_outputs(tf, scores, outputs_probabilities, top_k):
 def build_archive(model, *, top_k=5, normalization="vit", outputs_probabilities=False, preprocessed_signature=True):
     """A ``keras.export.ExportArchive`` with the serving signatures of ``model``.
 
-    - ``serving_default``: ``images`` uint8 ``(batch, H, W, C)`` -> ``probabilities``
-      float32 ``(batch, classes)``, ``top_k_scores`` float32 and ``top_k_indices`` int32
-      ``(batch, k)`` (top-k left out when ``top_k`` is 0).
+    - ``serving_default``: ``images`` uint8 ``(batch, H, W, C)`` at the model's input size
+      -> ``probabilities`` float32 ``(batch, classes)``, ``top_k_scores`` float32 and
+      ``top_k_indices`` int32 ``(batch, k)`` (top-k left out when ``top_k`` is 0). The
+      images go through ``serving_preprocessing(model, normalization)``.
     - ``serving_preprocessed`` (if ``preprocessed_signature``): the same from float32
       images already pre-processed as the model expects.
 
     Args:
         model: a Keras model on the TensorFlow backend.
         top_k: how many classes the top-k outputs hold (capped at the number of classes).
-        normalization: the pre-processing, one of ``keras_vit.data.NORMALIZATIONS``
+        normalization: the pre-processing of a model without its own ``model.preprocessing``
+            (which takes precedence), one of ``keras_vit.data.NORMALIZATIONS``
             (``"vit"``: ``x / 127.5 - 1``).
         outputs_probabilities: the model already ends in a softmax (else it outputs logits).
 
@@ -66,14 +98,13 @@ def build_archive(model, *, top_k=5, normalization="vit", outputs_probabilities=
     """
     import tensorflow as tf
 
-    from keras_vit.data import normalize
-
     if keras.backend.backend() != "tensorflow":
         raise RuntimeError(
             "build_archive needs the TensorFlow backend (KERAS_BACKEND=tensorflow); got "
             f"{keras.backend.backend()!r}. keras_vit.export.export_model handles other backends."
         )
     height, width, channels = image_spec(model)
+    preprocessing = serving_preprocessing(model, normalization)
     num_classes = int(model.output_shape[-1])
     top_k = min(int(top_k), num_classes)
 
@@ -81,7 +112,7 @@ def build_archive(model, *, top_k=5, normalization="vit", outputs_probabilities=
         return _scores_to_outputs(tf, model(images, training=False), outputs_probabilities, top_k)
 
     def serve_raw(images):
-        return serve_preprocessed(normalize(images, normalization))
+        return serve_preprocessed(preprocessing(images))
 
     archive = keras.export.ExportArchive()
     archive.track(model)
@@ -111,7 +142,7 @@ def write_savedmodel(model, path, *, top_k=5, normalization="vit", outputs_proba
     """Writes ``model`` as a SavedModel with the ``build_archive`` signatures; returns ``path``.
 
     ``path`` is a folder that must not exist yet (``export_model`` writes it at a temporary
-    path first).
+    path first). ``normalization`` serves only a model without its own ``model.preprocessing``.
 
     Example (TensorFlow backend):
     >>> import keras, os, tempfile, keras_vit

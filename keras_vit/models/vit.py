@@ -5,6 +5,7 @@ import dataclasses
 import keras
 from keras.dtype_policies import DTypePolicyMap
 
+from keras_vit.labels import label_set_name, resolve_class_names
 from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.heads import TokenPooling
 from keras_vit.layers.inline import own_policy
@@ -28,6 +29,12 @@ class VisionTransformer(keras.Model):
         dtype: the Keras dtype policy of every layer (e.g. ``"mixed_bfloat16"``; default:
             the global one). Under a mixed policy the classifier head computes in float32,
             for a stable loss.
+        preprocessing: the ``keras_vit.layers.ImagePreprocessing`` that turns raw images
+            into this model's input (or its config), kept as ``model.preprocessing`` and
+            saved with the model; the exports and ``classify`` apply it. Its image size
+            must be the model's.
+        class_names: one name per class, or a label set's name (``"imagenet1k"``), kept
+            as ``model.class_names`` and saved with the model (``keras_vit.decode_predictions``).
         **options: fields of ``ViTSpec`` applied over ``spec`` (``hidden_size=...``;
             ``resnet_<field>`` for the hybrid's stem), and Keras' ``name`` / ``trainable``.
 
@@ -41,7 +48,7 @@ class VisionTransformer(keras.Model):
     (4, 4)
     """
 
-    def __init__(self, spec=None, dtype=None, **options):
+    def __init__(self, spec=None, dtype=None, preprocessing=None, class_names=None, **options):
         keras_options = {k: options.pop(k) for k in ("name", "trainable") if k in options}
         spec = (spec if isinstance(spec, ViTSpec) else ViTSpec.from_config(spec or {})).replace(**options)
         policy, dtype_for = _layer_dtypes(dtype)
@@ -52,6 +59,51 @@ class VisionTransformer(keras.Model):
         self.dtype_policy = policy  # functional models drop a dtype argument; get_config saves it
         self._vit_layers = layers
         self.spec = spec
+        # Kept out of Keras' layer tracking: the graph does not call it, and it has no weights.
+        object.__setattr__(self, "_preprocessing", _checked_preprocessing(preprocessing, spec.image_size))
+        object.__setattr__(self, "_class_names", class_names)
+        _ = self.class_names  # checked now: one name per class
+
+    @property
+    def preprocessing(self):
+        """The layer that turns raw 0..255 images into this model's input, or None."""
+        return self._preprocessing
+
+    @property
+    def class_names(self):
+        """One name per classifier output, or None."""
+        return resolve_class_names(self._class_names, self.spec.num_classes if self.spec.include_top else None)
+
+    def classify(self, images, batch_size=32):
+        """Class probabilities of raw images, pre-processed by ``model.preprocessing``.
+
+        Args:
+            images: 0..255 pixels (uint8 or float): one ``(height, width, channels)``
+                image, a batch, or a list of images of different sizes.
+            batch_size: images per forward pass.
+
+        Returns:
+            A numpy ``(batch, num_classes)`` array of probabilities; decode it with
+            ``keras_vit.decode_predictions(probabilities, class_names=model)``.
+        """
+        import numpy as np
+
+        if self.preprocessing is None:
+            raise ValueError(
+                f"Model {self.name!r} has no pre-processing (model.preprocessing is None): call it on images "
+                "pre-processed as it was trained, or build it with preprocessing="
+                "keras_vit.layers.ImagePreprocessing(...)."
+            )
+        if isinstance(images, (list, tuple)):
+            batch = keras.ops.stack([self.preprocessing(image) for image in images])
+        else:
+            one = keras.ops.ndim(images) == 3
+            batch = self.preprocessing(images[None] if one else images)
+        scores = keras.ops.convert_to_numpy(self.predict(batch, batch_size=batch_size, verbose=0)).astype("float32")
+        if self.spec.classifier_activation == "softmax":
+            return scores
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        return scores / scores.sum(axis=-1, keepdims=True)
 
     def attention_model(self):
         """A model sharing these weights that outputs every block's attention weights.
@@ -90,6 +142,11 @@ class VisionTransformer(keras.Model):
 
     def get_config(self):
         config = {**super().get_config(), **self.spec.to_config()}
+        if self.preprocessing is not None:
+            config["preprocessing"] = keras.saving.serialize_keras_object(self.preprocessing)
+        if self.class_names is not None:  # a label set's name stays a name: files stay small
+            names = label_set_name(self.class_names)
+            config["class_names"] = names if isinstance(names, str) else list(names)
         # Layers whose policy is not the model's (quantized ones, the float32 head under
         # mixed precision) are recorded at their paths, so that a reloaded model gives
         # each its own policy again: a quantized model's file reloads quantized.
@@ -119,6 +176,24 @@ class _WithAttention(keras.layers.Layer):
 
     def call(self, x, return_attention_scores=True):
         return self.block(x, return_attention_scores=True)
+
+
+def resized_preprocessing(preprocessing, image_size):
+    """The same pre-processing for another model image size (None stays None)."""
+    if preprocessing is None or tuple(preprocessing.image_size) == tuple(image_size):
+        return preprocessing
+    return type(preprocessing).from_config({**preprocessing.get_config(), "image_size": image_size})
+
+
+def _checked_preprocessing(preprocessing, image_size):
+    if isinstance(preprocessing, dict):
+        preprocessing = keras.saving.deserialize_keras_object(preprocessing)
+    if preprocessing is not None and tuple(preprocessing.image_size) != tuple(image_size):
+        raise ValueError(
+            f"The pre-processing outputs {tuple(preprocessing.image_size)} images but the model takes "
+            f"{tuple(image_size)}: give it the model's image size."
+        )
+    return preprocessing
 
 
 def _layer_dtypes(dtype):

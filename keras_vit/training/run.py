@@ -15,6 +15,7 @@ import numpy as np
 
 import keras_vit
 from keras_vit.data import load_dataset, make_pipeline, mixes_labels
+from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 from keras_vit.saving import load_model, save_model
 from keras_vit.training.distribution import check_strategy, distribution_scope
@@ -111,11 +112,19 @@ def _spec(config, recipe, num_classes, pretrained):
     return ViTSpec(**{k: getattr(base, k) for k in architecture}, **{**own, "head_zero_init": True})
 
 
-def _build(config, recipe, num_classes):
+def _build(config, recipe, class_names):
     pretrained = _load_pretrained(config) if recipe == "finetune" else None
-    spec = _spec(config, recipe, num_classes, pretrained)
+    spec = _spec(config, recipe, len(class_names), pretrained)
     dtype = "mixed_bfloat16" if config.mixed_precision else None
-    model = keras_vit.VisionTransformer(spec, dtype=dtype, name=config.init_model or config.model)
+    model = keras_vit.VisionTransformer(
+        spec,
+        dtype=dtype,
+        # What the evaluation pipeline does, so the saved model classifies raw images and
+        # its exports pre-process as it was trained; and its dataset's class names.
+        preprocessing=ImagePreprocessing.from_normalization(config.normalization, spec.image_size),
+        class_names=class_names,
+        name=config.init_model or config.model,
+    )
     if recipe == "finetune":
         # A fresh zero head (and no pre-logits) for the new task, whatever the file holds.
         keras_vit.load_weights(model, config.init_from, warn=False, exclude=("head/", "pre_logits/"))
@@ -187,7 +196,7 @@ def _fit(config, recipe, extra_callbacks):
         train = train.repeat()  # a fixed number of steps per epoch, across epochs
     # The whole run sits in the scope: JAX's keras.distribution shards each batch at fit time.
     with distribution_scope(config.strategy, config.tpu):
-        model, pretrained = _build(config, recipe, splits.info.num_classes)
+        model, pretrained = _build(config, recipe, splits.info.class_names)
         model.compile(
             optimizer=make_optimizer(config, total_steps=steps * config.epochs),
             loss=_loss(config),
