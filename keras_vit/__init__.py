@@ -1,7 +1,9 @@
 """keras-vit: the Vision Transformer and hybrid ResNet+ViT for Keras 3, on every backend."""
 
 from keras_vit.checkpoints import load_weights
+from keras_vit.labels import decode_predictions
 from keras_vit.models import ResNetSpec, VisionTransformer, ViTSpec, create_model, get_spec, list_models
+from keras_vit.presets import get_preset, save_preset
 from keras_vit.saving import load_model, save_model
 
 __version__ = "0.1.0"

@@ -1,0 +1,37 @@
+"""``python -m keras_vit.presets [PATTERN]``: the presets as a table; one preset's card if
+the pattern names exactly one."""
+
+import sys
+
+from keras_vit.presets.catalog import PRESETS, list_presets
+
+
+def table(pattern="*"):
+    """The presets matching ``pattern`` as a Markdown table.
+
+    >>> print(table("vit_ti16.augreg_in21k_ft_in1k*"))
+    | preset | image size | classes | ImageNet top-1 | file layout |
+    | --- | --- | --- | --- | --- |
+    | vit_ti16.augreg_in21k_ft_in1k | 224 | 1000 | 75.45 | original |
+    | vit_ti16.augreg_in21k_ft_in1k_384 | 384 | 1000 | 78.44 | original |
+    """
+    lines = ["| preset | image size | classes | ImageNet top-1 | file layout |", "| --- | --- | --- | --- | --- |"]
+    for name in list_presets(pattern):
+        p = PRESETS[name]
+        top1 = f"{p.top1:.2f}" if p.top1 is not None else "-"
+        lines.append(f"| {name} | {p.image_size} | {p.num_classes} | {top1} | {p.layout} |")
+    return "\n".join(lines)
+
+
+def main(argv):
+    pattern = argv[0] if argv else "*"
+    names = list_presets(pattern)
+    if not names:
+        print(f"No preset matches {pattern!r}.", file=sys.stderr)
+        return 2
+    print(PRESETS[names[0]].card() if len(names) == 1 else table(pattern))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

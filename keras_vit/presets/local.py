@@ -1,0 +1,140 @@
+"""Local presets: a model saved with its spec, pre-processing and class names, as a folder.
+
+A team shares its own fine-tuned models the way published ones are used:
+``keras_vit.save_preset(model, "presets/flowers_vit_s16")`` writes the folder, and
+``keras_vit.create_model("presets/flowers_vit_s16")`` (or with ``image_size=`` /
+``num_classes=`` to adapt it) loads it on any backend. The folder holds ``model.keras``
+(weights, spec, pre-processing and class names) and ``preset.json``: a card with the
+file's size and SHA-256, checked on every load, so a changed or truncated model is refused.
+"""
+
+import hashlib
+import json
+import os
+
+PRESET_FILE = "preset.json"
+MODEL_FILE = "model.keras"
+FORMAT = "keras_vit.preset"
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save_preset(model, path, *, description="", overwrite=False):
+    """Writes ``model`` as a local preset folder at ``path``, atomically; returns ``path``.
+
+    Args:
+        model: a ``keras_vit.VisionTransformer`` (its pre-processing and class names are
+            kept: give it them when you build it, as the recipes do).
+        path: the folder to write; it must not exist unless ``overwrite``.
+        description: a line for the card (dataset, accuracy, licence, ...).
+        overwrite: replace an existing folder (the old one stays until the new one is
+            complete).
+
+    Example:
+    >>> import os, tempfile, keras_vit
+    >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=2, depth=1,
+    ...                                class_names=["cat", "dog"])
+    >>> folder = keras_vit.save_preset(model, os.path.join(tempfile.mkdtemp(), "pets"))
+    >>> sorted(os.listdir(folder))
+    ['model.keras', 'preset.json']
+    >>> keras_vit.create_model(folder).class_names
+    ('cat', 'dog')
+    """
+    import keras
+
+    import keras_vit
+    from keras_vit.saving import StagedWrites
+
+    if not isinstance(model, keras_vit.VisionTransformer):
+        raise ValueError(f"Expected a keras_vit.VisionTransformer; got a {type(model).__name__}.")
+    path = os.fspath(path)
+    with StagedWrites({"preset": path}, overwrite=overwrite) as staging:
+        staged = staging.paths["preset"]
+        os.makedirs(staged)
+        model_path = os.path.join(staged, MODEL_FILE)
+        model.save(model_path)
+        card = {
+            "format": FORMAT,
+            "version": 1,
+            "name": os.path.basename(os.path.abspath(path)),
+            "description": description,
+            "model": model.name,
+            "spec": model.spec.to_config(),
+            "preprocessing": model.preprocessing.get_config() if model.preprocessing is not None else None,
+            "num_classes": model.spec.num_classes,
+            "has_class_names": model.class_names is not None,
+            "files": {MODEL_FILE: {"size": os.path.getsize(model_path), "sha256": _sha256(model_path)}},
+            "keras_vit_version": keras_vit.__version__,
+            "keras_version": keras.__version__,
+            "saved_on_backend": keras.backend.backend(),
+        }
+        with open(os.path.join(staged, PRESET_FILE), "w") as f:
+            json.dump(card, f, indent=1)
+        staging.commit()
+    return path
+
+
+def read_card(path):
+    """The ``preset.json`` of a local preset folder, its model file checked against it."""
+    card_path = os.path.join(path, PRESET_FILE)
+    if not os.path.isfile(card_path):
+        raise ValueError(
+            f"{path} is not a keras-vit preset folder: expected {PRESET_FILE} and {MODEL_FILE} in it "
+            "(keras_vit.save_preset writes them)."
+        )
+    with open(card_path) as f:
+        card = json.load(f)
+    if card.get("format") != FORMAT:
+        raise ValueError(f"{card_path} is not a keras-vit preset card (format {card.get('format')!r}).")
+    model_path = os.path.join(path, MODEL_FILE)
+    expected = card["files"][MODEL_FILE]
+    if not os.path.isfile(model_path):
+        raise ValueError(f"The preset {path} has no {MODEL_FILE}.")
+    actual = {"size": os.path.getsize(model_path), "sha256": _sha256(model_path)}
+    if actual != {k: expected[k] for k in actual}:
+        raise ValueError(
+            f"{model_path} does not match its card ({PRESET_FILE}): expected {expected}, found {actual}; "
+            "it was changed or is incomplete. Save the preset again."
+        )
+    return card
+
+
+def load(path, dtype=None, image_size=None, num_classes=None, **options):
+    """A local preset folder or ``.keras`` file as a model, adapted to ``image_size`` /
+    ``num_classes`` / spec ``options`` when given (weights resampled, a fresh head)."""
+    import keras_vit
+    from keras_vit.models.vit import resized_preprocessing
+    from keras_vit.saving import load_model
+
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        read_card(path)
+        path = os.path.join(path, MODEL_FILE)
+    base = load_model(path)
+    name = options.pop("name", base.name)
+    preprocessing = options.pop("preprocessing", base.preprocessing)
+    class_names = options.pop("class_names", base.class_names)
+    sized = {k: v for k, v in dict(image_size=image_size, num_classes=num_classes).items() if v is not None}
+    if not isinstance(base, keras_vit.VisionTransformer):
+        if sized or options or dtype:
+            raise ValueError(f"{path} holds a {type(base).__name__}, which keras-vit cannot rebuild with changes.")
+        return base
+    spec = base.spec.replace(**sized, **options)
+    same = (name, preprocessing, class_names) == (base.name, base.preprocessing, base.class_names)
+    if spec == base.spec and dtype is None and same:
+        return base
+    model = keras_vit.VisionTransformer(
+        spec,
+        dtype=dtype if dtype is not None else base.dtype_policy,
+        preprocessing=resized_preprocessing(preprocessing, spec.image_size),
+        class_names=class_names if spec.num_classes == base.spec.num_classes else None,
+        name=name,
+    )
+    keras_vit.load_weights(model, path)
+    return model
