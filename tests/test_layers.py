@@ -35,6 +35,8 @@ CASES = {
     "ClassToken": ({}, (2, 4, 8)),
     "DropPath": (dict(rate=0.5, seed=3), (2, 5, 8)),
     "EncoderBlock": (dict(num_heads=2, mlp_dim=16, gelu_approximate=False), (2, 5, 8)),
+    # Downsampling with a center crop: both resize matrices and the crop are exercised.
+    "ImagePreprocessing": (dict(image_size=4, crop_fraction=0.875), (2, 7, 6, 3)),
     "MlpBlock": (dict(mlp_dim=16), (2, 5, 8)),
     "MultiHeadSelfAttention": (dict(num_heads=2), (2, 5, 8)),
     "PatchEmbedding": (dict(hidden_size=8, patch_size=4, num_channels=3), (2, 8, 8, 3)),

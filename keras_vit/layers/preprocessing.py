@@ -281,7 +281,10 @@ class ImagePreprocessing(_DataLayer):
                 x = ops.numpy.moveaxis(ops.numpy.matmul(ops.numpy.moveaxis(x, axis, -1), weights), -1, axis)
                 if self.interpolation == "bicubic":
                     x = ops.numpy.clip(x, 0.0, 255.0)
-        return ops.numpy.add(ops.numpy.multiply(x, self._scale), self._offset)
+        x = ops.numpy.add(ops.numpy.multiply(x, self._scale), self._offset)
+        # Computed in float32 whatever the policy (bfloat16 cannot hold 0..255 to one
+        # level); returned in the compute dtype, as every Keras layer does.
+        return ops.cast(x, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return (*input_shape[:-3], *self.image_size, input_shape[-1])
