@@ -2,7 +2,7 @@
 
 from keras_vit.checkpoints import load_weights
 from keras_vit.labels import decode_predictions
-from keras_vit.models import ResNetSpec, VisionTransformer, ViTSpec, create_model, get_spec, list_models
+from keras_vit.models import ResNetSpec, VisionTransformer, ViTSpec, create_model, get_spec, list_models, resize
 from keras_vit.presets import get_preset, save_preset
 from keras_vit.saving import load_model, save_model
 

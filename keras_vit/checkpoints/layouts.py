@@ -66,6 +66,32 @@ def _hf_config_numerics(path):
     return {k: v for k, v in options.items() if k in ("gelu_approximate", "layer_norm_epsilon")}
 
 
+def _hf_grid(path):
+    """An HF checkpoint's patch grid, from the ``config.json`` beside it."""
+    config_json = os.path.join(os.path.dirname(path), "config.json")
+    if not os.path.isfile(config_json):
+        return None
+    with open(config_json) as f:
+        config = json.load(f)
+    if "image_size" not in config or "patch_size" not in config:
+        return None
+    sides = config["image_size"] if isinstance(config["image_size"], (list, tuple)) else [config["image_size"]] * 2
+    return tuple(int(side) // int(config["patch_size"]) for side in sides)
+
+
+def _keras_grid(path):
+    """A keras-vit file's patch grid, from the spec in its config."""
+    from keras_vit.checkpoints.readers import keras_config
+    from keras_vit.models.spec import ViTSpec
+
+    config = keras_config(path)
+    fields = {f.name for f in dataclasses.fields(ViTSpec)}
+    try:
+        return ViTSpec.from_config({k: v for k, v in config.items() if k in fields}).grid_size
+    except (ValueError, TypeError):  # not a keras-vit model
+        return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """What one upstream layout means (see the module docstring).
@@ -82,6 +108,8 @@ class Layout:
         ignorable: key prefixes that may go unused without a warning.
         prepare: ``(spec, arrays) -> arrays``: its special cases, before any row is read.
         file_numerics: ``path -> dict`` of numerics that files beside the checkpoint state.
+        file_grid: ``path -> (h, w)`` of the position embeddings' patch grid, where the
+            file (or one beside it) states it; None where it must be assumed square.
     """
 
     name: str
@@ -95,6 +123,7 @@ class Layout:
     ignorable: tuple = ()
     prepare: typing.Callable = _no_special_cases
     file_numerics: typing.Callable = lambda path: {}
+    file_grid: typing.Callable = lambda path: None
 
     def find_source(self, path):
         """The ``Source`` and regex groups for one Keras variable path, or ``(None, None)``."""
@@ -150,6 +179,7 @@ LAYOUTS = {
             numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-12},
             ignorable=("pooler.",),
             file_numerics=_hf_config_numerics,
+            file_grid=_hf_grid,
         ),
         # keras-vit's own .keras files: the identity.
         Layout(
@@ -160,6 +190,7 @@ LAYOUTS = {
             "class_token/token",
             resampling=("bicubic", True),
             ignorable=("pre_logits/",),
+            file_grid=_keras_grid,
         ),
     )
 }

@@ -1,6 +1,7 @@
 """``load_weights``: any supported checkpoint into a keras-vit model, on any backend."""
 
 import dataclasses
+import math
 import os
 import warnings
 
@@ -8,6 +9,7 @@ import numpy as np
 
 from keras_vit.checkpoints import layouts, readers
 from keras_vit.checkpoints.resample import resample_position_embedding
+from keras_vit.checks import pair as checks_pair
 
 # Weights that may stay freshly initialised when the checkpoint has none that fit:
 # a new task's classifier (and the pre-logits layer that precedes it).
@@ -24,9 +26,11 @@ class LoadReport:
     fresh: dict  # Keras path -> why it kept its initial value
     resampled: dict  # Keras path -> (old shape, new shape)
     unused: list  # checkpoint keys nothing was loaded from
+    source_grid: tuple | None = None  # the file's patch grid (None: no position embedding read)
+    grid_assumed: bool = False  # the file states no grid: a square one was assumed
 
 
-def load_weights(model, path, resample_method=None, resample_antialias=None, warn=True, exclude=()):
+def load_weights(model, path, resample_method=None, resample_antialias=None, warn=True, exclude=(), source_grid=None):
     """Loads a checkpoint into ``model``, recognising its format and layout by content.
 
     Reads the original google-research ``.npz`` files, timm state dicts (``.pth``,
@@ -51,6 +55,10 @@ def load_weights(model, path, resample_method=None, resample_antialias=None, war
             what the checkpoint was trained with.
         exclude: Keras variable path prefixes to leave as initialised, e.g.
             ``("head/",)`` for a fresh classifier even when the class counts agree.
+        source_grid: the ``(h, w)`` patch grid of the file's position embeddings. keras-vit
+            files and HF checkpoints state theirs (a 3x5 grid loaded into a 5x3 model is
+            resampled, not copied); for the others a square grid is assumed (and said, in
+            the report and a warning, when the model's grid is not square).
 
     Returns:
         A ``LoadReport``.
@@ -79,6 +87,8 @@ def load_weights(model, path, resample_method=None, resample_antialias=None, war
     method = resample_method or method
     antialias = antialias if resample_antialias is None else resample_antialias
 
+    stated_grid = checks_pair(source_grid) if source_grid is not None else layout.file_grid(path)
+    grid_info = {"source_grid": stated_grid, "grid_assumed": False}
     values, fresh, resampled, used, errors = {}, {}, {}, set(), []
     for variable in model.weights:
         key_path = variable.path
@@ -103,10 +113,11 @@ def load_weights(model, path, resample_method=None, resample_antialias=None, war
             # A quantized model's integer kernel: read as floats it would load without error.
             errors.append(f"{key_path}: key {keys[0]!r} holds {value.dtype} (a quantized model's file?)")
             continue
-        if value.shape != expected and key_path == "position_embedding/embedding":
+        if key_path == "position_embedding/embedding":
             original_shape = value.shape
-            value = _resample(model, value, method, antialias, keys[0])
-            resampled[key_path] = (original_shape, expected)
+            value, grid_info = _resample(model, value, method, antialias, keys[0], stated_grid)
+            if grid_info["source_grid"] != model.spec.grid_size:
+                resampled[key_path] = (original_shape, expected)
         if value.shape != expected:
             if key_path.startswith(_TASK_SPECIFIC):
                 fresh[key_path] = f"checkpoint shape {value.shape} != model shape {expected}"
@@ -127,7 +138,7 @@ def load_weights(model, path, resample_method=None, resample_antialias=None, war
         if variable.path in values:
             variable.assign(values[variable.path].astype(variable.dtype))
     unused = sorted(set(arrays) - used)
-    report = LoadReport(container, layout.name, sorted(values), fresh, resampled, unused)
+    report = LoadReport(container, layout.name, sorted(values), fresh, resampled, unused, **grid_info)
     if warn:
         _warn(model, report, layout, path)
     return report
@@ -173,16 +184,28 @@ def _check_architecture(model, layout, arrays):
     return arrays
 
 
-def _resample(model, posemb, method, antialias, key):
+def _resample(model, posemb, method, antialias, key, source_grid):
+    """The position embedding on the model's grid, and what is known of the file's grid."""
     num_prefix, grid = model.spec.num_prefix_tokens, model.spec.grid_size
     if posemb.ndim == 2:  # some files drop the leading batch axis
         posemb = posemb[None]
+    assumed = source_grid is None
+    if assumed:  # the model's own grid when the counts agree, else a square one
+        tokens = posemb.shape[1] - num_prefix
+        side = math.isqrt(max(tokens, 0))
+        source_grid = grid if tokens == grid[0] * grid[1] else (side, side)
+        if source_grid[0] * source_grid[1] != tokens:
+            raise ValueError(
+                f"{key!r} of shape {posemb.shape} holds {tokens} grid tokens, neither the model's {grid} nor a "
+                "square grid, and the file states no grid: pass load_weights(..., source_grid=(h, w))."
+            )
     try:
-        return resample_position_embedding(
-            posemb, grid, num_prefix_tokens=num_prefix, method=method, antialias=antialias
+        value = resample_position_embedding(
+            posemb, grid, source_grid, num_prefix_tokens=num_prefix, method=method, antialias=antialias
         )
     except ValueError as error:
         raise ValueError(f"Cannot resample {key!r} of shape {posemb.shape} to grid {grid}: {error}") from None
+    return value, {"source_grid": tuple(source_grid), "grid_assumed": assumed}
 
 
 def _warn(model, report, layout, path):
@@ -197,6 +220,13 @@ def _warn(model, report, layout, path):
     spec = getattr(model, "spec", None)
     if spec is None:
         return
+    if report.grid_assumed and spec.grid_size[0] != spec.grid_size[1]:
+        warnings.warn(
+            f"The {report.layout} file states no patch grid: its position embeddings were taken as a "
+            f"{report.source_grid} grid for the model's {spec.grid_size}. If the file was trained on another "
+            "grid (e.g. the transposed one), pass load_weights(..., source_grid=(h, w)).",
+            stacklevel=3,
+        )
     expected = {**layout.numerics, **layout.file_numerics(path)}
     differ = {k: v for k, v in expected.items() if getattr(spec, k) != v}
     if spec.resnet is not None:

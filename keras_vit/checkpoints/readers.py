@@ -97,6 +97,12 @@ def read_keras(path):
     return {v.path: keras.ops.convert_to_numpy(v) for v in model.weights}
 
 
+def keras_config(path):
+    """The model config stored in a ``.keras`` file (its ``config.json``), without loading it."""
+    with zipfile.ZipFile(path) as archive:
+        return json.loads(archive.read("config.json")).get("config", {})
+
+
 READERS = {"npz": read_npz, "torch": read_torch, "safetensors": read_safetensors, "keras": read_keras}
 
 

@@ -1,6 +1,7 @@
 """The model spec (data), the variants, the functional model, and the registry of named models."""
 
 from keras_vit.models.registry import create_model, get_spec, list_models
+from keras_vit.models.resize import resize
 from keras_vit.models.spec import ResNetSpec, ViTSpec
 from keras_vit.models.variants import SIZES, VARIANTS
 from keras_vit.models.vit import VisionTransformer
