@@ -40,6 +40,7 @@ CASES = {
     "MlpBlock": (dict(mlp_dim=16), (2, 5, 8)),
     "MultiHeadSelfAttention": (dict(num_heads=2), (2, 5, 8)),
     "PatchEmbedding": (dict(hidden_size=8, patch_size=4, num_channels=3), (2, 8, 8, 3)),
+    "PatchTokens": (dict(num_prefix_tokens=1, grid_size=(2, 2)), (2, 5, 8)),
     "PositionEmbedding": (dict(grid_size=(2, 2), num_prefix_tokens=1), (2, 5, 8)),
     # One group: the root's GroupNorm then has 2x2x4 values per group, not 2x2x1, whose
     # statistics would turn bfloat16 rounding into 8% output differences.

@@ -15,4 +15,4 @@ from keras_vit.layers.resnet import (
     resnet_out_channels,
 )
 from keras_vit.layers.stochastic_depth import DropPath
-from keras_vit.layers.tokens import ClassToken, PositionEmbedding, sincos_2d_position_embedding
+from keras_vit.layers.tokens import ClassToken, PatchTokens, PositionEmbedding, sincos_2d_position_embedding

@@ -290,13 +290,16 @@ class ResNetBackbone(_BitLayer):
         pooled = [conv_output_size(size, 3, 2) for size in shape[1:3]]
         _build_chain(self.stages, (shape[0], *pooled, shape[3]))
 
-    def call(self, inputs):
+    def call(self, inputs, return_stages=False):
+        """The feature map; with ``return_stages``, also every stage's output (a list)."""
         x = ops.relu(_conv_norm(self.conv_root, self.gn_root, inputs))
         # x >= 0 after the ReLU, so padding with 0 equals timm's -inf padding (see max_pool_same).
         x = max_pool_same(x, 3, 2, pad_value=0.0)
+        stages = []
         for stage in self.stages:
             x = call_inline(stage, x)
-        return x
+            stages.append(x)
+        return (x, stages) if return_stages else x
 
     def compute_output_shape(self, input_shape):
         check_feature_map(input_shape, f"ResNetBackbone '{self.name}'")

@@ -49,6 +49,11 @@ class ClassToken(keras.layers.Layer):
         cls = ops.broadcast_to(ops.cast(self.token, tokens.dtype), (batch, 1, tokens.shape[-1]))
         return ops.concatenate([cls, tokens], axis=1)
 
+    def get_config(self):
+        # Only Layer arguments; explicit, so a model that nests this one (a backbone inside
+        # a segmenter) serialises it with its dtype policy.
+        return super().get_config()
+
     def compute_output_shape(self, input_shape):
         batch, length, width = input_shape
         return (batch, None if length is None else length + 1, width)
@@ -118,4 +123,46 @@ class PositionEmbedding(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(grid_size=self.grid_size, num_prefix_tokens=self.num_prefix_tokens, kind=self.kind)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class PatchTokens(keras.layers.Layer):
+    """Drops the prefix tokens (class token), and with ``grid_size`` lays the patch tokens
+    out as a feature map: ``(batch, prefix + h*w, width)`` -> ``(batch, h, w, width)``.
+
+    The patch tokens are row-major over the ``(h, w)`` grid, as the patch embedding
+    flattens them.
+
+    Args:
+        num_prefix_tokens: tokens before the patch grid.
+        grid_size: ``(h, w)`` to reshape to (NHWC); None keeps ``(batch, h*w, width)``.
+        **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
+
+    Example:
+    >>> import numpy as np
+    >>> tuple(PatchTokens(1, grid_size=(2, 3))(np.zeros((4, 7, 8), "float32")).shape)
+    (4, 2, 3, 8)
+    """
+
+    def __init__(self, num_prefix_tokens=1, grid_size=None, **kwargs):
+        super().__init__(**kwargs)
+        self.num_prefix_tokens = int(num_prefix_tokens)
+        self.grid_size = None if grid_size is None else tuple(int(s) for s in grid_size)
+
+    def call(self, tokens):
+        patches = tokens[:, self.num_prefix_tokens :]
+        if self.grid_size is None:
+            return patches
+        return ops.reshape(patches, (-1, *self.grid_size, tokens.shape[-1]))
+
+    def compute_output_shape(self, input_shape):
+        if self.grid_size is None:
+            tokens = None if input_shape[1] is None else input_shape[1] - self.num_prefix_tokens
+            return (input_shape[0], tokens, input_shape[-1])
+        return (input_shape[0], *self.grid_size, input_shape[-1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_prefix_tokens=self.num_prefix_tokens, grid_size=self.grid_size)
         return config

@@ -11,7 +11,7 @@ from keras_vit.layers.heads import TokenPooling
 from keras_vit.layers.inline import own_policy
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.resnet import ResNetBackbone
-from keras_vit.layers.tokens import ClassToken, PositionEmbedding
+from keras_vit.layers.tokens import ClassToken, PatchTokens, PositionEmbedding
 from keras_vit.models.spec import ViTSpec
 
 
@@ -120,9 +120,68 @@ class VisionTransformer(keras.Model):
         (2, (1, 2, 5, 5))
         """
         inputs = keras.Input(shape=self.input_shape[1:], name="images")
-        layers = dict(self._vit_layers, blocks=[_WithAttention(b) for b in self._vit_layers["blocks"]])
+        blocks = [_CallWith(b, return_attention_scores=True) for b in self._vit_layers["blocks"]]
+        layers = dict(self._vit_layers, blocks=blocks)
         _, attention = _encode(layers, inputs, return_attention_scores=True)
         return keras.Model(inputs, attention, name=f"{self.name}_attention")
+
+    def intermediate_model(self, blocks=None, output_format="NHWC", norm=False, include_prefix=False, stem=False):
+        """A model sharing these weights that outputs chosen blocks' tokens: a backbone.
+
+        As timm's ``forward_intermediates``: for dense heads (segmentation, detection) and
+        feature pyramids. The result is a functional model, usable as a layer inside a
+        larger model and trained with it by ``fit``.
+
+        Args:
+            blocks: which blocks' outputs: None for all, an int ``n`` for the last ``n``,
+                or a list of indices (negative ones count from the end, as in timm).
+            output_format: ``"NHWC"``: ``(batch, grid_h, grid_w, width)`` feature maps of
+                the patch tokens; ``"tokens"``: ``(batch, tokens, width)`` sequences.
+            norm: apply the final LayerNorm to each output (timm's ``norm=True``).
+            include_prefix: keep the class token in ``"tokens"`` outputs.
+            stem: for a hybrid, also the ResNet stages' feature maps.
+
+        Returns:
+            A ``keras.Model``: images -> a dict ``{"block_<i>": ..., "stem_stage_<j>": ...}``.
+
+        Example:
+        >>> import numpy as np
+        >>> model = VisionTransformer(image_size=(16, 32), patch_size=8, hidden_size=16, depth=3,
+        ...                           num_heads=2, mlp_dim=32, num_classes=3)
+        >>> features = model.intermediate_model(blocks=[0, -1])(np.zeros((1, 16, 32, 3), "float32"))
+        >>> {name: tuple(value.shape) for name, value in features.items()}
+        {'block_0': (1, 2, 4, 16), 'block_2': (1, 2, 4, 16)}
+        """
+        spec, layers = self.spec, self._vit_layers
+        indices = _block_indices(blocks, spec.depth)
+        if output_format not in ("NHWC", "tokens"):
+            raise ValueError(f"output_format must be 'NHWC' or 'tokens'; got {output_format!r}.")
+        if include_prefix and output_format != "tokens":
+            raise ValueError("include_prefix=True needs output_format='tokens': a feature map has no class token.")
+        if norm and spec.norm_after_pool:
+            raise ValueError(
+                "norm=True: this model's final LayerNorm follows the pooling (norm_after_pool, timm's fc_norm), "
+                "so its tokens have none; leave norm=False."
+            )
+        if stem and layers["stem"] is None:
+            raise ValueError("stem=True needs a hybrid (a ResNet stem); this model has none.")
+        grid = spec.grid_size if output_format == "NHWC" else None
+        keep_prefix = include_prefix and output_format == "tokens"
+        to_output = PatchTokens(0 if keep_prefix else spec.num_prefix_tokens, grid, name="patch_tokens")
+        inputs = keras.Input(shape=self.input_shape[1:], name="images")
+        outputs = {}
+        x = inputs
+        if stem:
+            x, stages = _CallWith(layers["stem"], return_stages=True)(x)
+            outputs.update({f"stem_stage_{j}": stage for j, stage in enumerate(stages)})
+        elif layers["stem"] is not None:
+            x = layers["stem"](x)
+        x = _embed(layers, x)
+        for i, block in enumerate(layers["blocks"][: max(indices) + 1]):  # later blocks are not needed
+            x = block(x)
+            if i in indices:
+                outputs[f"block_{i}"] = to_output(layers["encoder_norm"](x) if norm else x)
+        return keras.Model(inputs, outputs, name=f"{self.name}_intermediates")
 
     def feature_model(self):
         """A model sharing these weights: images -> the pooled, normalised image vector.
@@ -162,20 +221,21 @@ class VisionTransformer(keras.Model):
         return cls(**config)
 
 
-class _WithAttention(keras.layers.Layer):
-    """Calls a block for its attention weights too.
+class _CallWith(keras.layers.Layer):
+    """Calls a layer with extra call arguments (``return_attention_scores=True``, ...).
 
     Keras' functional graph requires a layer to return the same number of outputs at
-    every call, so the second, two-output call of a block goes through this wrapper,
-    which shares the block's weights.
+    every call, so a second, multi-output call of a layer goes through this wrapper,
+    which shares the layer's weights.
     """
 
-    def __init__(self, block):
-        super().__init__(name=f"{block.name}_with_attention", dtype=block.dtype_policy)
-        self.block = block
+    def __init__(self, layer, **call_kwargs):
+        super().__init__(name=f"{layer.name}_with_{'_'.join(call_kwargs)}", dtype=layer.dtype_policy)
+        self.layer = layer
+        self.call_kwargs = call_kwargs
 
-    def call(self, x, return_attention_scores=True):
-        return self.block(x, return_attention_scores=True)
+    def call(self, x, **kwargs):
+        return self.layer(x, **self.call_kwargs, **{k: v for k, v in kwargs.items() if k not in self.call_kwargs})
 
 
 def resized_preprocessing(preprocessing, image_size):
@@ -261,14 +321,36 @@ def _make_layers(spec, dtype_for):
     )
 
 
-def _encode(layers, images, return_attention_scores=False):
-    """Images -> final tokens before the encoder norm (and the attention weights)."""
-    x = images if layers["stem"] is None else layers["stem"](images)
+def _block_indices(blocks, depth):
+    """Sorted block indices from None (all), a count of last blocks, or indices (negative from the end)."""
+    if blocks is None:
+        return list(range(depth))
+    if isinstance(blocks, int) and not isinstance(blocks, bool):
+        if not 1 <= blocks <= depth:
+            raise ValueError(f"blocks={blocks}: expected a count of last blocks in 1..{depth} (the model's depth).")
+        return list(range(depth - blocks, depth))
+    indices = list(blocks)
+    bad = [i for i in indices if not isinstance(i, int) or not -depth <= i < depth]
+    if not indices or bad:
+        raise ValueError(
+            f"blocks={blocks!r}: expected block indices in {-depth}..{depth - 1} (the model has {depth} blocks)."
+        )
+    return sorted({i % depth for i in indices})
+
+
+def _embed(layers, x):
+    """Stem output (or images) -> the token sequence that enters the first block."""
     x = layers["patch_embedding"](x)
     if layers["class_token"] is not None:
         x = layers["class_token"](x)
     x = layers["position_embedding"](x)
-    x = layers["embedding_dropout"](x)
+    return layers["embedding_dropout"](x)
+
+
+def _encode(layers, images, return_attention_scores=False):
+    """Images -> final tokens before the encoder norm (and the attention weights)."""
+    x = images if layers["stem"] is None else layers["stem"](images)
+    x = _embed(layers, x)
     attention = []
     for block in layers["blocks"]:
         if return_attention_scores:
