@@ -294,3 +294,10 @@ def test_weights_that_name_nothing_are_clear_errors_before_any_download(mirror):
     with pytest.raises(ValueError, match="not divisible"):
         keras_vit.create_model(TI16, image_size=100)
     assert mirror.requests == []
+
+
+def test_a_model_name_wins_over_a_folder_of_the_same_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("vit_ti16")  # e.g. a run folder named after its model
+    model = keras_vit.create_model("vit_ti16", image_size=16, depth=1, **TINY_ENCODER)
+    assert model.spec.hidden_size == TINY_ENCODER["hidden_size"]

@@ -9,8 +9,9 @@ preset also gives the model its pre-processing and class names; a local preset o
 
 import os
 
+from keras_vit.models.variants import VARIANTS
 from keras_vit.presets import download, local
-from keras_vit.presets.catalog import get_preset
+from keras_vit.presets.catalog import PRESETS, get_preset
 
 # What a weights path ends in (the readers' containers), to tell a missing file from a tag.
 CHECKPOINT_EXTENSIONS = (".npz", ".pth", ".pt", ".bin", ".safetensors", ".keras", ".h5")
@@ -29,7 +30,8 @@ def resolve(name, weights):
     """
     name = os.fspath(name) if isinstance(name, os.PathLike) else name
     weights = os.fspath(weights) if isinstance(weights, os.PathLike) else weights
-    if isinstance(name, str) and (os.path.isdir(name) or name.endswith(".keras")):
+    named = name in VARIANTS or name in PRESETS  # a name wins over a folder that happens to share it
+    if isinstance(name, str) and not named and (os.path.isdir(name) or name.endswith(".keras")):
         if weights is not None:
             raise ValueError(f"{name!r} holds its own weights; weights={weights!r} would be a second source.")
         return None, name
