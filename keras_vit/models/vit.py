@@ -85,6 +85,16 @@ class VisionTransformer(keras.Model):
         Returns:
             A numpy ``(batch, num_classes)`` array of probabilities; decode it with
             ``keras_vit.decode_predictions(probabilities, class_names=model)``.
+
+        Example:
+        >>> import numpy as np
+        >>> from keras_vit.layers import ImagePreprocessing
+        >>> model = VisionTransformer(image_size=16, patch_size=8, hidden_size=16, depth=1, num_heads=2,
+        ...                           mlp_dim=32, num_classes=2, preprocessing=ImagePreprocessing(16),
+        ...                           class_names=["cat", "dog"])
+        >>> probabilities = model.classify(np.zeros((30, 40, 3), "uint8"))  # any size: resized, cropped
+        >>> probabilities.shape, float(probabilities.sum())
+        ((1, 2), 1.0)
         """
         import numpy as np
 
