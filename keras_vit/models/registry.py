@@ -71,11 +71,10 @@ def create_model(name, image_size=None, num_classes=None, *, weights=None, dtype
     """
     from keras_vit.presets import pretrained
 
-    model = pretrained.build(name, weights, image_size, num_classes, dtype, options)
+    # The model's own arguments; everything else (image_size and num_classes too) is the spec's.
+    own = {k: options.pop(k) for k in ("name", "preprocessing", "class_names") if k in options}
+    options.update({k: v for k, v in dict(image_size=image_size, num_classes=num_classes).items() if v is not None})
+    model = pretrained.build(name, weights, dtype, options, own)
     if model is not None:
         return model
-    own = {k: options.pop(k) for k in ("preprocessing", "class_names") if k in options}
-    model_name = options.pop("name", name)
-    sized = {k: v for k, v in dict(image_size=image_size, num_classes=num_classes).items() if v is not None}
-    spec = get_spec(name).replace(**sized, **options)
-    return VisionTransformer(spec, dtype=dtype, name=model_name, **own)
+    return VisionTransformer(get_spec(name).replace(**options), dtype=dtype, **{"name": name, **own})

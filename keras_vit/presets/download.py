@@ -229,7 +229,8 @@ def _record_sha256(target, digest):
         _remove(temp)
 
 
-def _file_sha256(path):
+def file_sha256(path):
+    """The SHA-256 of a file, read in chunks, as hex."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK):
@@ -246,7 +247,7 @@ def _problem(target, expected, size):
     if size is not None and actual_size != size:
         return f"it has {actual_size} bytes, expected {size}"
     recorded = _recorded_sha256(target)
-    actual = _file_sha256(target)
+    actual = file_sha256(target)
     if expected is not None and actual != expected:
         return f"its sha256 is {actual}, expected {expected}"
     if expected is None and recorded is not None and actual != recorded:

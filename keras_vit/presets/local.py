@@ -8,21 +8,19 @@ A team shares its own fine-tuned models the way published ones are used:
 file's size and SHA-256, checked on every load, so a changed or truncated model is refused.
 """
 
-import hashlib
 import json
 import os
+
+from keras_vit.presets.download import file_sha256
 
 PRESET_FILE = "preset.json"
 MODEL_FILE = "model.keras"
 FORMAT = "keras_vit.preset"
 
 
-def _sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def _file_facts(path):
+    """What the card records of a file, and what loading checks against it."""
+    return {"size": os.path.getsize(path), "sha256": file_sha256(path)}
 
 
 def save_preset(model, path, *, description="", overwrite=False):
@@ -69,7 +67,7 @@ def save_preset(model, path, *, description="", overwrite=False):
             "preprocessing": model.preprocessing.get_config() if model.preprocessing is not None else None,
             "num_classes": model.spec.num_classes,
             "has_class_names": model.class_names is not None,
-            "files": {MODEL_FILE: {"size": os.path.getsize(model_path), "sha256": _sha256(model_path)}},
+            "files": {MODEL_FILE: _file_facts(model_path)},
             "keras_vit_version": keras_vit.__version__,
             "keras_version": keras.__version__,
             "saved_on_backend": keras.backend.backend(),
@@ -96,7 +94,7 @@ def read_card(path):
     expected = card["files"][MODEL_FILE]
     if not os.path.isfile(model_path):
         raise ValueError(f"The preset {path} has no {MODEL_FILE}.")
-    actual = {"size": os.path.getsize(model_path), "sha256": _sha256(model_path)}
+    actual = _file_facts(model_path)
     if actual != {k: expected[k] for k in actual}:
         raise ValueError(
             f"{model_path} does not match its card ({PRESET_FILE}): expected {expected}, found {actual}; "
@@ -105,9 +103,10 @@ def read_card(path):
     return card
 
 
-def load(path, dtype=None, image_size=None, num_classes=None, **options):
-    """A local preset folder or ``.keras`` file as a model, adapted to ``image_size`` /
-    ``num_classes`` / spec ``options`` when given (weights resampled, a fresh head)."""
+def load(path, dtype=None, **options):
+    """A local preset folder or ``.keras`` file as a model, adapted to the ``ViTSpec``
+    ``options`` given (``image_size``: weights resampled; ``num_classes``: a fresh head), and
+    to the model's ``name``, ``preprocessing`` or ``class_names``."""
     import keras_vit
     from keras_vit.models.vit import resized_preprocessing
     from keras_vit.saving import load_model
@@ -120,12 +119,11 @@ def load(path, dtype=None, image_size=None, num_classes=None, **options):
     name = options.pop("name", base.name)
     preprocessing = options.pop("preprocessing", base.preprocessing)
     class_names = options.pop("class_names", base.class_names)
-    sized = {k: v for k, v in dict(image_size=image_size, num_classes=num_classes).items() if v is not None}
     if not isinstance(base, keras_vit.VisionTransformer):
-        if sized or options or dtype:
+        if options or dtype:
             raise ValueError(f"{path} holds a {type(base).__name__}, which keras-vit cannot rebuild with changes.")
         return base
-    spec = base.spec.replace(**sized, **options)
+    spec = base.spec.replace(**options)
     same = (name, preprocessing, class_names) == (base.name, base.preprocessing, base.class_names)
     if spec == base.spec and dtype is None and same:
         return base

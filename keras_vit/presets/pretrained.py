@@ -55,29 +55,30 @@ def resolve(name, weights):
     return name, preset
 
 
-def build(name, weights, image_size, num_classes, dtype, options):
-    """The model of ``create_model`` when it has weights to load (see ``resolve``)."""
+def build(name, weights, dtype, options, own):
+    """The model of ``create_model`` when it has weights to load (see ``resolve``), else None.
+
+    ``options`` are ``ViTSpec`` fields; ``own`` the model's ``name``, ``preprocessing`` and
+    ``class_names`` where the caller gave them.
+    """
     import keras_vit
     from keras_vit.checkpoints.loader import trained_numerics
     from keras_vit.layers.preprocessing import ImagePreprocessing
 
     model_name, source = resolve(name, weights)
-    sized = {k: v for k, v in dict(image_size=image_size, num_classes=num_classes).items() if v is not None}
     if source is None:
         return None
     if isinstance(source, str) and (os.path.isdir(source) or source.endswith(".keras")):
-        return local.load(source, dtype=dtype, **sized, **options)
-    options = dict(options)
-    own = {k: options.pop(k) for k in ("name", "preprocessing", "class_names") if k in options}
-    own.setdefault("name", model_name)
+        return local.load(source, dtype=dtype, **own, **options)
+    own = {"name": model_name, **own}
     if isinstance(source, str):  # a checkpoint file or URL: its layout says how it was trained
         path = download.download(source) if is_url(source) else source
         hybrid = keras_vit.get_spec(model_name).resnet is not None
-        spec = keras_vit.get_spec(model_name).replace(**{**trained_numerics(path, hybrid), **sized, **options})
+        spec = keras_vit.get_spec(model_name).replace(**{**trained_numerics(path, hybrid), **options})
         model = keras_vit.VisionTransformer(spec, dtype=dtype, **own)
         keras_vit.load_weights(model, path)
         return model
-    spec = source.spec.replace(**sized, **options)  # bad options fail before any download
+    spec = source.spec.replace(**options)  # bad options fail before any download
     path = download.download(source.url, sha256=source.sha256, size=source.size)
     own.setdefault("preprocessing", ImagePreprocessing(spec.image_size, **source.preprocessing))
     own.setdefault("class_names", source.labels if spec.num_classes == source.num_classes else None)
