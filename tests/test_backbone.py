@@ -169,3 +169,136 @@ def test_a_file_without_a_grid_says_which_grid_it_assumed(timm, tmp_path):
     assert report.source_grid == (4, 9) and not report.grid_assumed
     with pytest.raises(ValueError, match="not divisible"):
         keras_vit.resize(other_count, (30, 72))
+
+
+# --- dynamic image size ---------------------------------------------------------------------
+
+# Sizes for a model stored at 32x32 (a 4x4 grid): smaller and wider, taller, larger and wider.
+DYNAMIC_SIZES = [(16, 40), (48, 32), (56, 72)]
+
+
+def test_dynamic_image_size_matches_timm_at_three_sizes(timm, tmp_path, rng):
+    peer = timm.models.vision_transformer.VisionTransformer(img_size=32, dynamic_img_size=True, **TIMM)
+    peer = randomize_torch(peer.eval())
+    path = save_torch_state(peer.state_dict(), str(tmp_path / "timm.safetensors"))
+    model = keras_vit.VisionTransformer(image_size=32, dynamic_image_size=True, **KERAS)
+    keras_vit.load_weights(model, path)
+    assert model.input_shape == (None, None, None, 3)
+    for size in DYNAMIC_SIZES:
+        x = images(rng, size)
+        np.testing.assert_allclose(model.predict(x, verbose=0), torch_logits(peer, x), atol=TOL, rtol=0, err_msg=size)
+    x = images(rng, (48, 32))
+    features = model.intermediate_model(blocks=[0, -1], norm=True)(x)
+    for ours, theirs in zip((features["block_0"], features["block_2"]), timm_intermediates(peer, x, [0, -1], True)):
+        assert tuple(ours.shape) == (2, 6, 4, 32)
+        np.testing.assert_allclose(to_numpy(ours), theirs.transpose(0, 2, 3, 1), atol=TOL, rtol=0)
+
+
+def test_dynamic_hybrid_matches_timm(timm, tmp_path, rng):
+    kwargs = dict(depth=1, num_classes=3, dynamic_img_size=True)
+    peer = randomize_torch(timm_hybrid(timm, (1, 1), 32, 32, embed_dim=32, num_heads=2, mlp_ratio=2.0, **kwargs))
+    path = save_torch_state(peer.state_dict(), str(tmp_path / "hybrid.pth"))
+    model = keras_hybrid((1, 1), 32, 32, hidden_size=32, depth=1, num_heads=2, mlp_dim=64, num_classes=3,
+                         gelu_approximate=False, dynamic_image_size=True)  # fmt: skip
+    keras_vit.load_weights(model, path)
+    for size in [(24, 40), (48, 32)]:  # stride 8: 3x5 and 6x4 grids from the stored 4x4
+        x = images(rng, size)
+        np.testing.assert_allclose(model.predict(x, verbose=0), torch_logits(peer.eval(), x), atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("interpolation", ["bicubic", "bilinear"])
+def test_position_table_resampled_in_the_graph_as_timm(timm, rng, interpolation):
+    import torch
+    from timm.layers import resample_abs_pos_embed
+
+    layer = keras_vit.layers.PositionEmbedding((4, 6), num_prefix_tokens=1, interpolation=interpolation)
+    layer.build((None, 25, 8))
+    table = rng.standard_normal((1, 25, 8)).astype("float32")
+    layer.embedding.assign(table)
+    for grid in [(2, 9), (7, 3), (4, 6)]:
+        expected = resample_abs_pos_embed(
+            torch.from_numpy(table), new_size=grid, old_size=(4, 6), interpolation=interpolation, antialias=True
+        ).numpy()
+        as_ints = layer.table(grid)  # sizes the graph knows
+        as_tensors = layer.table(tuple(keras.ops.convert_to_tensor(side, "int32") for side in grid))
+        for ours in (as_ints, as_tensors):
+            np.testing.assert_allclose(to_numpy(ours), expected, atol=1e-5, rtol=0, err_msg=grid)
+
+
+def test_dynamic_model_compiles_once_per_size_and_equals_the_resized_model(rng, monkeypatch):
+    model = keras_vit.VisionTransformer(image_size=32, dynamic_image_size=True, **KERAS)
+    sizes = [(32, 32), (16, 48), (32, 32), (16, 48), (48, 24), (16, 48), (48, 24)]
+    inputs = {size: images(rng, size) for size in sizes}
+    expected = {size: to_numpy(keras_vit.resize(model, size)(x)) for size, x in inputs.items()}
+    traces = []
+    call = keras_vit.layers.PositionEmbedding.call
+
+    def counted(self, tokens, patch_map=None):  # Python runs once per trace in a compiled graph
+        traces.append(tuple(tokens.shape))
+        return call(self, tokens, patch_map)
+
+    monkeypatch.setattr(keras_vit.layers.PositionEmbedding, "call", counted)
+    for i, size in enumerate(sizes):
+        np.testing.assert_allclose(model.predict(inputs[size], verbose=0), expected[size], atol=1e-5, err_msg=size)
+        if keras.backend.backend() == "jax":  # one compiled function per input shape
+            assert len(traces) == len(set(sizes[: i + 1])), (size, traces)
+        if keras.backend.backend() == "tensorflow":  # one per size at most (it relaxes to any size)
+            assert len(traces) <= len(set(sizes[: i + 1])), (size, traces)
+    if keras.backend.backend() == "tensorflow":
+        assert traces[-1][1] is None  # the relaxed graph: the sizes computed in the graph
+
+
+def test_dynamic_model_trains_on_batches_of_two_sizes_and_reloads(tmp_path):
+    model = keras_vit.VisionTransformer(image_size=32, dynamic_image_size=True, **KERAS)
+    rng = np.random.default_rng(0)
+    batches = []
+    for size in [(32, 32), (16, 48)]:
+        x = rng.uniform(-1, 1, (8, *size, 3)).astype("float32")
+        batches.append((x, (x[..., 0].mean(axis=(1, 2)) > 0).astype("int32")))  # a learnable target
+
+    def cycle():
+        while True:
+            yield from batches
+
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = to_numpy(model.get_layer("position_embedding").embedding).copy()
+    history = model.fit(cycle(), steps_per_epoch=2, epochs=4, shuffle=False, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    assert not np.allclose(to_numpy(model.get_layer("position_embedding").embedding), before)  # trained through
+    path = str(tmp_path / "dynamic.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.spec.dynamic_image_size
+    x = batches[1][0][:2]
+    np.testing.assert_allclose(to_numpy(loaded(x)), to_numpy(model(x)), atol=1e-5)
+
+
+def test_dynamic_savedmodel_serves_two_sizes(tmp_path, rng):
+    from keras_vit.export import export_model
+    from keras_vit.export.runtime import load_exported
+    from keras_vit.export.verify import softmax
+
+    model = keras_vit.VisionTransformer(image_size=32, dynamic_image_size=True, **KERAS)
+    result = export_model(model, str(tmp_path / "export"), formats="savedmodel")
+    serve = load_exported(result.paths["savedmodel"], signature="serving_preprocessed")
+    for size in [(32, 32), (16, 48)]:
+        x = images(rng, size)
+        served = serve(x)["probabilities"]
+        np.testing.assert_allclose(served, softmax(to_numpy(model(x))), atol=1e-5, err_msg=size)
+    with pytest.raises(Exception, match=r"positive multiples of 8 pixels \(one patch of this model\)"):
+        serve(images(rng, (20, 32)))
+
+
+def test_dynamic_images_the_model_cannot_take_are_clear_errors():
+    model = keras_vit.VisionTransformer(image_size=32, dynamic_image_size=True, **KERAS)
+    with pytest.raises(ValueError, match=r"image height 4 is smaller than one 8-pixel patch"):
+        model(np.zeros((1, 4, 32, 3), "float32"))
+    with pytest.raises(ValueError, match=r"image width 36 is not a multiple of one 8-pixel patch"):
+        model(np.zeros((1, 32, 36, 3), "float32"))
+    hybrid = keras_hybrid((1, 1), 8, 32, hidden_size=32, depth=1, num_heads=2, mlp_dim=64, resnet_num_groups=4,
+                          dynamic_image_size=True)  # fmt: skip
+    with pytest.raises(ValueError, match=r"smaller than one 8-pixel patch \(ResNet stride x patch size\)"):
+        hybrid(np.zeros((1, 32, 4, 3), "float32"))
+    fixed = keras_vit.VisionTransformer(image_size=32, **KERAS)
+    with pytest.raises(ValueError, match="expected shape=.*32, 32, 3"):
+        fixed(np.zeros((1, 32, 48, 3), "float32"))

@@ -18,16 +18,9 @@ import math
 import numpy as np
 
 from keras_vit import checks
+from keras_vit.resampling import axis_weights, keys_cubic
 
 METHODS = ("nearest", "bilinear", "bicubic")
-
-
-def _cubic(x, a):
-    # Keys' cubic convolution kernel; torch uses a=-0.75 without antialias, a=-0.5 with it.
-    x = np.abs(x)
-    near = ((a + 2) * x - (a + 3)) * x * x + 1
-    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-    return np.where(x < 1, near, np.where(x < 2, far, 0.0))
 
 
 def _nearest_matrix(in_size, out_size):
@@ -56,37 +49,23 @@ def _interp_matrix(in_size, out_size, taps):
         i0 = np.floor(src).astype(np.int64)
         frac = src - i0
         for k in range(-1, 3):
-            np.add.at(matrix, (rows, np.clip(i0 + k, 0, in_size - 1)), _cubic(frac - k, -0.75))
+            np.add.at(matrix, (rows, np.clip(i0 + k, 0, in_size - 1)), keys_cubic(np, frac - k, -0.75))
     return matrix
 
 
-def _antialias_matrix(in_size, out_size, taps):
-    # torch's antialias path (ported from PIL): when downsampling, the filter support
+def _antialias_matrix(in_size, out_size, method):
+    # torch's antialias path is ported from PIL's: when downsampling, the filter support
     # is stretched by the scale so that every input pixel contributes; taps that would
     # fall outside the image are dropped and the remaining weights renormalised.
-    scale = in_size / out_size
-    support = taps / 2 * max(scale, 1.0)
-    invscale = 1.0 / scale if scale >= 1.0 else 1.0
-    matrix = np.zeros((out_size, in_size))
-    for i in range(out_size):
-        center = scale * (i + 0.5)
-        # int() truncates toward zero, as the C++ static_cast does.
-        lo = max(int(center - support + 0.5), 0)
-        hi = min(int(center + support + 0.5), in_size)
-        x = (np.arange(lo, hi) - center + 0.5) * invscale
-        w = np.maximum(1.0 - np.abs(x), 0.0) if taps == 2 else _cubic(x, -0.5)
-        total = w.sum()
-        matrix[i, lo:hi] = w / total if total != 0 else w
-    return matrix
+    return axis_weights(np, in_size, out_size, 0, out_size, method, True, "float64").T
 
 
 def _axis_matrix(in_size, out_size, method, antialias):
     if method == "nearest":
         return _nearest_matrix(in_size, out_size)
-    taps = 2 if method == "bilinear" else 4
     if antialias:
-        return _antialias_matrix(in_size, out_size, taps)
-    return _interp_matrix(in_size, out_size, taps)
+        return _antialias_matrix(in_size, out_size, method)
+    return _interp_matrix(in_size, out_size, 2 if method == "bilinear" else 4)
 
 
 def resize_grid(grid, new_size, method="bicubic", antialias=True):

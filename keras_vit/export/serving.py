@@ -17,8 +17,15 @@ PREPROCESSED_SIGNATURE = "serving_preprocessed"
 
 
 def image_spec(model):
-    """``(height, width, channels)`` of the model's image input, checked to be one NHWC input."""
+    """``(height, width, channels)`` of the model's image input, checked to be one NHWC input.
+
+    A dynamic-size model (``dynamic_image_size=True``) takes any size; this is the size its
+    position embeddings are stored for, which the raw-image signature serves.
+    """
     shape = model.input_shape
+    spec = getattr(model, "spec", None)
+    if getattr(spec, "dynamic_image_size", False) and not isinstance(shape, list) and len(shape) == 4:
+        shape = (shape[0], *spec.image_size, shape[3])
     if isinstance(shape, list) or len(shape) != 4 or None in shape[1:]:
         raise ValueError(
             "Expected a model with one image input of fixed shape (batch, height, width, "
@@ -80,7 +87,8 @@ def build_archive(model, *, top_k=5, normalization="vit", outputs_probabilities=
       ``top_k_indices`` int32 ``(batch, k)`` (top-k left out when ``top_k`` is 0). The
       images go through ``serving_preprocessing(model, normalization)``.
     - ``serving_preprocessed`` (if ``preprocessed_signature``): the same from float32
-      images already pre-processed as the model expects.
+      images already pre-processed as the model expects. A dynamic-size model's takes any
+      height and width that are positive multiples of its stride (checked in the graph).
 
     Args:
         model: a Keras model on the TensorFlow backend.
@@ -108,7 +116,12 @@ def build_archive(model, *, top_k=5, normalization="vit", outputs_probabilities=
     num_classes = int(model.output_shape[-1])
     top_k = min(int(top_k), num_classes)
 
+    spec = getattr(model, "spec", None)
+    stride = spec.stride if getattr(spec, "dynamic_image_size", False) else None
+
     def serve_preprocessed(images):
+        if stride is not None:
+            images = _checked_sides(tf, images, stride)
         return _scores_to_outputs(tf, model(images, training=False), outputs_probabilities, top_k)
 
     def serve_raw(images):
@@ -120,7 +133,8 @@ def build_archive(model, *, top_k=5, normalization="vit", outputs_probabilities=
     if preprocessed_signature:
         endpoints.append((PREPROCESSED_SIGNATURE, serve_preprocessed, tf.float32))
     for name, fn, dtype in endpoints:
-        spec = tf.TensorSpec((None, height, width, channels), dtype, name="images")
+        sides = (None, None) if stride is not None and name == PREPROCESSED_SIGNATURE else (height, width)
+        spec = tf.TensorSpec((None, *sides, channels), dtype, name="images")
         try:
             archive.add_endpoint(name, fn, input_signature=[spec])
         except Exception as error:
@@ -136,6 +150,19 @@ def build_archive(model, *, top_k=5, normalization="vit", outputs_probabilities=
                 str(error),
             ) from error
     return archive
+
+
+def _checked_sides(tf, images, stride):
+    """``images``, once the graph has checked that each side is a positive multiple of
+    ``stride`` (a served dynamic-size model; Keras' own check sees only static sizes)."""
+    sides = tf.shape(images)[1:3]
+    message = f"image height and width must be positive multiples of {stride} pixels (one patch of this model)"
+    checks = [
+        tf.debugging.assert_equal(sides % stride, 0, message=message),
+        tf.debugging.assert_greater_equal(sides, stride, message=message),
+    ]
+    with tf.control_dependencies(checks):
+        return tf.identity(images)
 
 
 def write_savedmodel(model, path, *, top_k=5, normalization="vit", outputs_probabilities=False):

@@ -60,7 +60,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.attention_dropout.build((None, self.num_heads, input_shape[1], input_shape[1]))
 
     def call(self, tokens, return_attention_scores=False, training=None):
-        length, width = tokens.shape[1], tokens.shape[2]
+        length, width = ops.shape(tokens)[1], tokens.shape[2]  # length: a tensor where the graph has none
         qkv = ops.reshape(call_inline(self.qkv, tokens), (-1, length, 3, self.num_heads, self.head_dim))
         query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # (batch, length, heads, dim)
         dropout_active = training and self.attention_dropout_rate > 0

@@ -16,6 +16,9 @@ class PatchEmbedding(keras.layers.Layer):
         hidden_size: width of each token.
         patch_size: side of a square patch, in pixels (or feature-map cells for hybrids).
         num_channels: channels the input must have; checked when the layer is built.
+        flatten: return the tokens ``(batch, rows * cols, hidden_size)``, row-major; False
+            keeps the ``(batch, rows, cols, hidden_size)`` map (a dynamic-size model reads
+            the patch grid from it).
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Keras has no quantized convolution: ``model.quantize(...)`` leaves this layer in
@@ -28,11 +31,12 @@ class PatchEmbedding(keras.layers.Layer):
     (2, 16, 8)
     """
 
-    def __init__(self, hidden_size, patch_size, num_channels=3, **kwargs):
+    def __init__(self, hidden_size, patch_size, num_channels=3, flatten=True, **kwargs):
         super().__init__(**kwargs)
         self.hidden_size = int(hidden_size)
         self.patch_size = int(patch_size)
         self.num_channels = int(num_channels)
+        self.flatten = bool(flatten)
 
     def _check_shape(self, input_shape):
         _, height, width, channels = input_shape
@@ -42,6 +46,11 @@ class PatchEmbedding(keras.layers.Layer):
                 f"(NHWC), got input shape {tuple(input_shape)}."
             )
         for side, size in (("height", height), ("width", width)):
+            if size is not None and size < self.patch_size:
+                raise ValueError(
+                    f"{self.name}: image {side} {size} is smaller than one {self.patch_size}-pixel patch "
+                    f"(input shape {tuple(input_shape)})."
+                )
             if size is not None and size % self.patch_size:
                 raise ValueError(
                     f"{self.name}: image {side} must be divisible by the patch size "
@@ -62,15 +71,24 @@ class PatchEmbedding(keras.layers.Layer):
         self._check_shape(tuple(images.shape))
         x = ops.conv(images, self.kernel, strides=self.patch_size, padding="valid")
         x = x + self.bias
-        grid_h, grid_w = x.shape[1], x.shape[2]
+        if not self.flatten:
+            return x
+        _, grid_h, grid_w, _ = ops.shape(x)  # tensors where the graph does not know them
         return ops.reshape(x, (-1, grid_h * grid_w, self.hidden_size))
 
     def compute_output_shape(self, input_shape):
         batch, height, width, _ = input_shape
-        tokens = (height // self.patch_size) * (width // self.patch_size)
-        return (batch, tokens, self.hidden_size)
+        grid = [None if size is None else size // self.patch_size for size in (height, width)]
+        if not self.flatten:
+            return (batch, *grid, self.hidden_size)
+        return (batch, None if None in grid else grid[0] * grid[1], self.hidden_size)
 
     def get_config(self):
         config = super().get_config()
-        config.update(hidden_size=self.hidden_size, patch_size=self.patch_size, num_channels=self.num_channels)
+        config.update(
+            hidden_size=self.hidden_size,
+            patch_size=self.patch_size,
+            num_channels=self.num_channels,
+            flatten=self.flatten,
+        )
         return config

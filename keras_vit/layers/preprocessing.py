@@ -21,6 +21,8 @@ import numpy as np
 
 from keras_vit import checks
 from keras_vit.data.preprocessing import IMAGENET_MEAN, IMAGENET_STD, check_normalization
+from keras_vit.resampling import FILTERS as INTERPOLATIONS
+from keras_vit.resampling import axis_weights
 
 # Keras' base for its own pre-processing layers (Rescaling, Normalization): its __call__
 # switches ``self.backend`` to TensorFlow inside a tf.data graph, so the layer maps over a
@@ -32,63 +34,14 @@ except ImportError:  # pragma: no cover - older Keras
     from keras.src.layers.preprocessing.tf_data_layer import TFDataLayer as _DataLayer
 
 CROP_MODES = ("center", "squash")
-INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
-
-
-def _triangle(xp, t):
-    t = xp.abs(t)
-    return xp.where(t < 1.0, 1.0 - t, xp.zeros_like(t))
-
-
-def _keys_cubic(xp, t, a=-0.5):
-    t = xp.abs(t)
-    near = ((a + 2.0) * t - (a + 3.0)) * t * t + 1.0
-    far = (((t - 5.0) * t + 8.0) * t - 4.0) * a
-    return xp.where(t < 1.0, near, xp.where(t < 2.0, far, xp.zeros_like(t)))
-
-
-# PIL's filters (libImaging/Resample.c): the function and its support at scale 1.
-_FILTERS = {"bilinear": (_triangle, 1.0), "bicubic": (_keys_cubic, 2.0)}
-
-
-def _axis_weights(xp, size, resized, start, count, interpolation, antialias, dtype):
-    """The ``(size, count)`` matrix taking an axis of ``size`` pixels to pixels ``start ..
-    start + count`` of it resized to ``resized``, as PIL's ``precompute_coeffs`` does.
-
-    ``xp`` is numpy (static sizes) or a Keras backend's numpy (sizes as tensors); Python
-    numbers go into its functions typed, so that they keep ``dtype`` on every backend.
-    """
-    size_f = xp.array(size, dtype)
-    scale = size_f / xp.array(resized, dtype)
-    centers = (xp.arange(count, dtype=dtype) + xp.array(start, dtype) + 0.5) * scale
-    pixels = xp.arange(size, dtype=dtype)[:, None]
-    if interpolation == "nearest":
-        # The pixel under each center. PIL (ImagingScaleAffine) finds the centers by adding
-        # the scale pixel after pixel in float64, whose rounding decides the pixel where a
-        # center falls on a boundary: the same sums here when the sizes are known.
-        if xp is np:
-            centers = np.cumsum(np.where(np.arange(start + count) == 0, 0.5 * scale, scale))[start:]
-        return xp.array(pixels == xp.minimum(xp.floor(centers), size_f - 1.0), dtype)
-    kernel, support = _FILTERS[interpolation]
-    one = xp.array(1.0, dtype)
-    filterscale = xp.maximum(scale, one) if antialias else one
-    support = support * filterscale
-    # PIL's window (C casts truncate; floor is the same once clipped at 0), then the
-    # filter stretched by the downscale factor, each output's weights summing to one.
-    low = xp.maximum(xp.floor(centers - support + 0.5), xp.array(0.0, dtype))
-    high = xp.minimum(xp.floor(centers + support + 0.5), size_f)
-    inside = xp.logical_and(pixels >= low, pixels < high)
-    values = kernel(xp, (pixels - centers + 0.5) * (1.0 / filterscale))
-    weights = xp.where(inside, values, xp.zeros_like(values))
-    return weights / xp.sum(weights, axis=0, keepdims=True)
 
 
 @functools.lru_cache(maxsize=64)
 def _static_axis_weights(size, resized, start, count, interpolation, antialias):
-    """``_axis_weights`` for known sizes, in float64 then float32; None for the identity."""
+    """``axis_weights`` for known sizes, in float64 then float32; None for the identity."""
     if size == resized == count and start == 0:
         return None
-    weights = _axis_weights(np, size, resized, start, count, interpolation, antialias, "float64").astype(np.float32)
+    weights = axis_weights(np, size, resized, start, count, interpolation, antialias, "float64").astype(np.float32)
     weights.setflags(write=False)  # shared by every call with these sizes
     return weights
 
@@ -253,8 +206,8 @@ class ImagePreprocessing(_DataLayer):
         xp = self.backend.numpy
         (resized_h, top), (resized_w, left) = self._resize_plan(xp, height, width)
         return (
-            _axis_weights(xp, height, resized_h, top, out_h, dtype="float32", **options),
-            _axis_weights(xp, width, resized_w, left, out_w, dtype="float32", **options),
+            axis_weights(xp, height, resized_h, top, out_h, dtype="float32", **options),
+            axis_weights(xp, width, resized_w, left, out_w, dtype="float32", **options),
         )
 
     def call(self, images):

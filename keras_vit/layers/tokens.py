@@ -4,14 +4,20 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit.resampling import axis_weights
+
 POSITION_EMBEDDINGS = ("learned", "sincos2d")
+# Resamplings of a learned table to another grid: antialiased as torch's (= PIL's).
+POSITION_INTERPOLATIONS = ("bicubic", "bilinear")
 
 
-def sincos_2d_position_embedding(grid_size, hidden_size, temperature=10_000.0):
+def sincos_2d_position_embedding(grid_size, hidden_size, temperature=10_000.0, xp=np):
     """Fixed 2D sine-cosine position embedding, shape ``(grid_h * grid_w, hidden_size)``.
 
     A quarter of the channels each for sin(x), cos(x), sin(y), cos(y) as in big_vision's
-    ``posemb_sincos_2d`` (which is what "sincos2d" ViTs were trained with).
+    ``posemb_sincos_2d`` (which is what "sincos2d" ViTs were trained with). ``xp`` is numpy
+    (computed in float64, returned in float32) or ``keras.ops`` for a grid known only at
+    run time (float32 throughout).
 
     >>> sincos_2d_position_embedding((2, 3), 8).shape
     (6, 8)
@@ -19,12 +25,15 @@ def sincos_2d_position_embedding(grid_size, hidden_size, temperature=10_000.0):
     grid_h, grid_w = grid_size
     if hidden_size % 4:
         raise ValueError(f"sincos2d needs hidden_size divisible by 4, got {hidden_size}.")
-    y, x = np.mgrid[:grid_h, :grid_w]
-    omega = np.arange(hidden_size // 4) / (hidden_size // 4 - 1 or 1)
-    omega = 1.0 / temperature**omega
-    y = np.einsum("m,d->md", y.ravel(), omega)
-    x = np.einsum("m,d->md", x.ravel(), omega)
-    return np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1).astype("float32")
+    dtype = "float64" if xp is np else "float32"
+    cells = xp.arange(grid_h * grid_w, dtype=dtype)  # row-major, as the patch tokens
+    y = xp.floor(cells / xp.array(grid_w, dtype))
+    x = cells - y * xp.array(grid_w, dtype)
+    omega = xp.arange(hidden_size // 4, dtype=dtype) / (hidden_size // 4 - 1 or 1)
+    omega = 1.0 / xp.power(xp.array(temperature, dtype), omega)
+    y, x = y[:, None] * omega[None], x[:, None] * omega[None]
+    table = xp.concatenate([xp.sin(x), xp.cos(x), xp.sin(y), xp.cos(y)], axis=1)
+    return table.astype("float32") if xp is np else table
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -63,12 +72,21 @@ class ClassToken(keras.layers.Layer):
 class PositionEmbedding(keras.layers.Layer):
     """Adds a position embedding to ``num_prefix_tokens`` + grid tokens.
 
+    Called on the tokens alone, the grid is ``grid_size``. Called as ``layer(tokens,
+    patch_map)`` with the patch embedding's ``(batch, rows, cols, width)`` map, the grid is
+    the map's (a dynamic-size model): a learned table is resampled to it in the graph, as
+    timm's ``resample_abs_pos_embed`` does for ``dynamic_img_size=True`` (prefix rows kept,
+    float32, antialiased ``interpolation``), and a "sincos2d" table is computed for it.
+
     Args:
-        grid_size: ``(rows, cols)`` of the patch grid.
+        grid_size: ``(rows, cols)`` of the patch grid the table is stored for.
         num_prefix_tokens: tokens before the grid (1 with a class token, else 0).
         kind: ``"learned"`` (the paper's 1D table, one row per token, the class token
             included: shape ``(1, prefix + rows * cols, width)`` as in every checkpoint) or
             ``"sincos2d"`` (fixed, no weights; prefix tokens get no position).
+        interpolation: how a learned table is resampled to another grid, ``"bicubic"``
+            (timm's) or ``"bilinear"``; both antialiased as
+            ``torch.nn.functional.interpolate(..., antialias=True)``.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Example:
@@ -76,26 +94,27 @@ class PositionEmbedding(keras.layers.Layer):
     >>> layer = PositionEmbedding(grid_size=(2, 2), num_prefix_tokens=1)
     >>> tuple(layer(np.zeros((3, 5, 8), "float32")).shape)
     (3, 5, 8)
+    >>> patch_map = np.zeros((3, 3, 4, 8), "float32")  # a 3x4 grid: the table is resampled
+    >>> tuple(layer(np.zeros((3, 13, 8), "float32"), patch_map).shape)
+    (3, 13, 8)
     """
 
-    def __init__(self, grid_size, num_prefix_tokens=1, kind="learned", **kwargs):
+    def __init__(self, grid_size, num_prefix_tokens=1, kind="learned", interpolation="bicubic", **kwargs):
         super().__init__(**kwargs)
         if kind not in POSITION_EMBEDDINGS:
             raise ValueError(f"position embedding must be one of {POSITION_EMBEDDINGS}, got {kind!r}.")
+        if interpolation not in POSITION_INTERPOLATIONS:
+            raise ValueError(f"interpolation must be one of {POSITION_INTERPOLATIONS}, got {interpolation!r}.")
         self.grid_size = tuple(int(s) for s in grid_size)
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.kind = kind
+        self.interpolation = interpolation
 
     @property
     def num_tokens(self):
         return self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
 
     def build(self, input_shape):
-        if input_shape[1] is not None and input_shape[1] != self.num_tokens:
-            raise ValueError(
-                f"{self.name}: expected {self.num_tokens} tokens ({self.num_prefix_tokens} prefix + "
-                f"grid {self.grid_size}), got input shape {tuple(input_shape)}."
-            )
         width = input_shape[-1]
         if self.kind == "learned":
             self.embedding = self.add_weight(
@@ -104,25 +123,57 @@ class PositionEmbedding(keras.layers.Layer):
                 initializer=keras.initializers.RandomNormal(stddev=0.02),
             )
         else:
-            table = sincos_2d_position_embedding(self.grid_size, width)
-            table = np.concatenate([np.zeros((self.num_prefix_tokens, width), "float32"), table])
             # Fixed: kept as a constant, not a weight, so checkpoints carry nothing for it.
-            self._fixed = table[None]
+            self._fixed = self._with_prefix(sincos_2d_position_embedding(self.grid_size, width)[None])
 
-    def call(self, tokens):
-        if tokens.shape[1] != self.num_tokens:
+    def call(self, tokens, patch_map=None):
+        grid = self.grid_size if patch_map is None else tuple(ops.shape(patch_map)[1:3])
+        if patch_map is None and tokens.shape[1] != self.num_tokens:
             raise ValueError(
                 f"{self.name}: expected {self.num_tokens} tokens (a {self.grid_size} patch grid), got "
                 f"{tokens.shape[1]}: the images are not the size the model was built for. Resize them, "
-                "or build the model at their size (create_model(..., image_size=...)) and load the "
-                "weights into it, which resamples the position embeddings."
+                "build the model at their size (create_model(..., image_size=...)) and load the weights "
+                "into it, or build it with dynamic_image_size=True."
             )
-        table = self.embedding if self.kind == "learned" else self._fixed
-        return tokens + ops.cast(table, tokens.dtype)
+        return tokens + ops.cast(self.table(grid), tokens.dtype)
+
+    def table(self, grid):
+        """The ``(1, prefix + rows * cols, width)`` embedding for a ``(rows, cols)`` grid
+        (ints, or integer scalar tensors inside a graph that does not know them)."""
+        known = all(isinstance(side, int) for side in grid)
+        if known and tuple(grid) == self.grid_size:
+            return self.embedding if self.kind == "learned" else self._fixed
+        if self.kind == "sincos2d":
+            xp = np if known else ops
+            return self._with_prefix(sincos_2d_position_embedding(grid, self._fixed.shape[-1], xp=xp)[None], xp)
+        table = ops.cast(self.embedding, "float32")  # resampled in float32, as timm does
+        prefix, cells = table[:, : self.num_prefix_tokens], table[0, self.num_prefix_tokens :]
+        cells = ops.reshape(cells, (*self.grid_size, -1))
+        rows, cols = (self._axis_weights(old, new) for old, new in zip(self.grid_size, grid))
+        cells = ops.einsum("ip,jq,ijc->pqc", rows, cols, cells)
+        return ops.concatenate([prefix, ops.reshape(cells, (1, -1, cells.shape[-1]))], axis=1)
+
+    def _axis_weights(self, old, new):
+        if isinstance(new, int):  # known: exact, in float64
+            return axis_weights(np, old, new, 0, new, self.interpolation, True, "float64").astype("float32")
+        return axis_weights(ops, old, new, 0, new, self.interpolation, True, "float32")
+
+    def _with_prefix(self, table, xp=np):
+        # Prefix tokens of a sincos2d model get no position.
+        zeros = xp.zeros((1, self.num_prefix_tokens, table.shape[-1]), "float32")
+        return xp.concatenate([zeros, table], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
 
     def get_config(self):
         config = super().get_config()
-        config.update(grid_size=self.grid_size, num_prefix_tokens=self.num_prefix_tokens, kind=self.kind)
+        config.update(
+            grid_size=self.grid_size,
+            num_prefix_tokens=self.num_prefix_tokens,
+            kind=self.kind,
+            interpolation=self.interpolation,
+        )
         return config
 
 
@@ -130,6 +181,8 @@ class PositionEmbedding(keras.layers.Layer):
 class PatchTokens(keras.layers.Layer):
     """Drops the prefix tokens (class token), and with ``grid_size`` lays the patch tokens
     out as a feature map: ``(batch, prefix + h*w, width)`` -> ``(batch, h, w, width)``.
+    Called as ``layer(tokens, patch_map)``, the grid is that of the patch embedding's
+    ``(batch, h, w, width)`` map (a dynamic-size model).
 
     The patch tokens are row-major over the ``(h, w)`` grid, as the patch embedding
     flattens them.
@@ -150,17 +203,21 @@ class PatchTokens(keras.layers.Layer):
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.grid_size = None if grid_size is None else tuple(int(s) for s in grid_size)
 
-    def call(self, tokens):
+    def call(self, tokens, patch_map=None):
         patches = tokens[:, self.num_prefix_tokens :]
+        if patch_map is not None:  # a dynamic-size model: the grid is the patch map's
+            return ops.reshape(patches, (-1, *ops.shape(patch_map)[1:3], tokens.shape[-1]))
         if self.grid_size is None:
             return patches
         return ops.reshape(patches, (-1, *self.grid_size, tokens.shape[-1]))
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, tokens_shape, patch_map_shape=None):
+        batch, length, width = tokens_shape
+        if patch_map_shape is not None:
+            return (batch, *patch_map_shape[1:3], width)
         if self.grid_size is None:
-            tokens = None if input_shape[1] is None else input_shape[1] - self.num_prefix_tokens
-            return (input_shape[0], tokens, input_shape[-1])
-        return (input_shape[0], *self.grid_size, input_shape[-1])
+            return (batch, None if length is None else length - self.num_prefix_tokens, width)
+        return (batch, *self.grid_size, width)
 
     def get_config(self):
         config = super().get_config()

@@ -135,6 +135,10 @@ class ViTSpec(_Spec):
             token (timm's ``fc_norm``, its default for average pooling).
         resnet: a ``ResNetSpec`` (or its fields as a dict) for a hybrid; None for a plain
             ViT.
+        dynamic_image_size: take images of any size divisible by ``stride`` (at least one
+            patch) at call time, the position embeddings resampled in the graph from the
+            ``image_size`` grid they are stored for (timm's ``dynamic_img_size=True``);
+            False: images must be ``image_size``.
         num_classes: classifier outputs (ignored when ``include_top=False``).
         include_top: add the classifier head; if False the model outputs the pooled
             features (or the normalised tokens when ``pooling=None``).
@@ -169,6 +173,7 @@ class ViTSpec(_Spec):
     qkv_bias: bool = _field(True)
     norm_after_pool: bool = _field(False)
     resnet: ResNetSpec | None = _field(None)
+    dynamic_image_size: bool = _field(False, TASK)
     num_classes: int = _field(1000, TASK)
     include_top: bool = _field(True, TASK)
     representation_size: int | None = _field(None, TASK)

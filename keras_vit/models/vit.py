@@ -53,7 +53,7 @@ class VisionTransformer(keras.Model):
         spec = (spec if isinstance(spec, ViTSpec) else ViTSpec.from_config(spec or {})).replace(**options)
         policy, dtype_for = _layer_dtypes(dtype)
         layers = _make_layers(spec, dtype_for)
-        inputs = keras.Input(shape=spec.image_size + (spec.num_channels,), name="images")
+        inputs = keras.Input(shape=_input_shape(spec), name="images")
         outputs = _forward(layers, inputs, spec.norm_after_pool)
         super().__init__(inputs=inputs, outputs=outputs, **keras_options)
         self.dtype_policy = policy  # functional models drop a dtype argument; get_config saves it
@@ -63,6 +63,10 @@ class VisionTransformer(keras.Model):
         object.__setattr__(self, "_preprocessing", _checked_preprocessing(preprocessing, spec.image_size))
         object.__setattr__(self, "_class_names", class_names)
         _ = self.class_names  # checked now: one name per class
+
+    def call(self, inputs, training=None, mask=None):
+        _check_images(self.spec, tuple(inputs.shape))
+        return super().call(inputs, training=training, mask=mask)
 
     @property
     def preprocessing(self):
@@ -175,9 +179,11 @@ class VisionTransformer(keras.Model):
             )
         if stem and layers["stem"] is None:
             raise ValueError("stem=True needs a hybrid (a ResNet stem); this model has none.")
-        grid = spec.grid_size if output_format == "NHWC" else None
-        keep_prefix = include_prefix and output_format == "tokens"
-        to_output = PatchTokens(0 if keep_prefix else spec.num_prefix_tokens, grid, name="patch_tokens")
+        nhwc = output_format == "NHWC"
+        keep_prefix = include_prefix and not nhwc
+        patch_tokens = PatchTokens(
+            0 if keep_prefix else spec.num_prefix_tokens, spec.grid_size if nhwc else None, name="patch_tokens"
+        )
         inputs = keras.Input(shape=self.input_shape[1:], name="images")
         outputs = {}
         x = inputs
@@ -186,7 +192,11 @@ class VisionTransformer(keras.Model):
             outputs.update({f"stem_stage_{j}": stage for j, stage in enumerate(stages)})
         elif layers["stem"] is not None:
             x = layers["stem"](x)
-        x = _embed(layers, x)
+        x, patch_map = _embed(layers, x)
+
+        def to_output(tokens):  # a dynamic model's grid is its patch map's
+            return patch_tokens(tokens, patch_map) if nhwc and patch_map is not None else patch_tokens(tokens)
+
         for i, block in enumerate(layers["blocks"][: max(indices) + 1]):  # later blocks are not needed
             x = block(x)
             if i in indices:
@@ -306,7 +316,11 @@ def _make_layers(spec, dtype_for):
     return dict(
         stem=make("resnet", ResNetBackbone, **dataclasses.asdict(spec.resnet)) if spec.resnet else None,
         patch_embedding=make(
-            "patch_embedding", PatchEmbedding, spec.hidden_size, spec.patch_size, spec.embedding_channels
+            "patch_embedding", PatchEmbedding, spec.hidden_size, spec.patch_size, spec.embedding_channels,
+            flatten=not spec.dynamic_image_size,  # a dynamic model reads the grid from the map
+        ),
+        patch_flatten=(
+            make("patch_flatten", keras.layers.Reshape, (-1, spec.hidden_size)) if spec.dynamic_image_size else None
         ),
         class_token=make("class_token", ClassToken) if spec.has_class_token else None,
         position_embedding=make(
@@ -348,19 +362,46 @@ def _block_indices(blocks, depth):
     return sorted({i % depth for i in indices})
 
 
+def _input_shape(spec):
+    return ((None, None) if spec.dynamic_image_size else spec.image_size) + (spec.num_channels,)
+
+
+def _check_images(spec, shape):
+    """A dynamic-size model's clear error for an image side it cannot take (Keras checks a
+    fixed-size model's input shape; sizes unknown to a graph pass unchecked)."""
+    if not spec.dynamic_image_size or len(shape) != 4:
+        return
+    unit = f"one {spec.stride}-pixel patch" + ("" if spec.resnet is None else " (ResNet stride x patch size)")
+    for side, size in zip(("height", "width"), shape[1:3]):
+        if size is not None and size < spec.stride:
+            raise ValueError(f"The image {side} {size} is smaller than {unit}: images of shape {shape}.")
+        if size is not None and size % spec.stride:
+            raise ValueError(
+                f"The image {side} {size} is not a multiple of {unit}: images of shape {shape}; "
+                f"expected a {side} of {spec.stride} x n pixels."
+            )
+
+
 def _embed(layers, x):
-    """Stem output (or images) -> the token sequence that enters the first block."""
+    """Stem output (or images) -> (the token sequence that enters the first block, the
+    ``(batch, rows, cols, width)`` patch map of a dynamic-size model, else None)."""
+    patch_map = None
     x = layers["patch_embedding"](x)
+    if layers["patch_flatten"] is not None:
+        patch_map, x = x, layers["patch_flatten"](x)
     if layers["class_token"] is not None:
         x = layers["class_token"](x)
-    x = layers["position_embedding"](x)
-    return layers["embedding_dropout"](x)
+    if patch_map is None:
+        x = layers["position_embedding"](x)
+    else:
+        x = layers["position_embedding"](x, patch_map)
+    return layers["embedding_dropout"](x), patch_map
 
 
 def _encode(layers, images, return_attention_scores=False):
     """Images -> final tokens before the encoder norm (and the attention weights)."""
     x = images if layers["stem"] is None else layers["stem"](images)
-    x = _embed(layers, x)
+    x, _ = _embed(layers, x)
     attention = []
     for block in layers["blocks"]:
         if return_attention_scores:
