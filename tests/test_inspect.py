@@ -182,3 +182,112 @@ def test_bad_input_is_a_clear_error(rng):
     hybrid = keras_hybrid((1,), 8, 16, depth=1, num_classes=3, resnet_num_groups=4, **TINY_ENCODER)
     with pytest.raises(ValueError, match="filters ResNet features, not pixels"):
         inspect.embedding_filters(hybrid)
+
+
+# --- the figures' recipe ------------------------------------------------------------------
+
+
+def run_recipe(*argv):
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "inspect_model.py")
+    spec = importlib.util.spec_from_file_location("inspect_model_recipe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main([str(a) for a in argv])
+
+
+def read_csv(path):
+    import csv
+
+    with open(path) as f:
+        return list(csv.reader(f))
+
+
+def check_png(path, min_side=100):
+    from PIL import Image
+
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n", path
+    with Image.open(path) as picture:
+        assert min(picture.size) >= min_side and picture.mode in ("RGB", "RGBA"), (path, picture.size)
+        assert len(np.unique(np.asarray(picture.convert("L")))) > 10, path  # drawn on, not blank
+
+
+@pytest.fixture(scope="module")
+def tiny_model_file(tmp_path_factory):
+    from keras_vit.layers import ImagePreprocessing
+
+    model = keras_vit.VisionTransformer(image_size=16, patch_size=4, depth=2, num_classes=10, gelu_approximate=False,
+                                        preprocessing=ImagePreprocessing.from_normalization("vit", 16),
+                                        **TINY_ENCODER)  # fmt: skip
+    path = str(tmp_path_factory.mktemp("run") / "model.keras")
+    model.save(path)
+    return path
+
+
+def test_recipe_writes_every_figure_and_its_numbers_beside_the_model(tiny_model_file):
+    import os
+
+    written = run_recipe(tiny_model_file, "--num_images", 3)
+    folder = os.path.join(os.path.dirname(tiny_model_file), "figures")
+    assert sorted(os.listdir(folder)) == sorted(os.path.basename(p) for p in written.values())
+    assert len(written) == 8
+    for path in written.values():
+        if path.endswith(".png"):
+            check_png(path)
+    rows = read_csv(os.path.join(folder, "attention_distance.csv"))
+    assert rows[0] == ["block", "head", "mean_distance_pixels"] and len(rows) == 1 + 2 * 2
+    assert all(0 < float(r[2]) < 16 * np.sqrt(2) for r in rows[1:])
+    assert len(read_csv(os.path.join(folder, "attention_rollout.csv"))) == 1 + 3 * 4 * 4
+    assert len(read_csv(os.path.join(folder, "position_embedding_similarity.csv"))) == 1 + 16 * 16
+    assert len(read_csv(os.path.join(folder, "embedding_filters.csv"))) == 1 + 28
+    with pytest.raises(SystemExit) as exit_info:  # there already: refused, left as it was
+        run_recipe(tiny_model_file, "--num_images", 3)
+    assert exit_info.value.code == 2
+    assert run_recipe(tiny_model_file, "--num_images", 3, "--overwrite") == written
+
+
+def test_recipe_on_a_folder_of_photos_and_a_hybrid(tmp_path):
+    import os
+
+    from PIL import Image
+    from skimage import data
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for name in ("astronaut", "chelsea"):
+        Image.fromarray(getattr(data, name)()).save(photos / f"{name}.png")
+    model = keras_hybrid((1,), 8, 32, depth=1, num_classes=3, resnet_num_groups=4, **TINY_ENCODER)  # stride 4
+    path = str(tmp_path / "hybrid.keras")
+    model.save(path)
+    written = run_recipe(path, "--images", photos, "--output", tmp_path / "figures")
+    assert sorted(os.path.basename(p) for p in written.values()) == sorted(
+        f"{name}.{ext}" for name in ("attention_rollout", "attention_distance", "position_embedding_similarity")
+        for ext in ("png", "csv")
+    )  # a hybrid has no pixel filters
+    assert len(read_csv(tmp_path / "figures" / "attention_rollout.csv")) == 1 + 2 * 8 * 8
+    check_png(written["attention_rollout.png"])
+
+
+@pytest.mark.parametrize("kind", ["not_a_vit", "not_a_model", "no_images"])
+def test_recipe_bad_input_writes_nothing(tmp_path, tiny_model_file, capsys, kind):
+    import os
+
+    if kind == "not_a_vit":
+        other = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        model = str(tmp_path / "dense.keras")
+        other.save(model)
+        argv, message = [model], "Expected a keras_vit.VisionTransformer"
+    elif kind == "not_a_model":
+        model = tmp_path / "notes.keras"
+        model.write_text("not a model")
+        argv, message = [model], "is not a model file"
+    else:
+        (tmp_path / "empty").mkdir()
+        argv, message = [tiny_model_file, "--images", tmp_path / "empty"], "no images"
+    with pytest.raises(SystemExit) as exit_info:
+        run_recipe(*argv, "--output", tmp_path / "figures")
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "figures")

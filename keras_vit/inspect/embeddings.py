@@ -64,12 +64,13 @@ def principal_components(vectors, num_components):
     return components * signs[:, None], explained
 
 
-def embedding_filters(model, num_components=28):
+def embedding_filters(model, num_components=28, return_explained=False):
     """The principal components of the patch-embedding filters as RGB tiles.
 
     Figure 7 (left): the ``hidden_size`` filters, each a ``patch x patch x channels``
     tile, and their top ``num_components`` principal components as tiles
-    ``(num_components, patch, patch, channels)`` (unit norm; scale them for display).
+    ``(num_components, patch, patch, channels)`` (unit norm; scale them for display),
+    and with ``return_explained`` the fraction of the filters' variance each explains.
 
     >>> import keras_vit
     >>> model = keras_vit.create_model("vit_ti16", image_size=32, depth=1, num_classes=3)
@@ -93,5 +94,6 @@ def embedding_filters(model, num_components=28):
             f"{size}x{size}x{channels}); got {num_components}."
         )
     filters = kernel.reshape(-1, width).T  # one row per filter
-    components, _ = principal_components(filters, num_components)
-    return components.reshape(num_components, size, size, channels).astype("float32")
+    components, explained = principal_components(filters, num_components)
+    tiles = components.reshape(num_components, size, size, channels).astype("float32")
+    return (tiles, explained) if return_explained else tiles

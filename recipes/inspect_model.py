@@ -1,0 +1,252 @@
+"""Seeing inside a trained ViT: the paper's section 4.5 figures, as PNGs and CSVs.
+
+    python recipes/inspect_model.py saved_models/main-finetune/model.keras
+    python recipes/inspect_model.py vit_b16.augreg2_in21k_ft_in1k --images photos/
+
+The model is a ``.keras`` file, a local preset folder or a preset name; the images a
+folder (.jpg, .png, ...) or, by default, the embedded digits' test split. They go
+through the model's own pre-processing. Written to ``--output`` (default: ``figures/``
+beside a model file, else ``saved_models/<name>/figures/``), each figure with the
+numbers behind it:
+
+- ``attention_rollout.png`` / ``.csv``: the images, and the class token's attention
+  rolled out through every block (Abnar & Zuidema 2020) over them (the paper's figure 6);
+- ``attention_distance.png`` / ``.csv``: each head's mean attention distance in pixels
+  against its depth (figure 7, right; figure 10 for a hybrid);
+- ``position_embedding_similarity.png`` / ``.csv``: each patch's position-embedding
+  cosine similarity with every other's (figure 7, centre);
+- ``embedding_filters.png`` / ``.csv``: the principal components of the patch filters
+  (figure 7, left; a plain ViT's only).
+
+The files appear together or not at all. Exit status: 0 done, 2 bad input (nothing
+written). This file is not named ``inspect.py``: beside ``main.py``, which puts this
+folder on ``sys.path``, that name would hide Python's own ``inspect`` module.
+"""
+
+import argparse
+import csv
+import os
+import sys
+
+try:
+    import keras_vit  # noqa: F401
+except ImportError:  # run from a checkout without installing
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from keras_vit import inspect  # noqa: E402
+from keras_vit.saving import StagedWrites  # noqa: E402
+
+FIGURES = ("attention_rollout", "attention_distance", "position_embedding_similarity", "embedding_filters")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", help="a .keras file, a local preset folder or a preset name")
+    parser.add_argument("--images", help="a folder of images (default: the embedded digits' test split)")
+    parser.add_argument("--num_images", type=int, default=8, help="images shown and averaged over")
+    parser.add_argument("--output", help="folder for the figures (default: see above)")
+    parser.add_argument("--head_fusion", default="mean", choices=inspect.attention.HEAD_FUSIONS)
+    parser.add_argument("--discard_ratio", type=float, default=0.0, help="rollout: weights dropped per block")
+    parser.add_argument("--num_components", type=int, default=28, help="filter components shown")
+    parser.add_argument("--overwrite", action="store_true", help="replace figures already there")
+    return parser
+
+
+def load_any_model(source):
+    """A ``.keras`` file, a local preset folder or a preset name -> the model."""
+    import keras_vit
+    from keras_vit.saving import load_model
+
+    if os.path.isfile(source):
+        model = load_model(source)
+    else:
+        model = keras_vit.create_model(source)  # names and preset folders; unknown ones get suggestions
+    return inspect.attention.check_vit(model, source)
+
+
+def load_images(folder, count):
+    """Up to ``count`` raw uint8 images: from ``folder`` (sorted by name) or the digits' test split."""
+    if folder is None:
+        from keras_vit.data import load_digits
+
+        return list(load_digits().test.images[:count])
+    import tensorflow as tf
+
+    from keras_vit.data import IMAGE_EXTENSIONS
+
+    if not os.path.isdir(folder):
+        raise ValueError(f"--images: expected a folder of images; {folder} is not a folder.")
+    names = sorted(n for n in os.listdir(folder) if n.lower().endswith(IMAGE_EXTENSIONS))[:count]
+    if not names:
+        raise ValueError(f"--images: no images ({', '.join(IMAGE_EXTENSIONS)}) in {folder}.")
+    read = lambda name: tf.io.decode_image(tf.io.read_file(os.path.join(folder, name)), 3, expand_animations=False)  # noqa: E731
+    return [read(name).numpy() for name in names]
+
+
+def preprocess(model, raw):
+    """Raw images -> (the model's input, the same images resized for display, 0..255)."""
+    import keras
+
+    from keras_vit.layers import ImagePreprocessing
+
+    layer = model.preprocessing or ImagePreprocessing.from_normalization("vit", model.spec.image_size)
+    display = ImagePreprocessing.from_config({**layer.get_config(), "mean": [0.0], "std": [1 / 255]})
+    as_batch = lambda lay: np.stack([keras.ops.convert_to_numpy(lay(image)) for image in raw])  # noqa: E731
+    return as_batch(layer), as_batch(display)
+
+
+def figure_paths(output, figures):
+    return {f"{name}.{ext}": os.path.join(output, f"{name}.{ext}") for name in figures for ext in ("png", "csv")}
+
+
+def write_csv(path, header, rows):
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
+def plot_rollout(plt, path, shown, overlays, title):
+    count = len(shown)
+    fig, axes = plt.subplots(2, count, figsize=(1.6 * count + 0.4, 3.8), squeeze=False)
+    for i in range(count):
+        for row, picture in enumerate((shown[i], overlays[i])):
+            axes[row, i].imshow(picture.astype("uint8"), interpolation="nearest")
+            axes[row, i].set_xticks([])
+            axes[row, i].set_yticks([])
+    axes[0, 0].set_ylabel("input")
+    axes[1, 0].set_ylabel("attention")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=120)
+    plt.close(fig)
+
+
+def plot_distance(plt, path, distance, stride, uniform, title):
+    depth, heads = distance.shape
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.axhline(uniform, color="grey", linestyle="--", linewidth=1, label="uniform attention")
+    for head in range(heads):
+        ax.scatter(np.arange(1, depth + 1), distance[:, head], s=18, label=f"head {head + 1}")
+    ax.set_xlabel("network depth (block)")
+    ax.set_ylabel("mean attention distance (pixels)")
+    ax.set_xticks(np.arange(1, depth + 1))
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    if heads <= 16:
+        ax.legend(fontsize=7, ncol=2)
+    ax.grid(alpha=0.3)
+    ax.text(0.99, 0.01, f"patch spacing {stride} px", transform=ax.transAxes, ha="right", va="bottom", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=120)
+    plt.close(fig)
+
+
+def plot_similarity(plt, path, similarity, title):
+    grid_h, grid_w = similarity.shape[:2]
+    fig, axes = plt.subplots(grid_h, grid_w, figsize=(0.7 * grid_w + 1.4, 0.7 * grid_h + 0.8), squeeze=False)
+    for i in range(grid_h):
+        for j in range(grid_w):
+            image = axes[i, j].imshow(similarity[i, j], vmin=-1, vmax=1, cmap="viridis", interpolation="nearest")
+            axes[i, j].set_xticks([])
+            axes[i, j].set_yticks([])
+            if j == 0:
+                axes[i, j].set_ylabel(str(i + 1), rotation=0, labelpad=8, fontsize=7)
+            if i == grid_h - 1:
+                axes[i, j].set_xlabel(str(j + 1), fontsize=7)
+    fig.supxlabel("input patch column")
+    fig.supylabel("input patch row")
+    fig.suptitle(title)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="cosine similarity")
+    fig.savefig(path, format="png", dpi=120)
+    plt.close(fig)
+
+
+def plot_filters(plt, path, components, title):
+    count = len(components)
+    cols = min(7, count)
+    rows = -(-count // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(1.1 * cols, 1.1 * rows + 0.5), squeeze=False)
+    for k, ax in enumerate(axes.flat):
+        ax.set_xticks([])
+        ax.set_yticks([])
+        if k < count:
+            tile = components[k]
+            tile = (tile - tile.min()) / max(tile.max() - tile.min(), 1e-12)  # each scaled to 0..1
+            ax.imshow(tile if tile.shape[-1] == 3 else tile[..., 0], cmap="gray", interpolation="nearest")
+        else:
+            ax.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only: no display needed
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("recipes/inspect_model.py draws with matplotlib: pip install 'keras-vit[inspect]'.") from None
+    try:
+        if args.num_images < 1:
+            raise ValueError(f"--num_images must be at least 1; got {args.num_images}.")
+        model = load_any_model(args.model)
+        raw = load_images(args.images, args.num_images)
+        if args.output:
+            output = args.output
+        elif os.path.isfile(args.model):
+            output = os.path.join(os.path.dirname(os.path.abspath(args.model)), "figures")
+        else:
+            output = os.path.join("saved_models", os.path.basename(os.path.normpath(args.model)), "figures")
+        # A hybrid's patch embedding sees ResNet features: it has no pixel filters to draw.
+        paths = figure_paths(output, FIGURES if model.spec.resnet is None else FIGURES[:-1])
+        from keras_vit.saving import check_targets
+
+        check_targets(paths.values(), args.overwrite)
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+    images, shown = preprocess(model, raw)
+    spec = model.spec
+    rollout = inspect.attention_rollout(model, images, args.head_fusion, args.discard_ratio)
+    distance = inspect.mean_attention_distance(model, images)
+    similarity = inspect.position_embedding_similarity(model)
+    name = model.name
+    with StagedWrites(paths, overwrite=args.overwrite) as staging:
+        staged = staging.paths
+        plot_rollout(plt, staged["attention_rollout.png"], shown, inspect.overlay(shown, rollout),
+                     f"{name}: attention rollout ({args.head_fusion} over heads)")  # fmt: skip
+        write_csv(staged["attention_rollout.csv"], ["image", "row", "column", "rollout"],
+                  [(i, r, c, f"{v:.6g}") for (i, r, c), v in np.ndenumerate(rollout)])  # fmt: skip
+        grid, prefix = spec.grid_size, spec.num_prefix_tokens
+        uniform = inspect.attention_distance(np.ones((1, 1, 1, *[prefix + grid[0] * grid[1]] * 2)), grid, spec.stride, prefix)
+        plot_distance(plt, staged["attention_distance.png"], distance, spec.stride, float(uniform[0, 0]),
+                      f"{name}: attention distance ({len(images)} images)")  # fmt: skip
+        write_csv(staged["attention_distance.csv"], ["block", "head", "mean_distance_pixels"],
+                  [(b, h, f"{v:.6g}") for (b, h), v in np.ndenumerate(distance)])  # fmt: skip
+        plot_similarity(plt, staged["position_embedding_similarity.png"], similarity,
+                        f"{name}: position embedding similarity")  # fmt: skip
+        write_csv(staged["position_embedding_similarity.csv"], ["row", "column", "other_row", "other_column", "cosine"],
+                  [(*index, f"{v:.6g}") for index, v in np.ndenumerate(similarity)])  # fmt: skip
+        if "embedding_filters.png" in staged:
+            count = min(args.num_components, spec.hidden_size, spec.patch_size**2 * spec.num_channels)
+            components, explained = inspect.embedding_filters(model, count, return_explained=True)
+            plot_filters(plt, staged["embedding_filters.png"], components,
+                         f"{name}: embedding filters, first {count} principal components")  # fmt: skip
+            write_csv(staged["embedding_filters.csv"], ["component", "explained_variance"],
+                      [(k, f"{v:.6g}") for k, v in enumerate(explained)])  # fmt: skip
+        staging.commit()
+    for target in staging.targets.values():
+        print(target)
+    return staging.targets
+
+
+if __name__ == "__main__":
+    main()
