@@ -5,5 +5,6 @@ from keras_vit.labels import decode_predictions
 from keras_vit.models import ResNetSpec, VisionTransformer, ViTSpec, create_model, get_spec, list_models, resize
 from keras_vit.presets import get_preset, save_preset
 from keras_vit.saving import load_model, save_model
+from keras_vit.training import schedules as _schedules  # noqa: F401 (registers the recipes' schedule)
 
 __version__ = "0.1.0"

@@ -226,7 +226,9 @@ def main(argv=None):
         write_csv(staged["attention_rollout.csv"], ["image", "row", "column", "rollout"],
                   [(i, r, c, f"{v:.6g}") for (i, r, c), v in np.ndenumerate(rollout)])  # fmt: skip
         grid, prefix = spec.grid_size, spec.num_prefix_tokens
-        uniform = inspect.attention_distance(np.ones((1, 1, 1, *[prefix + grid[0] * grid[1]] * 2)), grid, spec.stride, prefix)
+        uniform = inspect.attention_distance(
+            np.ones((1, 1, 1, *[prefix + grid[0] * grid[1]] * 2)), grid, spec.stride, prefix
+        )
         plot_distance(plt, staged["attention_distance.png"], distance, spec.stride, float(uniform[0, 0]),
                       f"{name}: attention distance ({len(images)} images)")  # fmt: skip
         write_csv(staged["attention_distance.csv"], ["block", "head", "mean_distance_pixels"],

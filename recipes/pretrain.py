@@ -3,8 +3,17 @@
     python recipes/pretrain.py                                  # embedded digits, small ViT
     python recipes/pretrain.py --preset paper_pretrain --dataset imagenet2012 --model vit_b16
     python recipes/pretrain.py --learning_rate 3e-4 --epochs 5  # any RecipeConfig field
+    python recipes/pretrain.py --objective masked_patch_prediction   # self-supervised
 
 Writes saved_models/<run>/ (model.keras, best.keras, backup/, log.csv, tensorboard/).
+
+--objective classification (the default) trains on the dataset's labels.
+--objective masked_patch_prediction is the paper's self-supervised pre-training
+(section 4.6): half of the patch embeddings are corrupted (80% [mask], 10% another
+patch's, 10% kept) and the model predicts each corrupted patch's 3-bit mean colour (512
+classes); the labels are unused, and the accuracy printed is that colour accuracy on the
+corrupted patches. recipes/finetune.py fine-tunes its model.keras as any other: the
+[mask] embedding and the colour head are dropped, a fresh zero head is put on.
 """
 
 import sys
@@ -15,7 +24,11 @@ from keras_vit.training import parse_args, pretrain
 def main(argv=None):
     config = parse_args(sys.argv[1:] if argv is None else argv, default_preset="digits_pretrain")
     result = pretrain(config)
-    print(f"pre-training: test accuracy {result.test_accuracy:.4f} in {result.seconds:.1f} s -> {result.run_dir}")
+    if config.objective == "masked_patch_prediction":
+        measure = "masked patch prediction: test colour accuracy on the corrupted patches"
+    else:
+        measure = "pre-training: test accuracy"
+    print(f"{measure} {result.test_accuracy:.4f} in {result.seconds:.1f} s -> {result.run_dir}")
     return result
 
 

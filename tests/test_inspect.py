@@ -264,7 +264,8 @@ def test_recipe_on_a_folder_of_photos_and_a_hybrid(tmp_path):
     model.save(path)
     written = run_recipe(path, "--images", photos, "--output", tmp_path / "figures")
     assert sorted(os.path.basename(p) for p in written.values()) == sorted(
-        f"{name}.{ext}" for name in ("attention_rollout", "attention_distance", "position_embedding_similarity")
+        f"{name}.{ext}"
+        for name in ("attention_rollout", "attention_distance", "position_embedding_similarity")
         for ext in ("png", "csv")
     )  # a hybrid has no pixel filters
     assert len(read_csv(tmp_path / "figures" / "attention_rollout.csv")) == 1 + 2 * 8 * 8

@@ -26,7 +26,9 @@ def tiny(preset, tmp_path, **overrides):
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
-    return pretrain(tiny("digits_pretrain", out, run_name="pre", epochs=3))
+    # Few-shot accuracy at the first, every second and the last epoch: all three here.
+    return pretrain(tiny("digits_pretrain", out, run_name="pre", epochs=3, fewshot_every=2, fewshot_shots="1,3",
+                         fewshot_seeds=2))  # fmt: skip
 
 
 def test_pretrain_writes_the_run_folder(pretrained):
@@ -34,10 +36,23 @@ def test_pretrain_writes_the_run_folder(pretrained):
     assert {"model.keras", "best.keras", "log.csv", "tensorboard"} <= files
     assert not [f for f in files if f.endswith(".tmp.keras")]
     with open(os.path.join(pretrained.run_dir, "log.csv")) as f:
-        assert [int(r["epoch"]) for r in csv.DictReader(f)] == [0, 1, 2]
+        rows = list(csv.DictReader(f))
+    assert [int(r["epoch"]) for r in rows] == [0, 1, 2]
+    assert all(0.0 < float(r["fewshot_3shot"]) <= 1.0 for r in rows)  # beside the loss
     assert 0.0 <= pretrained.test_accuracy <= 1.0
-    reloaded = keras.saving.load_model(os.path.join(pretrained.run_dir, "model.keras"))
+    path = os.path.join(pretrained.run_dir, "model.keras")
+    reloaded = keras.saving.load_model(path)
     assert reloaded.get_layer("pre_logits").units == 32
+    # A fresh process that imports only keras_vit reloads it, compiled (its schedule is registered).
+    code = f"import keras, keras_vit; print(type(keras.saving.load_model({path!r}).optimizer).__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("AdamW"), out.stderr[-2000:]
+
+
+def test_fewshot_shots_beyond_the_smallest_class_are_an_error_before_training(tmp_path):
+    with pytest.raises(ValueError, match="5000-shot needs 5000 training images of every class"):
+        pretrain(tiny("digits_pretrain", tmp_path, run_name="bad", fewshot_every=1, fewshot_shots="1,5000"))
+    assert not os.path.exists(tmp_path / "bad")
 
 
 def test_finetune_at_1_5x_starts_from_the_pretrained_model(pretrained, tmp_path):

@@ -181,7 +181,9 @@ def overlay(images, maps, alpha=0.6):
     pictures = (images - min(low, 0.0)) / (scale - min(low, 0.0))  # 0..1 for display
     heat = np.stack([resize_grid(m[..., None], images.shape[1:3], "bilinear", False)[..., 0] for m in maps])
     heat = heat / np.maximum(heat.max(axis=(1, 2), keepdims=True), 1e-12)
-    colour = np.stack([np.clip(2 * heat, 0, 1), np.clip(2 * heat - 1, 0, 1), np.zeros_like(heat)], -1)  # black-red-yellow
+    colour = np.stack(
+        [np.clip(2 * heat, 0, 1), np.clip(2 * heat - 1, 0, 1), np.zeros_like(heat)], -1
+    )  # black-red-yellow
     weight = alpha * heat[..., None]
     return np.round(255 * ((1 - weight) * pictures + weight * colour)).clip(0, 255).astype("uint8")
 

@@ -1,5 +1,6 @@
 """The model spec (data), the variants, the functional model, and the registry of named models."""
 
+from keras_vit.models.masked_patches import MaskedPatchPrediction  # registered: its files load anywhere
 from keras_vit.models.registry import create_model, get_spec, list_models
 from keras_vit.models.resize import resize
 from keras_vit.models.spec import ResNetSpec, ViTSpec

@@ -316,7 +316,11 @@ def _make_layers(spec, dtype_for):
     return dict(
         stem=make("resnet", ResNetBackbone, **dataclasses.asdict(spec.resnet)) if spec.resnet else None,
         patch_embedding=make(
-            "patch_embedding", PatchEmbedding, spec.hidden_size, spec.patch_size, spec.embedding_channels,
+            "patch_embedding",
+            PatchEmbedding,
+            spec.hidden_size,
+            spec.patch_size,
+            spec.embedding_channels,
             flatten=not spec.dynamic_image_size,  # a dynamic model reads the grid from the map
         ),
         patch_flatten=(

@@ -33,6 +33,10 @@ class RecipeConfig:
     cutmix_factor: float | None = None
     # model
     model: str = "vit_b16"
+    # What pre-training optimises: "classification" (the dataset's labels) or
+    # "masked_patch_prediction" (the paper's self-supervised objective, section 4.6: labels
+    # unused; keras_vit/models/masked_patches.py). Fine-tuning is always classification.
+    objective: str = "classification"
     # ViTSpec fields over the named model's (architecture for pre-training; pooling,
     # pre-logits and dropouts for both). Each is a flag too (--depth 4, --dropout_rate 0.1).
     model_options: dict = dataclasses.field(default_factory=dict)
@@ -47,6 +51,12 @@ class RecipeConfig:
     warmup_steps: int = 10_000
     decay: str = "linear"  # "linear" or "cosine", after the linear warm-up
     label_smoothing: float = 0.0
+    # evaluation during training: few-shot linear accuracy (keras_vit.evaluation) of the
+    # representation, shots from the training split, measured on the validation split, logged
+    # beside the loss every this many epochs (0: never)
+    fewshot_every: int = 0
+    fewshot_shots: str = "1,5,10,25"
+    fewshot_seeds: int = 3
     # fine-tuning
     init_from: str | None = None  # a .keras file or any load_weights checkpoint
     init_model: str | None = None  # the model that checkpoint fits (non-.keras files)
@@ -99,6 +109,7 @@ PRESETS = {
     "digits_pretrain": DIGITS_PRETRAIN,
     "digits_finetune": DIGITS_FINETUNE,
 }
+OBJECTIVES = ("classification", "masked_patch_prediction")
 FIELDS = {f.name: f for f in dataclasses.fields(RecipeConfig) if f.name != "model_options"}
 # The spec's options that a recipe may set: all but the task's size and classes (the
 # recipe's image_size and the dataset's) and the nested ResNet stem (a named model's).

@@ -6,6 +6,7 @@ continues from its last finished epoch), ``log.csv`` and ``tensorboard/``.
 """
 
 import dataclasses
+import difflib
 import math
 import os
 import time
@@ -16,8 +17,10 @@ import numpy as np
 import keras_vit
 from keras_vit.data import load_dataset, make_pipeline, mixes_labels
 from keras_vit.layers.preprocessing import ImagePreprocessing
+from keras_vit.models.masked_patches import MaskedPatchPrediction
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 from keras_vit.saving import load_model, save_model
+from keras_vit.training.config import OBJECTIVES
 from keras_vit.training.distribution import check_strategy, distribution_scope
 from keras_vit.training.optimizers import make_optimizer
 
@@ -33,7 +36,9 @@ class RunResult:
 
 
 def _run_dir(config, recipe):
-    name = config.run_name or f"{recipe}-{config.model}-{os.path.basename(str(config.dataset).rstrip('/'))}"
+    # Another objective's run is another model: its own folder, so no backup of the other is resumed.
+    kind = recipe if config.objective == "classification" else f"{recipe}-{config.objective}"
+    name = config.run_name or f"{kind}-{config.model}-{os.path.basename(str(config.dataset).rstrip('/'))}"
     return os.path.join(config.output_dir, name)
 
 
@@ -65,14 +70,54 @@ def _steps_per_epoch(config, split, drop_remainder):
     return max(1, math.floor(batches) if drop_remainder else math.ceil(batches))
 
 
+def _check_objective(config, recipe):
+    if config.objective not in OBJECTIVES:
+        close = difflib.get_close_matches(str(config.objective), OBJECTIVES, n=1)
+        raise ValueError(
+            f"Unknown objective {config.objective!r}"
+            + (f" (did you mean {close[0]}?)" if close else "")
+            + f"; expected one of: {', '.join(OBJECTIVES)}."
+        )
+    if recipe == "finetune" and config.objective != "classification":
+        raise ValueError(
+            f"Fine-tuning trains a classifier: objective must be 'classification', got {config.objective!r} "
+            "(a pre-training objective: pre-train with it, then fine-tune the saved model)."
+        )
+
+
+def _objective_terms(config):
+    """``compile``'s loss and metrics; a masked patch prediction model computes its own."""
+    if config.objective == "masked_patch_prediction":
+        return {}
+    return {"loss": _loss(config), "metrics": ["accuracy"]}
+
+
 def _loss(config):
     if mixes_labels(config.mixup_alpha, config.cutmix_factor) or config.label_smoothing:
         return keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=config.label_smoothing)
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
-def _callbacks(run_dir, extra):
+def _fewshot_callback(config, splits):
+    """The few-shot evaluation the config asks for (None for none), its shots checked now."""
+    if not config.fewshot_every:
+        return None
+    from keras_vit.evaluation import FewShotCallback
+
+    try:
+        shots = [int(k) for k in str(config.fewshot_shots).split(",") if k.strip()]
+    except ValueError:
+        raise ValueError(
+            f"--fewshot_shots expects comma-separated ints (1,5,10); got {config.fewshot_shots!r}."
+        ) from None
+    return FewShotCallback(splits.train, splits.validation, every=config.fewshot_every, shots=shots,
+                           seeds=config.fewshot_seeds)  # fmt: skip
+
+
+def _callbacks(run_dir, extra, fewshot=None):
     return [
+        # Before the loggers: it writes its numbers into the epoch's logs, which they record.
+        *([fewshot] if fewshot is not None else []),
         keras.callbacks.BackupAndRestore(os.path.join(run_dir, "backup")),
         keras.callbacks.ModelCheckpoint(
             os.path.join(run_dir, "best.keras"), monitor="val_accuracy", mode="max", save_best_only=True
@@ -116,24 +161,40 @@ def _build(config, recipe, class_names):
     pretrained = _load_pretrained(config) if recipe == "finetune" else None
     spec = _spec(config, recipe, len(class_names), pretrained)
     dtype = "mixed_bfloat16" if config.mixed_precision else None
+    # What the evaluation pipeline does, so the saved model classifies raw images and its
+    # exports pre-process as it was trained (and the masked objective reads pixel colours).
+    preprocessing = ImagePreprocessing.from_normalization(config.normalization, spec.image_size)
+    if config.objective == "masked_patch_prediction":
+        # The ViT as its backbone, without classifier: the dataset's labels are unused.
+        return MaskedPatchPrediction(spec, dtype, preprocessing, seed=config.seed, name=config.model), None
     model = keras_vit.VisionTransformer(
         spec,
         dtype=dtype,
-        # What the evaluation pipeline does, so the saved model classifies raw images and
-        # its exports pre-process as it was trained; and its dataset's class names.
-        preprocessing=ImagePreprocessing.from_normalization(config.normalization, spec.image_size),
-        class_names=class_names,
+        preprocessing=preprocessing,
+        class_names=class_names,  # the dataset's
         name=config.init_model or config.model,
     )
     if recipe == "finetune":
-        # A fresh zero head (and no pre-logits) for the new task, whatever the file holds.
-        keras_vit.load_weights(model, config.init_from, warn=False, exclude=("head/", "pre_logits/"))
+        # A fresh zero head (and no pre-logits) for the new task, whatever the file holds; a
+        # masked patch prediction file's [mask] embedding and head are left unused.
+        fresh = ("head/", "pre_logits/")
+        report = keras_vit.load_weights(model, config.init_from, warn=False, exclude=fresh)
+        unloaded = [v.path for v in model.weights if v.path not in report.loaded and not v.path.startswith(fresh)]
+        if unloaded:
+            raise ValueError(
+                f"{config.init_from} left {', '.join(unloaded)} of the model to fine-tune freshly initialised; "
+                "only the head and pre-logits layer may start fresh."
+            )
     return model, pretrained
 
 
 def _load_pretrained(config):
-    """The pre-trained keras-vit model when ``init_from`` is a .keras file, else None."""
-    return load_model(config.init_from) if config.init_from.endswith(".keras") else None
+    """The pre-trained keras-vit model when ``init_from`` is a .keras file, else None: for a
+    masked patch prediction file, its backbone (the ViT without the objective's parts)."""
+    if not config.init_from.endswith(".keras"):
+        return None
+    model = load_model(config.init_from)
+    return model.backbone if isinstance(model, MaskedPatchPrediction) else model
 
 
 def _cosine(a, b):
@@ -183,10 +244,12 @@ def _jit_compile(config):
 
 def _fit(config, recipe, extra_callbacks):
     started = time.perf_counter()
-    keras.utils.set_random_seed(config.seed)
     # Everything that can be wrong with the input is checked before training starts.
+    _check_objective(config, recipe)
+    keras.utils.set_random_seed(config.seed)
     keras_vit.get_spec(config.model).replace(**config.model_options)
     splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
+    fewshot = _fewshot_callback(config, splits)
     replicas = check_strategy(config.strategy, config.batch_size)
     run_dir = _run_dir(config, recipe)
     os.makedirs(run_dir, exist_ok=True)
@@ -199,8 +262,7 @@ def _fit(config, recipe, extra_callbacks):
         model, pretrained = _build(config, recipe, splits.info.class_names)
         model.compile(
             optimizer=make_optimizer(config, total_steps=steps * config.epochs),
-            loss=_loss(config),
-            metrics=["accuracy"],
+            **_objective_terms(config),
             jit_compile=_jit_compile(config),
         )
         checks = {}
@@ -213,10 +275,11 @@ def _fit(config, recipe, extra_callbacks):
             epochs=config.epochs,
             steps_per_epoch=config.steps_per_epoch,
             validation_data=validation,
-            callbacks=_callbacks(run_dir, extra_callbacks),
+            callbacks=_callbacks(run_dir, extra_callbacks, fewshot),
             verbose=config.verbose,
             shuffle=False,  # the pipeline shuffles, seeded
         )
         save_model(model, os.path.join(run_dir, "model.keras"))
-        _, test_accuracy = model.evaluate(test, verbose=0)
+        # For masked patch prediction: the colour accuracy on the corrupted patches.
+        test_accuracy = model.evaluate(test, verbose=0, return_dict=True)["accuracy"]
     return RunResult(model, run_dir, history.history, float(test_accuracy), time.perf_counter() - started, checks)
