@@ -11,12 +11,11 @@ zero-initialised head is put on for the new classes.
 
 import sys
 
-from keras_vit.training import finetune, parse_args
+from keras_vit.training import finetune, run_command_line
 
 
 def main(argv=None):
-    config = parse_args(sys.argv[1:] if argv is None else argv, default_preset="digits_finetune")
-    result = finetune(config)
+    _, result = run_command_line(finetune, sys.argv[1:] if argv is None else argv, "digits_finetune")
     checks = ", ".join(f"{k} {v:.4f}" for k, v in result.checks.items())
     print(f"fine-tuning start: {checks}")
     print(f"fine-tuning: test accuracy {result.test_accuracy:.4f} in {result.seconds:.1f} s -> {result.run_dir}")

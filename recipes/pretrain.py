@@ -18,12 +18,11 @@ corrupted patches. recipes/finetune.py fine-tunes its model.keras as any other: 
 
 import sys
 
-from keras_vit.training import parse_args, pretrain
+from keras_vit.training import pretrain, run_command_line
 
 
 def main(argv=None):
-    config = parse_args(sys.argv[1:] if argv is None else argv, default_preset="digits_pretrain")
-    result = pretrain(config)
+    config, result = run_command_line(pretrain, sys.argv[1:] if argv is None else argv, "digits_pretrain")
     if config.objective == "masked_patch_prediction":
         measure = "masked patch prediction: test colour accuracy on the corrupted patches"
     else:

@@ -1,5 +1,7 @@
 """Named models: configs, parameter counts against timm, options, errors, training."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -188,6 +190,30 @@ def test_wrong_channel_count_is_an_error(rng):
         model.get_layer("position_embedding")(np.zeros((1, 17, 192), "float32"))
     with pytest.raises(ValueError, match="expected images with 1 channels.*got input shape"):
         keras_vit.layers.PatchEmbedding(8, 4, num_channels=1)(np.zeros((1, 8, 8, 3), "float32"))
+
+
+def test_images_of_the_wrong_shape_are_refused_before_any_work_and_the_model_stays_usable(rng):
+    # On JAX an error inside Keras' predict function used to leave the model's variables purged.
+    import tensorflow as tf
+
+    model = keras_vit.create_model("vit_ti16", image_size=32, depth=1, num_classes=3)
+    model.compile("adam", "sparse_categorical_crossentropy")
+    good = rng.random((2, 32, 32, 3), dtype="float32")
+    for shape in [(2, 48, 48, 3), (2, 32, 32, 1), (32, 32, 3)]:
+        with pytest.raises(
+            ValueError, match=rf"Expected images of shape \(batch, 32, 32, 3\).*got shape {re.escape(str(shape))}"
+        ):
+            model.predict(np.zeros(shape, "float32"), verbose=0)
+    wrong = tf.data.Dataset.from_tensor_slices((np.zeros((4, 16, 16, 3), "float32"), np.zeros(4))).batch(2)
+    with pytest.raises(ValueError, match=r"got shape \(None, 16, 16, 3\)"):
+        model.fit(wrong, verbose=0)
+    with pytest.raises(ValueError, match=r"got shape \(2, 16, 16, 3\)"):
+        model.evaluate(np.zeros((2, 16, 16, 3), "float32"), np.zeros(2), verbose=0)
+    np.testing.assert_allclose(model.predict(good, verbose=0), to_numpy(model(good)), atol=1e-5)
+    dynamic = keras_vit.create_model("vit_ti16", image_size=32, depth=1, num_classes=3, dynamic_image_size=True)
+    with pytest.raises(ValueError, match="image width 40 is not a multiple of one 16-pixel patch"):
+        dynamic.predict(np.zeros((1, 32, 40, 3), "float32"), verbose=0)
+    assert dynamic.predict(np.zeros((1, 48, 16, 3), "float32"), verbose=0).shape == (1, 3)
 
 
 def test_unknown_model_name_suggests_close_names():

@@ -2,6 +2,7 @@
 
 import csv
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -174,12 +175,41 @@ def test_folder_without_images_is_an_error(tmp_path):
 
 
 def test_unknown_config_key_is_an_error():
-    with pytest.raises(SystemExit, match=r"'lerning_rate' \(did you mean learning_rate\?\)"):
+    with pytest.raises(ValueError, match=r"'lerning_rate' \(did you mean learning_rate\?\)"):
         parse_args(["--lerning_rate", "0.1"], default_preset="digits_pretrain")
     with pytest.raises(ValueError, match=r"'epoch' \(did you mean epochs"):
         make_config("digits_pretrain", epoch=3)
     with pytest.raises(ValueError, match="--epochs expects int, got 'many'"):
         parse_args(["--epochs", "many"], default_preset="digits_pretrain")
+
+
+@pytest.mark.parametrize(
+    "recipe, argv, message",
+    [
+        ("pretrain", ["--batch_size", "0"], r"--batch_size must be in \[1, inf\); got 0\."),
+        ("pretrain", ["--learning_rate", "-1"], r"--learning_rate must be in \(0.0, inf\); got -1\.0\."),
+        ("pretrain", ["--epochs", "0"], r"--epochs must be in \[1, inf\); got 0\."),
+        ("pretrain", ["--dropout_rate", "1.5"], r"dropout_rate must be a rate in \[0, 1\); got 1\.5\."),
+        ("pretrain", ["--lerning_rate", "0.1"], r"'lerning_rate' \(did you mean learning_rate\?\)"),
+        ("pretrain", ["--dataset", "no_such_dataset_here"], "no_such_dataset_here"),
+        ("pretrain", ["--objective", "colour"], "Unknown objective 'colour'"),
+        ("finetune", [], "Fine-tuning needs --init_from"),
+        ("finetune", ["--init_from", "missing.keras"], "--init_from 'missing.keras' is not a file"),
+    ],
+)
+def test_command_lines_answer_bad_input_in_one_line_with_status_2(tmp_path, capsys, recipe, argv, message):
+    import importlib.util
+
+    path = os.path.join(ROOT, "recipes", f"{recipe}.py")
+    spec = importlib.util.spec_from_file_location(f"{recipe}_recipe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit) as exit_info:
+        module.main([*argv, "--output_dir", str(tmp_path), "--verbose", "0"])
+    error = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2
+    assert error.startswith("error: ") and "\n" not in error and re.search(message, error), error
+    assert not os.listdir(tmp_path)  # nothing was written
 
 
 def test_strategy_the_backend_lacks_is_an_error(tmp_path):

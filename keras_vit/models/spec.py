@@ -199,6 +199,10 @@ class ViTSpec(_Spec):
         if self.pooling == "token" and not self.has_class_token:
             raise ValueError("pooling='token' needs class_token=True.")
         _one_of(self.position_embedding, POSITION_EMBEDDINGS, "position embedding")
+        for name in self.fields_with_role(REGULARIZATION):  # the dropout rates
+            rate = getattr(self, name)
+            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate < 1.0:
+                raise ValueError(f"{name} must be a rate in [0, 1); got {rate!r}.")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}.")
         for side in self.image_size:

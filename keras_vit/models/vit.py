@@ -68,6 +68,21 @@ class VisionTransformer(keras.Model):
         _check_images(self.spec, tuple(inputs.shape))
         return super().call(inputs, training=training, mask=mask)
 
+    # Checked before Keras builds its step function: on JAX, an error raised inside it leaves
+    # the model's variables purged, and every later call fails ("'NoneType' object is not
+    # callable"; Keras 3.15's trainer, for any model).
+    def predict(self, x, *args, **kwargs):
+        _check_data(self.spec, x)
+        return super().predict(x, *args, **kwargs)
+
+    def evaluate(self, x=None, *args, **kwargs):
+        _check_data(self.spec, x)
+        return super().evaluate(x, *args, **kwargs)
+
+    def fit(self, x=None, *args, **kwargs):
+        _check_data(self.spec, x)
+        return super().fit(x, *args, **kwargs)
+
     @property
     def preprocessing(self):
         """The layer that turns raw 0..255 images into this model's input, or None."""
@@ -384,6 +399,34 @@ def _check_images(spec, shape):
                 f"The image {side} {size} is not a multiple of {unit}: images of shape {shape}; "
                 f"expected a {side} of {spec.stride} x n pixels."
             )
+
+
+def _data_shape(data):
+    """The image batch shape of arrays or a ``tf.data`` dataset of ``(images, ...)``; None
+    where it cannot be known without reading the data (generators, ``PyDataset``)."""
+    spec = getattr(data, "element_spec", None)
+    if spec is not None:  # tf.data
+        spec = spec[0] if isinstance(spec, tuple) else spec
+        shape = getattr(spec, "shape", None)
+        return None if shape is None or shape.rank is None else tuple(shape.as_list())
+    shape = getattr(data, "shape", None)
+    return tuple(shape) if shape is not None else None
+
+
+def _check_data(spec, data):
+    """A clear error for images of the wrong rank, channels or size, before any work."""
+    shape = _data_shape(data)
+    if shape is None:
+        return
+    sides = ("height", "width") if spec.dynamic_image_size else spec.image_size
+    expected = f"(batch, {sides[0]}, {sides[1]}, {spec.num_channels})"
+    wrong = len(shape) != 4 or shape[-1] not in (None, spec.num_channels)
+    if not wrong and not spec.dynamic_image_size:
+        wrong = any(got not in (None, want) for got, want in zip(shape[1:3], spec.image_size))
+    if wrong:
+        hint = "" if spec.dynamic_image_size else " (model.preprocessing makes them from any image)"
+        raise ValueError(f"Expected images of shape {expected}{hint}; got shape {shape}.")
+    _check_images(spec, shape)
 
 
 def _embed(layers, x):

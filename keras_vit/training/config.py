@@ -9,6 +9,7 @@ and so can every option of the model spec (``--depth 4``), which ``model_options
 import argparse
 import dataclasses
 import difflib
+import numbers
 import types
 import typing
 
@@ -69,6 +70,40 @@ class RecipeConfig:
     tpu: str = ""  # TPU name or grpc address for strategy=tpu ("" = the local TPU VM)
     seed: int = 0
     verbose: int = 1  # Keras progress bars (1), one line per epoch (2), silent (0)
+
+    def __post_init__(self):
+        # Numbers out of range are refused here, before any data is read or any step taken.
+        for name, low, high, closed in _RANGES:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            above = value >= low if closed[0] else value > low
+            below = value <= high if closed[1] else value < high
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (above and below):
+                interval = f"{'[' if closed[0] else '('}{low}, {high}{']' if closed[1] else ')'}"
+                raise ValueError(f"--{name} must be in {interval}; got {value!r}.")
+
+
+# (field, low, high, (low included, high included)) for the numeric fields of RecipeConfig.
+_RANGES = (
+    ("image_size", 1, float("inf"), (True, False)),
+    ("batch_size", 1, float("inf"), (True, False)),
+    ("epochs", 1, float("inf"), (True, False)),
+    ("steps_per_epoch", 1, float("inf"), (True, False)),
+    ("crop_area_min", 0.0, 1.0, (False, True)),
+    ("mixup_alpha", 0.0, float("inf"), (False, False)),
+    ("cutmix_factor", 0.0, float("inf"), (False, False)),
+    ("learning_rate", 0.0, float("inf"), (False, False)),
+    ("beta1", 0.0, 1.0, (True, False)),
+    ("beta2", 0.0, 1.0, (True, False)),
+    ("momentum", 0.0, 1.0, (True, False)),
+    ("weight_decay", 0.0, float("inf"), (True, False)),
+    ("global_clipnorm", 0.0, float("inf"), (False, False)),
+    ("warmup_steps", 0, float("inf"), (True, False)),
+    ("label_smoothing", 0.0, 1.0, (True, False)),
+    ("fewshot_every", 0, float("inf"), (True, False)),
+    ("fewshot_seeds", 1, float("inf"), (True, False)),
+)
 
 
 # fmt: off
@@ -161,6 +196,26 @@ def _parse_value(text, field):
         raise ValueError(f"--{field.name} expects {kind.__name__}, got {text!r}.") from None
 
 
+def run_command_line(recipe, argv, default_preset):
+    """``recipe(parse_args(argv, default_preset))`` for a recipe's ``main``: bad input (flags,
+    values, and what the recipe finds before its first step) is one line on stderr and exit
+    status 2; anything later is a bug and keeps its traceback."""
+    import sys
+
+    from keras_vit.training.run import RecipeInputError
+
+    try:
+        config = parse_args(argv, default_preset)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    try:
+        return config, recipe(config)
+    except RecipeInputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def parse_args(argv, default_preset):
     """Command line -> ``RecipeConfig``: ``--preset NAME`` plus ``--<field> VALUE`` pairs."""
     parser = argparse.ArgumentParser(
@@ -172,7 +227,7 @@ def parse_args(argv, default_preset):
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         keys = [u[2:].split("=")[0] for u in unknown if u.startswith("--")]
-        raise SystemExit(_unknown_keys_message(keys or unknown))
+        raise ValueError(_unknown_keys_message(keys or unknown))
     overrides = {
         name: _parse_value(value, FIELDS.get(name) or MODEL_OPTIONS[name])
         for name, value in vars(args).items()

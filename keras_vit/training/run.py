@@ -5,6 +5,7 @@ accuracy), ``backup/`` (``keras.callbacks.BackupAndRestore``: a killed run start
 continues from its last finished epoch), ``log.csv`` and ``tensorboard/``.
 """
 
+import contextlib
 import dataclasses
 import difflib
 import math
@@ -23,6 +24,26 @@ from keras_vit.saving import load_model, save_model
 from keras_vit.training.config import OBJECTIVES
 from keras_vit.training.distribution import check_strategy, distribution_scope
 from keras_vit.training.optimizers import make_optimizer
+
+
+class RecipeInputError(ValueError):
+    """Bad input to a recipe (config, dataset, files, devices), found before its first
+    training step; the command lines answer it with one line and exit status 2."""
+
+
+class MissingInputFileError(RecipeInputError, FileNotFoundError):
+    """A file the recipe needs (``--init_from``) is not there."""
+
+
+@contextlib.contextmanager
+def _input_checks():
+    # The errors of the checks and loading before training are the input's, not bugs.
+    try:
+        yield
+    except RecipeInputError:
+        raise
+    except (ValueError, OSError) as error:
+        raise RecipeInputError(str(error)) from error
 
 
 @dataclasses.dataclass
@@ -136,9 +157,9 @@ def pretrain(config, callbacks=()):
 def finetune(config, callbacks=()):
     """Fine-tunes a pre-trained model at ``config.image_size``; see ``recipes/finetune.py``."""
     if not config.init_from:
-        raise ValueError("Fine-tuning needs --init_from: a .keras file or a checkpoint load_weights reads.")
+        raise RecipeInputError("Fine-tuning needs --init_from: a .keras file or a checkpoint load_weights reads.")
     if not os.path.isfile(config.init_from):
-        raise FileNotFoundError(f"--init_from {config.init_from!r} is not a file.")
+        raise MissingInputFileError(f"--init_from {config.init_from!r} is not a file.")
     return _fit(config, "finetune", callbacks)
 
 
@@ -245,21 +266,23 @@ def _jit_compile(config):
 def _fit(config, recipe, extra_callbacks):
     started = time.perf_counter()
     # Everything that can be wrong with the input is checked before training starts.
-    _check_objective(config, recipe)
-    keras.utils.set_random_seed(config.seed)
-    keras_vit.get_spec(config.model).replace(**config.model_options)
-    splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
-    fewshot = _fewshot_callback(config, splits)
-    replicas = check_strategy(config.strategy, config.batch_size)
-    run_dir = _run_dir(config, recipe)
-    os.makedirs(run_dir, exist_ok=True)
-    train, validation, test = _pipelines(config, splits, drop_remainder=replicas > 1)
-    steps = _steps_per_epoch(config, splits.train, drop_remainder=replicas > 1)
+    with _input_checks():
+        _check_objective(config, recipe)
+        keras.utils.set_random_seed(config.seed)
+        keras_vit.get_spec(config.model).replace(**config.model_options)
+        splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
+        fewshot = _fewshot_callback(config, splits)
+        replicas = check_strategy(config.strategy, config.batch_size)
+        run_dir = _run_dir(config, recipe)
+        os.makedirs(run_dir, exist_ok=True)
+        train, validation, test = _pipelines(config, splits, drop_remainder=replicas > 1)
+        steps = _steps_per_epoch(config, splits.train, drop_remainder=replicas > 1)
     if config.steps_per_epoch:
         train = train.repeat()  # a fixed number of steps per epoch, across epochs
     # The whole run sits in the scope: JAX's keras.distribution shards each batch at fit time.
     with distribution_scope(config.strategy, config.tpu):
-        model, pretrained = _build(config, recipe, splits.info.class_names)
+        with _input_checks():  # the pre-trained file, loaded here
+            model, pretrained = _build(config, recipe, splits.info.class_names)
         model.compile(
             optimizer=make_optimizer(config, total_steps=steps * config.epochs),
             **_objective_terms(config),
