@@ -118,6 +118,43 @@ def test_not_a_checkpoint_is_an_error(tmp_path):
         keras_vit.load_weights(small(), str(tmp_path / "missing.npz"))
 
 
+def test_unreadable_checkpoints_are_one_clear_error(tmp_path):
+    import pickle
+
+    from keras_vit.checkpoints.readers import CheckpointReadError
+
+    model = small()
+    good = str(tmp_path / "good.keras")
+    model.save(good)
+    data = open(good, "rb").read()
+    cases = {
+        "truncated.keras": (data[: len(data) // 2], r"starts as a zip archive .* not a complete one"),
+        "plain_pickle.pth": (
+            pickle.dumps({"layers": [1, 2]}),
+            r"holds Python objects besides tensors.*weights_only=False",
+        ),
+    }
+    for name, (content, message) in cases.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(CheckpointReadError, match=message) as error:
+            keras_vit.load_weights(model, str(tmp_path / name))
+        assert "\n" not in str(error.value)
+    objects = str(tmp_path / "objects.npz")
+    np.savez(objects, **{"embedding/kernel": np.array([{"a": 1}], dtype=object)})
+    with pytest.raises(CheckpointReadError, match="holds object arrays"):
+        keras_vit.load_weights(model, objects)
+
+
+def test_an_incomplete_checkpoint_lists_its_missing_keys_instead_of_blaming_the_class_token(tmp_path):
+    path = str(tmp_path / "kernel_only.npz")
+    np.savez(path, **{"embedding/kernel": np.zeros((16, 16, 3, 32), "float32")})
+    with pytest.raises(
+        ValueError, match=r"nothing was loaded:\n  patch_embedding/bias: missing key 'embedding/bias'"
+    ) as error:
+        keras_vit.load_weights(small(), path)
+    assert "class_token/token: missing key 'cls'" in str(error.value) and "build it with" not in str(error.value)
+
+
 def test_unknown_layout_is_an_error(tmp_path):
     path = str(tmp_path / "other.npz")
     np.savez(path, **{"conv1/kernel": np.zeros((3, 3, 3, 8), "float32")})

@@ -175,13 +175,24 @@ def _check_architecture(model, layout, arrays):
     spec = getattr(model, "spec", None)
     arrays = layout.prepare(spec, arrays)
     has_token = layout.class_token_key in arrays
-    if spec is not None and has_token != spec.has_class_token:
+    # Said only of an otherwise complete file: an incomplete one gets its missing keys listed.
+    if spec is not None and has_token != spec.has_class_token and not _missing_keys(model, layout, arrays):
         raise ValueError(
             f"The checkpoint {'has' if has_token else 'has no'} class token but the model was "
             f"built with class_token={spec.has_class_token}: build it with class_token={has_token} "
             f"(pooling={'token' if has_token else 'gap'!r} or 'gap')."
         )
     return arrays
+
+
+def _missing_keys(model, layout, arrays):
+    """The file's keys that the model's weights (but the class token) map to and it lacks."""
+    missing = []
+    for variable in model.weights:
+        source, groups = layout.find_source(variable.path)
+        if source is not None and not variable.path.startswith(_TASK_SPECIFIC):
+            missing += [k for k in source.resolve(groups) if k not in arrays and k != layout.class_token_key]
+    return missing
 
 
 def _resample(model, posemb, method, antialias, key, source_grid):

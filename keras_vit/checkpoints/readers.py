@@ -11,13 +11,23 @@ import zipfile
 import numpy as np
 
 
+class CheckpointReadError(ValueError):
+    """A checkpoint file that cannot be read: truncated, corrupt, or holding more than arrays."""
+
+
 def sniff_container(path):
     """Which container a file is, from its first bytes (and zip member names)."""
     with open(path, "rb") as f:
         head = f.read(16)
     if head.startswith(b"PK"):
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+        except zipfile.BadZipFile as error:
+            raise CheckpointReadError(
+                f"{path} starts as a zip archive (.npz, .keras or PyTorch's format) but is not a complete one "
+                f"({error}): a truncated or corrupt copy? Download or save it again."
+            ) from None
         if any(n.endswith(".npy") for n in names):
             return "npz"
         if any(n.endswith("data.pkl") for n in names):
@@ -122,4 +132,24 @@ def read_arrays(path):
             f"{path} is a Keras .weights.h5 file, which holds no names to map: load it with "
             "model.load_weights(path) into a model built with the same arguments."
         )
-    return container, READERS[container](path)
+    try:
+        return container, READERS[container](path)
+    except Exception as error:
+        raise CheckpointReadError(_unreadable(path, container, error)) from error
+
+
+def _unreadable(path, container, error):
+    """One paragraph on why ``path`` could not be read (library messages can run to pages)."""
+    text = str(error)
+    if container == "torch" and "weights_only" in text.lower():
+        return (
+            f"{path} holds Python objects besides tensors, which keras-vit does not unpickle: unpickling can run "
+            "any code. If you trust its source, re-save its tensors once with torch.save(torch.load(path, "
+            "weights_only=False), 'weights.pth') (or the state_dict inside), and load that."
+        )
+    if container == "npz" and "allow_pickle" in text:
+        return (
+            f"{path} holds object arrays (pickled Python objects), which keras-vit does not load: only numeric arrays."
+        )
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return f"{path} could not be read as a {container} checkpoint: {type(error).__name__}: {first[:300]}"
