@@ -154,6 +154,30 @@ def test_empty_folder_error_names_folder_and_extensions(tmp_path):
     assert str(tmp_path) in message and ".png" in message and ".jpg" in message
 
 
+def test_folder_with_files_that_are_not_images_is_refused_before_training(tmp_path):
+    _write_folder(tmp_path, ["cat", "dog"])
+    (tmp_path / "dog" / "page.jpg").write_text("<html>404 Not Found</html>")  # a failed download
+    with pytest.raises(
+        ValueError, match=r"1 file\(s\) named as images are not PNG, JPEG, GIF or BMP images: .*page\.jpg"
+    ):
+        load_image_folder(tmp_path)
+
+
+def test_an_image_cut_short_is_skipped_when_the_pipeline_reaches_it(tmp_path):
+    _write_folder(tmp_path, ["cat", "dog"], per_class=6)
+    whole = (tmp_path / "cat" / "0.PNG").read_bytes()
+    (tmp_path / "cat" / "0.PNG").write_bytes(whole[: len(whole) // 2])  # a valid header, then nothing
+    splits = load_image_folder(tmp_path, validation_fraction=0.0, test_fraction=0.0)
+    decoded = sum(1 for _ in splits.train.as_dataset())
+    assert splits.train.num_examples == 12 and decoded == 11  # the rest read, no crash
+
+
+def test_folder_with_one_class_is_an_error(tmp_path):
+    _write_folder(tmp_path, ["cat"])
+    with pytest.raises(ValueError, match=r"has 1 class subfolder\(s\) \(cat\): a classifier needs at least two"):
+        load_image_folder(tmp_path)
+
+
 # --- pre-processing ------------------------------------------------------------------
 
 

@@ -51,6 +51,26 @@ def _no_images_error(root):
     )
 
 
+# The first bytes of each format tf.io.decode_image reads.
+_SIGNATURES = (b"\x89PNG", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM")
+
+
+def _check_images(paths, limit=5):
+    """Refuses, before any training, files whose first bytes are no image format's
+    (a renamed text file, an HTML error page saved as .jpg); one read of 8 bytes each."""
+    bad = []
+    for path in paths:
+        with open(path, "rb") as f:
+            if not f.read(8).startswith(_SIGNATURES):
+                bad.append(path)
+    if bad:
+        listed = ", ".join(repr(p) for p in bad[:limit]) + (f" and {len(bad) - limit} more" if len(bad) > limit else "")
+        raise ValueError(
+            f"{len(bad)} file(s) named as images are not PNG, JPEG, GIF or BMP images: {listed}. "
+            "Remove or replace them."
+        )
+
+
 def _decode(path, label):
     import tensorflow as tf
 
@@ -66,6 +86,9 @@ def _split(name, info, paths, labels):
 
     dataset = tf.data.Dataset.from_tensor_slices((np.asarray(paths, dtype=str), labels))
     dataset = dataset.map(_decode, num_parallel_calls=tf.data.AUTOTUNE)
+    # An image cut short past its header fails only when decoded: skipped with TensorFlow's
+    # warning, rather than stopping a run in the middle of an epoch.
+    dataset = dataset.ignore_errors(log_warning=True)
     return Split(name, info, dataset=dataset, num_examples=len(paths))
 
 
@@ -79,8 +102,10 @@ def load_image_folder(path, validation_fraction=0.1, test_fraction=0.2, seed=0):
     test part is carved out of train with the same fractions. Images decode to uint8
     ``(H, W, 3)`` (grey becomes RGB); sizes may differ, ``make_pipeline`` resizes them.
 
-    Raises ValueError naming the folder and the extensions looked for when it holds no
-    images.
+    Raises ValueError, before any image is decoded, when the folder holds no images (naming
+    the extensions looked for), fewer than two classes, or files that are not images by
+    their first bytes (naming them). An image cut short past its header is skipped, with
+    TensorFlow's warning, when the pipeline reaches it.
 
     Example:
         >>> import os, tempfile, numpy as np
@@ -119,6 +144,12 @@ def load_image_folder(path, validation_fraction=0.1, test_fraction=0.2, seed=0):
     if len(paths) == 0:
         raise _no_images_error(os.path.join(root, "train") if presplit else root)
 
+    if len(class_names) < 2:
+        raise ValueError(
+            f"Folder {root!r} has {len(class_names)} class subfolder(s) ({', '.join(class_names)}): a classifier "
+            "needs at least two, one subfolder per class."
+        )
+    _check_images(list(paths) + [p for role, (files, _) in parts.items() if role != "train" for p in files])
     info = DatasetInfo(
         name=root,
         num_classes=len(class_names),
