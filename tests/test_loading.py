@@ -145,6 +145,35 @@ def test_unreadable_checkpoints_are_one_clear_error(tmp_path):
         keras_vit.load_weights(model, objects)
 
 
+def _safetensors(path, header, data):
+    import json
+    import struct
+
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "entries, data, message",
+    [
+        ({"a": ([4], [0, 64])}, bytes(16), r"'a' claims bytes 0\.\.64 .* the data holds 16 bytes"),
+        ({"a": ([1 << 30, 1 << 10], [0, 16])}, bytes(16), r"'a' claims bytes 0\.\.16 for shape \[1073741824, 1024\]"),
+        ({"a": ([2], [0, 8]), "b": ([2], [4, 12])}, bytes(16), "claim the same bytes"),
+    ],
+    ids=["offsets_past_the_end", "claims_gigabytes", "overlapping"],
+)
+def test_a_safetensors_header_that_lies_is_refused_before_the_data_is_read(tmp_path, entries, data, message):
+    from keras_vit.checkpoints.readers import CheckpointReadError
+
+    header = {
+        name: {"dtype": "F32", "shape": shape, "data_offsets": offsets} for name, (shape, offsets) in entries.items()
+    }
+    path = _safetensors(tmp_path / "lies.safetensors", header, data)
+    with pytest.raises(CheckpointReadError, match=message):
+        keras_vit.load_weights(small(), path)
+
+
 def test_an_incomplete_checkpoint_lists_its_missing_keys_instead_of_blaming_the_class_token(tmp_path):
     path = str(tmp_path / "kernel_only.npz")
     np.savez(path, **{"embedding/kernel": np.zeros((16, 16, 3, 32), "float32")})

@@ -5,6 +5,7 @@ One reader per container format; none of them knows what the names mean (that is
 """
 
 import json
+import os
 import struct
 import zipfile
 
@@ -84,9 +85,13 @@ def read_safetensors(path):
     # buffers; read directly so bfloat16 files work without torch.
     import ml_dtypes  # comes with jax and tensorflow
 
+    size = os.path.getsize(path)
     with open(path, "rb") as f:
         (header_len,) = struct.unpack("<Q", f.read(8))
+        if header_len > size - 8:
+            raise CheckpointReadError(f"{path}: its header claims {header_len} bytes; the file has {size}.")
         header = json.loads(f.read(header_len))
+        _check_safetensors_header(path, header, data_size=size - 8 - header_len)
         buffer = f.read()
     arrays = {}
     for name, info in header.items():
@@ -98,6 +103,31 @@ def read_safetensors(path):
         array = np.frombuffer(buffer[start:end], dtype=np_dtype).reshape(info["shape"])
         arrays[name] = array.astype("float32") if dtype in ("BF16", "F16") else array.copy()
     return arrays
+
+
+def _check_safetensors_header(path, header, data_size):
+    """Every tensor's byte range inside the data, its size its shape's, none overlapping:
+    checked before the data is read, so a header that lies allocates nothing."""
+    spans = []
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            start, end = (int(x) for x in info["data_offsets"])
+            count = int(np.prod(info["shape"], dtype=np.int64))
+            itemsize = 2 if info["dtype"] == "BF16" else np.dtype(_SAFETENSORS_DTYPES[info["dtype"]]).itemsize
+        except (KeyError, TypeError, ValueError) as error:
+            raise CheckpointReadError(f"{path}: tensor {name!r} has a malformed header entry ({error!r}).") from None
+        if not 0 <= start <= end <= data_size or end - start != count * itemsize:
+            raise CheckpointReadError(
+                f"{path}: tensor {name!r} claims bytes {start}..{end} for shape {info['shape']} of {info['dtype']}, "
+                f"but the data holds {data_size} bytes: a corrupt or truncated file."
+            )
+        spans.append((start, end, name))
+    spans.sort()
+    for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
+        if start < end:
+            raise CheckpointReadError(f"{path}: tensors {first!r} and {second!r} claim the same bytes.")
 
 
 def read_keras(path):
