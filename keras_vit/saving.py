@@ -9,6 +9,7 @@ to recognise should a process be killed outright (SIGKILL leaves no chance to cl
 """
 
 import contextlib
+import errno
 import os
 import shutil
 import uuid
@@ -20,16 +21,42 @@ class InvalidModelFileError(ValueError):
     """The given path is not a model file keras-vit can load (checked before any work)."""
 
 
+class DiskFullError(OSError):
+    """A write ran out of disk space (or quota, or file size limit); nothing was half-written."""
+
+
+# The errors of a full disk, a full quota and a process file size limit: as errno values,
+# and as the text libraries that write in C (h5py, TensorFlow) put in their own exceptions.
+_FULL = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded", errno.EFBIG: "File too large"}
+
+
+def _disk_full(error):
+    """The full-disk reason in ``error`` or its causes, None if it is another error."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in _FULL:
+            return _FULL[error.errno]
+        for text in _FULL.values():
+            if text.lower() in str(error).lower():
+                return text
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def temp_path_beside(target, tag="tmp"):
     """A fresh hidden path in the target's folder, e.g. ``out/.model.tmp-1a2b3c4d.tflite``.
 
-    The extension is kept, so tools that go by it can open the file before it is moved.
+    The extension is kept, all of it (Keras insists on ``.weights.h5``), so tools that go
+    by it can open the file before it is moved.
 
-    >>> os.path.basename(temp_path_beside("out/model.keras")).startswith(".model.tmp-")
-    True
+    >>> name = os.path.basename(temp_path_beside("out/epoch-3.weights.h5"))
+    >>> name.startswith(".epoch-3.tmp-"), name.endswith(".weights.h5")
+    (True, True)
     """
     directory, name = os.path.split(os.path.abspath(target))
-    stem, ext = os.path.splitext(name)
+    stem, dot, ext = name.partition(".")
+    ext = dot + ext
     return os.path.join(directory, f".{stem}.{tag}-{uuid.uuid4().hex[:8]}{ext}")
 
 
@@ -126,6 +153,14 @@ class StagedWrites:
                     os.rmdir(directory)  # only if empty: never removes anything else
                 except OSError:
                     pass
+        reason = None if exc is None or self.committed else _disk_full(exc)
+        if reason is not None:
+            targets = ", ".join(self.targets.values())
+            raise DiskFullError(
+                errno.ENOSPC,
+                f"Could not write {targets}: {reason}. Nothing was half-written: the partial files are removed "
+                "and what was there before is intact. Free some space (or write elsewhere) and run again.",
+            ) from exc
         return False
 
 
@@ -213,7 +248,7 @@ def check_model_file(path, model_name=None):
     return container
 
 
-def load_model(path, model_name=None, image_size=None, num_classes=None, **model_options):
+def load_model(path, model_name=None, image_size=None, num_classes=None, safe_mode=True, **model_options):
     """Loads a ``.keras`` model, or builds ``model_name`` and loads a checkpoint into it.
 
     Args:
@@ -225,6 +260,9 @@ def load_model(path, model_name=None, image_size=None, num_classes=None, **model
             embeddings are resampled); default: the ``.keras`` model's own size, or 224
             for a checkpoint.
         num_classes: classifier size when building from a checkpoint (default 1000).
+        safe_mode: True (the default) refuses what could run code while loading (a
+            ``Lambda`` layer's Python function, a PyTorch pickle holding more than
+            tensors); False loads it: only for files you trust.
         **model_options: further ``create_model`` options for checkpoints (by default
             the model gets the numerics the checkpoint's layout was trained with, e.g.
             the exact GELU for timm weights).
@@ -257,7 +295,14 @@ def load_model(path, model_name=None, image_size=None, num_classes=None, **model
 
     container = check_model_file(path, model_name)
     if container == "keras":
-        model = keras.saving.load_model(path, compile=False)
+        try:
+            model = keras.saving.load_model(path, compile=False, safe_mode=safe_mode)
+        except ValueError as error:
+            if "safe_mode" not in str(error):
+                raise
+            from keras_vit.checkpoints.readers import unsafe_keras_message
+
+            raise InvalidModelFileError(unsafe_keras_message(path)) from None
         size = None if image_size is None else checks.pair(image_size)
         if size is None or tuple(model.input_shape[1:3]) == size:
             return model
@@ -277,7 +322,7 @@ def load_model(path, model_name=None, image_size=None, num_classes=None, **model
             class_names=model.class_names,
             name=model.name,
         )
-        load_weights(resized, path)
+        load_weights(resized, path, safe_mode=safe_mode)
         return resized
     from keras_vit.checkpoints.loader import trained_numerics
 
@@ -288,7 +333,7 @@ def load_model(path, model_name=None, image_size=None, num_classes=None, **model
     if container == "keras_weights":
         model.load_weights(path)
         return model
-    report = load_weights(model, path)
+    report = load_weights(model, path, safe_mode=safe_mode)
     if report.fresh:
         raise InvalidModelFileError(
             f"{path} has no weights for {', '.join(report.fresh)} of a {model_name} with "

@@ -1,8 +1,8 @@
 """Pre-training and fine-tuning driven by ``model.fit``, writing everything under one run folder.
 
 ``saved_models/<run>/``: ``model.keras`` (final), ``best.keras`` (best validation
-accuracy), ``backup/`` (``keras.callbacks.BackupAndRestore``: a killed run started again
-continues from its last finished epoch), ``log.csv`` and ``tensorboard/``.
+accuracy), ``backup/`` (``checkpointing.RunBackup``: a killed run started again continues
+from its last finished epoch), ``log.csv`` and ``tensorboard/``.
 """
 
 import contextlib
@@ -21,6 +21,7 @@ from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.models.masked_patches import MaskedPatchPrediction
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 from keras_vit.saving import load_model, save_model
+from keras_vit.training.checkpointing import BestModel, RunBackup
 from keras_vit.training.config import OBJECTIVES
 from keras_vit.training.distribution import check_strategy, distribution_scope
 from keras_vit.training.optimizers import make_optimizer
@@ -139,10 +140,8 @@ def _callbacks(run_dir, extra, fewshot=None):
     return [
         # Before the loggers: it writes its numbers into the epoch's logs, which they record.
         *([fewshot] if fewshot is not None else []),
-        keras.callbacks.BackupAndRestore(os.path.join(run_dir, "backup")),
-        keras.callbacks.ModelCheckpoint(
-            os.path.join(run_dir, "best.keras"), monitor="val_accuracy", mode="max", save_best_only=True
-        ),
+        RunBackup(os.path.join(run_dir, "backup")),
+        BestModel(os.path.join(run_dir, "best.keras"), monitor="val_accuracy"),
         keras.callbacks.CSVLogger(os.path.join(run_dir, "log.csv"), append=True),
         keras.callbacks.TensorBoard(os.path.join(run_dir, "tensorboard")),
         *extra,

@@ -1,0 +1,111 @@
+"""The run files that must survive a crash: the resumable backup and the best model.
+
+Keras' own ``BackupAndRestore`` and ``ModelCheckpoint`` write their files in place: a
+process killed while one is being written leaves a half-written file, and a backup whose
+weights and epoch count are two files can be caught between them (the weights of epoch
+``n``, the count of epoch ``n - 1``: a resumed run would train one epoch too many). Here
+each file is written beside its target and renamed into place (``keras_vit.saving``), and
+the backup commits its two parts with one rename.
+"""
+
+import json
+import math
+import os
+
+import keras
+
+from keras_vit.saving import atomic_path, save_model
+
+STATE = "state.json"
+
+
+class RunBackup(keras.callbacks.BackupAndRestore):
+    """``keras.callbacks.BackupAndRestore`` whose backup is never half-written.
+
+    After each epoch the weights (the optimizer's state included) go to a new file,
+    ``epoch-<n>.weights.h5``; then ``state.json``, which names that file and the epoch
+    count, replaces the previous one in a single rename: the commit. Older weight files are
+    removed after it. A run killed at any moment, even while the backup is being written,
+    finds either the old backup or the new one, whole, and resumes from it.
+
+    Args:
+        backup_dir: the folder of the backup (created when first written).
+        delete_checkpoint: remove the backup when training ends (Keras' default, True).
+
+    Example:
+    >>> import tempfile, numpy as np, keras_vit
+    >>> folder = tempfile.mkdtemp()
+    >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=2, depth=1)
+    >>> model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    >>> images, labels = np.zeros((4, 16, 16, 3)), np.zeros(4, "int32")
+    >>> backup = RunBackup(folder, delete_checkpoint=False)
+    >>> _ = model.fit(images, labels, epochs=2, callbacks=[backup], verbose=0)
+    >>> sorted(os.listdir(folder)), read_state(folder)["epoch"]
+    (['epoch-2.weights.h5', 'state.json'], 2)
+    """
+
+    def __init__(self, backup_dir, delete_checkpoint=True):
+        super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=delete_checkpoint)
+
+    def on_train_begin(self, logs=None):
+        state = read_state(self.backup_dir)
+        if state is None:
+            return
+        weights = os.path.join(self.backup_dir, state["weights"])
+        if self.model.optimizer is not None and not self.model.optimizer.built:
+            self.model.optimizer.build(self.model.trainable_variables)
+        self.model.load_weights(weights)
+        self.model._initial_epoch = state["epoch"]  # where Keras' own callback puts it: fit reads it
+
+    def on_epoch_end(self, epoch, logs=None):
+        done = epoch + 1
+        name = f"epoch-{done}.weights.h5"
+        os.makedirs(self.backup_dir, exist_ok=True)
+        with atomic_path(os.path.join(self.backup_dir, name)) as staged:
+            self.model.save_weights(staged)
+        with atomic_path(os.path.join(self.backup_dir, STATE)) as staged:
+            with open(staged, "w") as f:
+                json.dump({"epoch": done, "weights": name}, f)
+        for entry in os.listdir(self.backup_dir):  # after the commit: the old backup is no longer needed
+            if entry.startswith("epoch-") and entry != name:
+                os.remove(os.path.join(self.backup_dir, entry))
+
+
+def read_state(backup_dir):
+    """The committed backup's ``{"epoch": n, "weights": file}``, or None if there is none."""
+    path = os.path.join(backup_dir, STATE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            state = json.load(f)
+        epoch, weights = int(state["epoch"]), os.path.basename(state["weights"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"{path} is not a keras-vit backup state ({error!r}): remove the folder {backup_dir} to start the "
+            "run afresh."
+        ) from None
+    if not os.path.isfile(os.path.join(backup_dir, weights)):
+        raise ValueError(f"{path} names {weights}, which is not in {backup_dir}: remove the folder to start afresh.")
+    return {"epoch": epoch, "weights": weights}
+
+
+class BestModel(keras.callbacks.Callback):
+    """Saves the model to ``path`` (a ``.keras`` file, written atomically) each time
+    ``monitor`` reaches a new maximum at the end of an epoch.
+
+    Args:
+        path: the ``.keras`` file.
+        monitor: the epoch log to maximise (default ``"val_accuracy"``); an epoch without
+            it saves nothing.
+    """
+
+    def __init__(self, path, monitor="val_accuracy"):
+        super().__init__()
+        self.path, self.monitor, self.best = path, monitor, -math.inf
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is not None and float(value) > self.best:
+            self.best = float(value)
+            save_model(self.model, self.path)
