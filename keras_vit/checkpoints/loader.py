@@ -30,7 +30,16 @@ class LoadReport:
     grid_assumed: bool = False  # the file states no grid: a square one was assumed
 
 
-def load_weights(model, path, resample_method=None, resample_antialias=None, warn=True, exclude=(), source_grid=None):
+def load_weights(
+    model,
+    path,
+    resample_method=None,
+    resample_antialias=None,
+    warn=True,
+    exclude=(),
+    source_grid=None,
+    safe_mode=True,
+):
     """Loads a checkpoint into ``model``, recognising its format and layout by content.
 
     Reads the original google-research ``.npz`` files, timm state dicts (``.pth``,
@@ -59,6 +68,9 @@ def load_weights(model, path, resample_method=None, resample_antialias=None, war
             files and HF checkpoints state theirs (a 3x5 grid loaded into a 5x3 model is
             resampled, not copied); for the others a square grid is assumed (and said, in
             the report and a warning, when the model's grid is not square).
+        safe_mode: True (the default) refuses what could run code while loading: a
+            PyTorch pickle holding more than tensors, a ``.keras`` file with a ``Lambda``
+            layer's Python function. False loads them: only for files you trust.
 
     Returns:
         A ``LoadReport``.
@@ -80,7 +92,7 @@ def load_weights(model, path, resample_method=None, resample_antialias=None, war
     if container == "keras_weights":
         model.load_weights(path)  # same architecture only; Keras names the mismatch
         return LoadReport(container, "keras", [v.path for v in model.weights], {}, {}, [])
-    container, arrays = readers.read_arrays(path)
+    container, arrays = readers.read_arrays(path, safe_mode=safe_mode)
     layout, arrays = layouts.detect_layout(arrays)
     arrays = _check_architecture(model, layout, arrays)
     method, antialias = layout.resampling
@@ -112,6 +124,16 @@ def load_weights(model, path, resample_method=None, resample_antialias=None, war
         if value.dtype.kind in "iu" and "float" in variable.dtype:
             # A quantized model's integer kernel: read as floats it would load without error.
             errors.append(f"{key_path}: key {keys[0]!r} holds {value.dtype} (a quantized model's file?)")
+            continue
+        if value.dtype.kind not in "fiu":
+            errors.append(f"{key_path}: key {keys[0]!r} holds {value.dtype}, expected floating-point numbers")
+            continue
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            bad = ~np.isfinite(value)
+            errors.append(
+                f"{key_path}: key {keys[0]!r} holds {int(np.isnan(value).sum())} NaN and "
+                f"{int(bad.sum() - np.isnan(value).sum())} infinite values of {value.size}: a diverged run's file?"
+            )
             continue
         if key_path == "position_embedding/embedding":
             original_shape = value.shape
@@ -182,7 +204,26 @@ def _check_architecture(model, layout, arrays):
             f"built with class_token={spec.has_class_token}: build it with class_token={has_token} "
             f"(pooling={'token' if has_token else 'gap'!r} or 'gap')."
         )
+    depth = _file_depth(model, layout, arrays)
+    if spec is not None and depth > spec.depth:
+        raise ValueError(
+            f"The checkpoint holds {depth} encoder blocks, the model {spec.depth}: loading would drop "
+            f"the last {depth - spec.depth}. Build the model with depth={depth}."
+        )
     return arrays
+
+
+def _file_depth(model, layout, arrays):
+    """How many encoder blocks the file holds, counted as far as the model's block_0 maps."""
+    first = [v.path for v in model.weights if v.path.startswith("block_0/")]
+    if not first:
+        return 0
+    depth = 0
+    while True:
+        source, groups = layout.find_source(first[0].replace("block_0/", f"block_{depth}/", 1))
+        if source is None or any(k not in arrays for k in source.resolve(groups)):
+            return depth
+        depth += 1
 
 
 def _missing_keys(model, layout, arrays):

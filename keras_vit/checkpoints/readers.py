@@ -24,6 +24,7 @@ def sniff_container(path):
         try:
             with zipfile.ZipFile(path) as archive:
                 names = archive.namelist()
+                _check_expansion(path, archive)
         except zipfile.BadZipFile as error:
             raise CheckpointReadError(
                 f"{path} starts as a zip archive (.npz, .keras or PyTorch's format) but is not a complete one "
@@ -50,15 +51,34 @@ def sniff_container(path):
     )
 
 
-def read_npz(path):
+# A zip archive that would expand past this many times its size, and past MAX_EXPANDED_FLOOR
+# bytes, is refused unread. Model files hold float arrays, which compress little (npz,
+# PyTorch's zip and .keras files store them, or deflate them by 10-30%); a zip bomb expands
+# a thousand-fold. Reading is bounded by the sizes the archive declares (zipfile stops there).
+MAX_EXPANSION = 50
+MAX_EXPANDED_FLOOR = 256 * 2**20
+
+
+def _check_expansion(path, archive):
+    expanded = sum(info.file_size for info in archive.infolist())
+    size = os.path.getsize(path)
+    if expanded > max(MAX_EXPANSION * size, MAX_EXPANDED_FLOOR):
+        raise CheckpointReadError(
+            f"{path} is a {size / 2**20:.1f} MB zip archive that declares {expanded / 2**30:.1f} GB of contents, "
+            f"over {MAX_EXPANSION}x its size: no model file compresses like that (a zip bomb?). It is not read."
+        )
+
+
+def read_npz(path, safe_mode=True):
     with np.load(path, allow_pickle=False) as data:
         return {k: data[k] for k in data.files}
 
 
-def read_torch(path):
+def read_torch(path, safe_mode=True):
     import torch  # a dependency; imported here so other formats never pay for it
 
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    # weights_only: tensors and plain containers only; a full unpickle can run any code.
+    state = torch.load(path, map_location="cpu", weights_only=safe_mode)
     # Training checkpoints wrap the weights ({"model": ...}, {"state_dict": ...}).
     for key in ("state_dict", "model", "module"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):
@@ -80,7 +100,7 @@ _SAFETENSORS_DTYPES = {
 }
 
 
-def read_safetensors(path):
+def read_safetensors(path, safe_mode=True):
     # The format is an 8-byte header length, a JSON header, then raw little-endian
     # buffers; read directly so bfloat16 files work without torch.
     import ml_dtypes  # comes with jax and tensorflow
@@ -130,11 +150,19 @@ def _check_safetensors_header(path, header, data_size):
             raise CheckpointReadError(f"{path}: tensors {first!r} and {second!r} claim the same bytes.")
 
 
-def read_keras(path):
+def read_keras(path, safe_mode=True):
     import keras
 
-    model = keras.saving.load_model(path, compile=False)
+    model = keras.saving.load_model(path, compile=False, safe_mode=safe_mode)
     return {v.path: keras.ops.convert_to_numpy(v) for v in model.weights}
+
+
+def unsafe_keras_message(path):
+    return (
+        f"{path} holds Python code (a Lambda layer's function), which Keras' safe mode does not load: it could "
+        "run anything. If you trust its source, opt in with safe_mode=False (keras_vit.load_model(path, "
+        "safe_mode=False) or keras_vit.load_weights(model, path, safe_mode=False))."
+    )
 
 
 def keras_config(path):
@@ -146,8 +174,13 @@ def keras_config(path):
 READERS = {"npz": read_npz, "torch": read_torch, "safetensors": read_safetensors, "keras": read_keras}
 
 
-def read_arrays(path):
+def read_arrays(path, safe_mode=True):
     """``(container, {name: array})`` for any supported checkpoint file.
+
+    ``safe_mode=False`` unpickles a PyTorch file whole (it may hold more than tensors) and
+    allows a ``.keras`` file's Python code (a ``Lambda`` layer's function): only for files
+    whose source you trust, since either can run any code. NumPy object arrays are never
+    loaded.
 
     >>> import numpy as np, os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "w.npz")
@@ -163,7 +196,7 @@ def read_arrays(path):
             "model.load_weights(path) into a model built with the same arguments."
         )
     try:
-        return container, READERS[container](path)
+        return container, READERS[container](path, safe_mode=safe_mode)
     except Exception as error:
         raise CheckpointReadError(_unreadable(path, container, error)) from error
 
@@ -173,10 +206,13 @@ def _unreadable(path, container, error):
     text = str(error)
     if container == "torch" and "weights_only" in text.lower():
         return (
-            f"{path} holds Python objects besides tensors, which keras-vit does not unpickle: unpickling can run "
-            "any code. If you trust its source, re-save its tensors once with torch.save(torch.load(path, "
-            "weights_only=False), 'weights.pth') (or the state_dict inside), and load that."
+            f"{path} holds Python objects besides tensors, which keras-vit does not unpickle by default: "
+            "unpickling can run any code. If you trust its source, opt in with safe_mode=False "
+            "(keras_vit.load_weights(model, path, safe_mode=False) or keras_vit.load_model(..., safe_mode=False)), "
+            "or re-save its tensors once with torch.save(torch.load(path, weights_only=False), 'weights.pth')."
         )
+    if container == "keras" and "safe_mode" in text:
+        return unsafe_keras_message(path)
     if container == "npz" and "allow_pickle" in text:
         return (
             f"{path} holds object arrays (pickled Python objects), which keras-vit does not load: only numeric arrays."

@@ -12,6 +12,7 @@ from keras_vit.layers.inline import own_policy
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.resnet import ResNetBackbone
 from keras_vit.layers.tokens import ClassToken, PatchTokens, PositionEmbedding
+from keras_vit.models.inputs import check_data, check_images, input_shape
 from keras_vit.models.spec import ViTSpec
 
 
@@ -53,7 +54,7 @@ class VisionTransformer(keras.Model):
         spec = (spec if isinstance(spec, ViTSpec) else ViTSpec.from_config(spec or {})).replace(**options)
         policy, dtype_for = _layer_dtypes(dtype)
         layers = _make_layers(spec, dtype_for)
-        inputs = keras.Input(shape=_input_shape(spec), name="images")
+        inputs = keras.Input(shape=input_shape(spec), name="images")
         outputs = _forward(layers, inputs, spec.norm_after_pool)
         super().__init__(inputs=inputs, outputs=outputs, **keras_options)
         self.dtype_policy = policy  # functional models drop a dtype argument; get_config saves it
@@ -65,22 +66,22 @@ class VisionTransformer(keras.Model):
         _ = self.class_names  # checked now: one name per class
 
     def call(self, inputs, training=None, mask=None):
-        _check_images(self.spec, tuple(inputs.shape))
+        check_images(self.spec, tuple(inputs.shape))
         return super().call(inputs, training=training, mask=mask)
 
     # Checked before Keras builds its step function: on JAX, an error raised inside it leaves
     # the model's variables purged, and every later call fails ("'NoneType' object is not
     # callable"; Keras 3.15's trainer, for any model).
     def predict(self, x, *args, **kwargs):
-        _check_data(self.spec, x)
+        check_data(self.spec, x)
         return super().predict(x, *args, **kwargs)
 
     def evaluate(self, x=None, *args, **kwargs):
-        _check_data(self.spec, x)
+        check_data(self.spec, x)
         return super().evaluate(x, *args, **kwargs)
 
     def fit(self, x=None, *args, **kwargs):
-        _check_data(self.spec, x)
+        check_data(self.spec, x)
         return super().fit(x, *args, **kwargs)
 
     @property
@@ -379,54 +380,6 @@ def _block_indices(blocks, depth):
             f"blocks={blocks!r}: expected block indices in {-depth}..{depth - 1} (the model has {depth} blocks)."
         )
     return sorted({i % depth for i in indices})
-
-
-def _input_shape(spec):
-    return ((None, None) if spec.dynamic_image_size else spec.image_size) + (spec.num_channels,)
-
-
-def _check_images(spec, shape):
-    """A dynamic-size model's clear error for an image side it cannot take (Keras checks a
-    fixed-size model's input shape; sizes unknown to a graph pass unchecked)."""
-    if not spec.dynamic_image_size or len(shape) != 4:
-        return
-    unit = f"one {spec.stride}-pixel patch" + ("" if spec.resnet is None else " (ResNet stride x patch size)")
-    for side, size in zip(("height", "width"), shape[1:3]):
-        if size is not None and size < spec.stride:
-            raise ValueError(f"The image {side} {size} is smaller than {unit}: images of shape {shape}.")
-        if size is not None and size % spec.stride:
-            raise ValueError(
-                f"The image {side} {size} is not a multiple of {unit}: images of shape {shape}; "
-                f"expected a {side} of {spec.stride} x n pixels."
-            )
-
-
-def _data_shape(data):
-    """The image batch shape of arrays or a ``tf.data`` dataset of ``(images, ...)``; None
-    where it cannot be known without reading the data (generators, ``PyDataset``)."""
-    spec = getattr(data, "element_spec", None)
-    if spec is not None:  # tf.data
-        spec = spec[0] if isinstance(spec, tuple) else spec
-        shape = getattr(spec, "shape", None)
-        return None if shape is None or shape.rank is None else tuple(shape.as_list())
-    shape = getattr(data, "shape", None)
-    return tuple(shape) if shape is not None else None
-
-
-def _check_data(spec, data):
-    """A clear error for images of the wrong rank, channels or size, before any work."""
-    shape = _data_shape(data)
-    if shape is None:
-        return
-    sides = ("height", "width") if spec.dynamic_image_size else spec.image_size
-    expected = f"(batch, {sides[0]}, {sides[1]}, {spec.num_channels})"
-    wrong = len(shape) != 4 or shape[-1] not in (None, spec.num_channels)
-    if not wrong and not spec.dynamic_image_size:
-        wrong = any(got not in (None, want) for got, want in zip(shape[1:3], spec.image_size))
-    if wrong:
-        hint = "" if spec.dynamic_image_size else " (model.preprocessing makes them from any image)"
-        raise ValueError(f"Expected images of shape {expected}{hint}; got shape {shape}.")
-    _check_images(spec, shape)
 
 
 def _embed(layers, x):
