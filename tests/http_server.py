@@ -6,6 +6,7 @@ thread, records every request's path, and can be told per path to misbehave::
     with FileServer(tmp_path / "served") as server:
         url = server.put("vit_models/x.npz", data)  # writes root/vit_models/x.npz, returns its URL
         server.fail("vit_models/x.npz", 500)        # answer with an error status
+        server.fail("vit_models/x.npz", 503, times=2)  # ... the next two requests only
         server.cut("vit_models/x.npz")              # full Content-Length, half the bytes, then close
         server.slow("vit_models/x.npz", seconds=1)  # the body in pieces spread over a second
         server.normal("vit_models/x.npz")           # serve it properly again
@@ -83,18 +84,19 @@ class FileServer:
             f.write(data)
         return self.url_for(path)
 
-    def fail(self, path, status=404):
-        """Answers requests for ``path`` with ``status`` and no file."""
-        self._rules[self._key(path)] = ("fail", status)
+    def fail(self, path, status=404, times=None):
+        """Answers requests for ``path`` with ``status`` and no file (the next ``times``
+        requests only, then serves it properly; all of them when None)."""
+        self._rules[self._key(path)] = ("fail", status, times)
 
-    def cut(self, path, after=None):
+    def cut(self, path, after=None, times=None):
         """Sends the full Content-Length for ``path``, then only ``after`` bytes (default:
         half), then closes the connection."""
-        self._rules[self._key(path)] = ("cut", after)
+        self._rules[self._key(path)] = ("cut", after, times)
 
-    def slow(self, path, seconds=1.0, pieces=10):
+    def slow(self, path, seconds=1.0, pieces=10, times=None):
         """Sends ``path``'s body in ``pieces`` parts, waiting ``seconds / pieces`` before each."""
-        self._rules[self._key(path)] = ("slow", (seconds, pieces))
+        self._rules[self._key(path)] = ("slow", (seconds, pieces), times)
 
     def normal(self, path):
         """Serves ``path`` properly again."""
@@ -121,16 +123,23 @@ class FileServer:
         return file
 
     def _record(self, path):
+        """Records a request; returns the rule that answers it, counting it against ``times``."""
         with self._lock:
             self._requests.append(path)
+            kind, arg, times = self._rules.get(path, (None, None, None))
+            if times is not None:
+                if times <= 1:
+                    self._rules.pop(path, None)
+                else:
+                    self._rules[path] = (kind, arg, times - 1)
+            return kind, arg
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         owner = self.server.owner
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
-        owner._record(path)
-        kind, arg = owner._rules.get(path, (None, None))
+        kind, arg = owner._record(path)
         try:
             file = owner._file(path)
         except ValueError:

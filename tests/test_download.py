@@ -127,7 +127,7 @@ def test_a_corrupted_cached_file_is_caught_by_its_recorded_hash_and_fetched_agai
 def test_a_download_cut_halfway_leaves_no_file_and_the_next_call_succeeds(server):
     server.cut(SERVED)
     with pytest.raises(dl.DownloadError, match=f"closed after {len(DATA) // 2} of {len(DATA)} bytes"):
-        dl.download(URL, progress=False)
+        dl.download(URL, progress=False, retries=0)
     assert leftovers(dl.home()) == []
     server.normal(SERVED)
     assert read(dl.download(URL, progress=False)) == DATA
@@ -154,8 +154,9 @@ def test_a_server_that_is_down_names_both_urls_the_cache_path_and_what_to_do(ser
     mirror = unused_url()
     monkeypatch.setenv("KERAS_VIT_MIRROR", mirror)
     with pytest.raises(dl.DownloadError) as error:
-        dl.download(URL, progress=False)
+        dl.download(URL, progress=False, retries=1, backoff=0.01)
     message = str(error.value)
+    assert "Connection refused" in message and "(tried 2 times, waiting 0.01 s between)" in message
     assert mirror + SERVED in message and URL in message and dl.cache_path(URL) in message
     assert "KERAS_VIT_MIRROR" in message and "KERAS_VIT_OFFLINE=1" in message
     assert error.value.path == dl.cache_path(URL) and error.value.source == mirror + SERVED
@@ -167,16 +168,32 @@ def test_an_http_error_names_the_url_and_the_cache_path(file_server, monkeypatch
     url = file_server.url_for("weights/missing.npz")  # the publisher itself, no mirror
     file_server.fail("weights/missing.npz", status)
     with pytest.raises(dl.DownloadError, match=f"HTTP {status}") as error:
-        dl.download(url, progress=False)
+        dl.download(url, progress=False, retries=2, backoff=0.01)
     assert url in str(error.value) and dl.cache_path(url) in str(error.value)
     assert leftovers(dl.home()) == []
+    # A missing file is missing the next time too; a server error may pass: asked again.
+    assert len(file_server.requests) == (1 if status == 404 else 3)
 
 
-def test_a_server_that_stops_sending_times_out(server):
+def test_a_busy_server_is_asked_again_with_growing_waits(server, capsys):
+    server.fail(SERVED, 503, times=2)
+    started = time.monotonic()
+    assert read(dl.download(URL, retries=3, backoff=0.2)) == DATA
+    assert time.monotonic() - started >= 0.2 + 0.4  # waited 0.2 s, then 0.4 s
+    assert len(server.requests) == 3
+    assert capsys.readouterr().err.count("trying again in") == 2
+
+
+def test_a_server_that_stops_sending_times_out_and_is_asked_again(server):
     server.slow(SERVED, seconds=30, pieces=1)
-    with pytest.raises(dl.DownloadError, match="no data for 0.2 s"):
-        dl.download(URL, progress=False, timeout=0.2)
-    assert leftovers(dl.home()) == []
+    with pytest.raises(dl.DownloadError, match=r"no data for 0.2 s \(tried 3 times, waiting 0.01, 0.02 s between\)"):
+        dl.download(URL, progress=False, timeout=0.2, retries=2, backoff=0.01)
+    assert leftovers(dl.home()) == [] and len(server.requests) == 3
+    # A server that stalls twice, then answers: the third request gets the file.
+    server.slow(SERVED, seconds=30, pieces=1, times=2)
+    server.clear_requests()
+    assert read(dl.download(URL, progress=False, timeout=0.2, retries=2, backoff=0.01)) == DATA
+    assert len(server.requests) == 3
 
 
 def test_two_processes_downloading_one_file_get_one_intact_file(server):

@@ -144,7 +144,7 @@ def is_offline():
     return os.environ.get("KERAS_VIT_OFFLINE", "").strip().lower() in _TRUE
 
 
-def download(url, *, sha256=None, size=None, progress=True, timeout=60.0):
+def download(url, *, sha256=None, size=None, progress=True, timeout=60.0, retries=3, backoff=1.0):
     """Returns the local path of ``url``'s file, downloading it into the cache if needed.
 
     A cached file is used only if its size is ``size`` (when given) and its SHA-256 is
@@ -153,7 +153,10 @@ def download(url, *, sha256=None, size=None, progress=True, timeout=60.0):
     streamed into a hidden temporary file, hashed as it is written, checked, and only then
     moved into place; processes downloading one file at once take turns on a lock file,
     and the later ones find the file done. ``progress`` shows a one-line bar on a terminal;
-    ``timeout`` is in seconds without data.
+    ``timeout`` is in seconds without data. A failure that may pass (a timeout, a refused
+    or cut connection, HTTP 408, 429 or 5xx) is tried again up to ``retries`` times, after
+    ``backoff`` seconds, then twice as long each time (1, 2, 4 s by default); the wrong
+    file, a missing one (HTTP 404) or a full disk fail at once.
 
     Raises ``NotCachedError`` (offline and not cached), ``IntegrityError`` (wrong size or
     hash) or ``DownloadError`` (the network or server failed): each names the URL, the cache
@@ -187,7 +190,7 @@ def download(url, *, sha256=None, size=None, progress=True, timeout=60.0):
             return target
         _remove(target, _sidecar(target))
         _remove_stale_temps(target, older_than=0 if locked else 3600)
-        _fetch(url, target, expected, size, progress, timeout)
+        _fetch(url, target, expected, size, progress, timeout, retries, backoff)
     return target
 
 
@@ -332,20 +335,55 @@ def _lock_fd(fd, block=False, unlock=False):
         return False
 
 
-def _fetch(url, target, expected, size, progress, timeout):
+# HTTP statuses worth asking again: the server is busy, restarting or rate-limiting.
+RETRY_STATUSES = (408, 429, 500, 502, 503, 504)
+
+
+class _Retryable(Exception):
+    """A failure that may pass: a timeout, a refused or cut connection, a busy server."""
+
+
+class _Fatal(Exception):
+    """A failure that asking again would repeat (the wrong file, a missing one, a full disk)."""
+
+    def __init__(self, reason, error_type=None):
+        super().__init__(reason)
+        self.error_type = error_type or DownloadError
+
+
+def _fetch(url, target, expected, size, progress, timeout, retries, backoff):
+    """Downloads ``url`` to ``target``, asking again after a failure that may pass, up to
+    ``retries`` times, waiting ``backoff``, then twice as long, and so on."""
     source = source_url(url)
+    waits = []
+    while True:
+        try:
+            return _fetch_once(source, target, expected, size, progress, timeout)
+        except _Retryable as failure:
+            if len(waits) == retries:
+                tried = f" (tried {len(waits) + 1} times, waiting {', '.join(f'{w:g}' for w in waits)} s between)"
+                raise _failure(url, source, target, f"{failure}{tried if waits else ''}") from failure.__cause__
+            waits.append(backoff * 2 ** len(waits))
+            if progress:
+                print(f"{failure}; trying again in {waits[-1]:g} s", file=sys.stderr, flush=True)
+            time.sleep(waits[-1])
+        except _Fatal as failure:
+            raise _failure(url, source, target, str(failure), failure.error_type) from failure.__cause__
 
-    def fail(reason, error=DownloadError):
-        fetched = source if source == url else f"{source} (the mirror's copy of {url})"
-        return error(
-            f"Could not download {fetched}: {reason}. The file belongs at {target}. Check the network "
-            "connection, or set KERAS_VIT_MIRROR to a server or folder that holds the file at the publisher's "
-            "path, or place the file at that cache path yourself and set KERAS_VIT_OFFLINE=1.",
-            url,
-            source,
-            target,
-        )
 
+def _failure(url, source, target, reason, error_type=None):
+    fetched = source if source == url else f"{source} (the mirror's copy of {url})"
+    return (error_type or DownloadError)(
+        f"Could not download {fetched}: {reason}. The file belongs at {target}. Check the network "
+        "connection, or set KERAS_VIT_MIRROR to a server or folder that holds the file at the publisher's "
+        "path, or place the file at that cache path yourself and set KERAS_VIT_OFFLINE=1.",
+        url,
+        source,
+        target,
+    )
+
+
+def _fetch_once(source, target, expected, size, progress, timeout):
     temp = _hidden(target, f"tmp-{uuid.uuid4().hex[:8]}")
     request = urllib.request.Request(source, headers={"User-Agent": "keras-vit"})
     try:
@@ -355,7 +393,7 @@ def _fetch(url, target, expected, size, progress, timeout):
             length = response.headers.get("Content-Length")
             length = int(length) if length and length.isdigit() else None
             if size is not None and length is not None and length != size:
-                raise fail(f"the server sends {length} bytes, expected {size}", IntegrityError)
+                raise _Fatal(f"the server sends {length} bytes, expected {size}", IntegrityError)
             digest, received = hashlib.sha256(), 0
             bar = _Progress(os.path.basename(target), length or size, progress)
             while chunk := response.read(CHUNK):
@@ -365,25 +403,30 @@ def _fetch(url, target, expected, size, progress, timeout):
                 bar(received)
             bar(received, last=True)
             if length is not None and received != length:  # http.client returns b"" at a cut, no error
-                raise fail(f"the connection closed after {received} of {length} bytes")
+                raise _Retryable(f"the connection closed after {received} of {length} bytes")
             out.flush()
             os.fsync(out.fileno())
         actual = digest.hexdigest()
         if size is not None and received != size:
-            raise fail(f"got {received} bytes, expected {size}", IntegrityError)
+            raise _Fatal(f"got {received} bytes, expected {size}", IntegrityError)
         if expected is not None and actual != expected:
-            raise fail(f"its sha256 is {actual}, expected {expected}", IntegrityError)
+            raise _Fatal(f"its sha256 is {actual}, expected {expected}", IntegrityError)
         _record_sha256(target, actual)  # before the file, so a finished file always has its hash
         os.replace(temp, target)
     except urllib.error.HTTPError as e:
         e.close()  # it holds the server's answer, and its socket
-        raise fail(f"HTTP {e.code} {e.reason}") from e
+        kind = _Retryable if e.code in RETRY_STATUSES else _Fatal
+        raise kind(f"HTTP {e.code} {e.reason}") from e
     except urllib.error.URLError as e:
-        raise fail(str(e.reason)) from e
+        if isinstance(e.reason, TimeoutError):
+            raise _Retryable(f"no data for {timeout:g} s") from e
+        raise _Retryable(str(e.reason)) from e
     except TimeoutError as e:
-        raise fail(f"no data for {timeout} s") from e
+        raise _Retryable(f"no data for {timeout:g} s") from e
     except (http.client.HTTPException, ConnectionError) as e:
-        raise fail(f"{type(e).__name__}: {e}") from e
+        raise _Retryable(f"{type(e).__name__}: {e}") from e
+    except OSError as e:  # writing the cache: a full disk, no permission; asking again would not help
+        raise _Fatal(f"writing {temp} failed: {e}") from e
     finally:
         _remove(temp)
 
