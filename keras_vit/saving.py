@@ -68,6 +68,21 @@ def _remove_path(path):
         os.remove(path)
 
 
+def _keep_aside(target, backup):
+    """Keeps the current ``target`` at ``backup`` so a failed commit can restore it. A file
+    is hard-linked (copied where links are not supported) and stays in place, so that
+    ``os.replace`` swaps it for the new one in one step: a reader, or a process killed at
+    any moment, sees one or the other. A folder cannot be renamed over: it is moved aside,
+    and for that instant the target is missing (its ``.old-`` sibling holds it)."""
+    if os.path.isdir(target) and not os.path.islink(target):
+        os.replace(target, backup)
+        return
+    try:
+        os.link(target, backup)
+    except OSError:
+        shutil.copy2(target, backup, follow_symlinks=False)
+
+
 def check_targets(targets, overwrite):
     """Raises ``FileExistsError`` naming every existing target unless ``overwrite``."""
     existing = [t for t in targets if os.path.lexists(t)]
@@ -131,14 +146,20 @@ class StagedWrites:
             for key, target in self.targets.items():
                 if os.path.lexists(target):
                     backups[target] = temp_path_beside(target, "old")
-                    os.replace(target, backups[target])
+                    _keep_aside(target, backups[target])
                 os.replace(self.paths[key], target)
                 moved.append(target)
         except BaseException:
-            for target in moved:
-                _remove_path(target)
             for target, backup in backups.items():
-                os.replace(backup, target)
+                if target in moved or os.path.isdir(backup):
+                    if os.path.isdir(target) and not os.path.islink(target):
+                        _remove_path(target)  # a folder cannot be renamed over
+                    os.replace(backup, target)
+                else:
+                    _remove_path(backup)
+            for target in moved:
+                if target not in backups:
+                    _remove_path(target)
             raise
         for backup in backups.values():
             _remove_path(backup)

@@ -1,4 +1,5 @@
-"""The recipes end to end at tiny sizes: digits, tfds mock data, resume, two devices, errors."""
+"""The recipes end to end at tiny sizes: digits, tfds mock data, two devices, errors (a killed
+run resumed: test_faults.py)."""
 
 import csv
 import os
@@ -97,23 +98,6 @@ def test_pretrain_on_tfds_mock_data(tmp_path):
         )
     assert result.model.output_shape == (None, 10)
     assert len(result.history["loss"]) == 1
-
-
-class _Crash(keras.callbacks.Callback):
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch == 1:
-            raise RuntimeError("simulated kill after epoch 1")
-
-
-def test_a_killed_run_resumes_where_it_stopped(tmp_path):
-    config = tiny("digits_pretrain", tmp_path, run_name="resume", epochs=4)
-    with pytest.raises(RuntimeError, match="simulated kill"):
-        pretrain(config, callbacks=[_Crash()])
-    result = pretrain(config)
-    assert len(result.history["loss"]) == 2  # epochs 2 and 3 only
-    with open(os.path.join(result.run_dir, "log.csv")) as f:
-        epochs = [int(r["epoch"]) for r in csv.DictReader(f) if r["epoch"] != "epoch"]
-    assert epochs == [0, 1, 2, 3]
 
 
 TWO_DEVICES = textwrap.dedent("""

@@ -17,6 +17,7 @@ import keras
 from keras_vit.saving import atomic_path, save_model
 
 STATE = "state.json"
+_STAGED = (".tmp-", ".old-")  # keras_vit.saving's temporary names
 
 
 class RunBackup(keras.callbacks.BackupAndRestore):
@@ -66,8 +67,10 @@ class RunBackup(keras.callbacks.BackupAndRestore):
         with atomic_path(os.path.join(self.backup_dir, STATE)) as staged:
             with open(staged, "w") as f:
                 json.dump({"epoch": done, "weights": name}, f)
-        for entry in os.listdir(self.backup_dir):  # after the commit: the old backup is no longer needed
-            if entry.startswith("epoch-") and entry != name:
+        # After the commit the old backup is no longer needed, nor what a killed writer left.
+        for entry in os.listdir(self.backup_dir):
+            leftover = entry.startswith(".") and any(tag in entry for tag in _STAGED)
+            if leftover or (entry.startswith("epoch-") and entry != name):
                 os.remove(os.path.join(self.backup_dir, entry))
 
 
