@@ -216,26 +216,6 @@ def test_images_of_the_wrong_shape_are_refused_before_any_work_and_the_model_sta
     assert dynamic.predict(np.zeros((1, 48, 16, 3), "float32"), verbose=0).shape == (1, 3)
 
 
-def test_unknown_model_name_suggests_close_names():
-    with pytest.raises(ValueError, match=r"Unknown model name 'vit_b_16'.*Did you mean 'vit_b16'"):
-        keras_vit.create_model("vit_b_16")
-
-
-@pytest.mark.parametrize(
-    "kwargs, message",
-    [
-        (dict(pooling="max"), "pooling must be one of"),
-        (dict(pooling="token", class_token=False), "needs class_token=True"),
-        (dict(pooling=None), "only possible with include_top=False"),
-        (dict(position_embedding="rope"), "position embedding must be one of"),
-        (dict(num_heads=5), "not divisible by num_heads 5"),
-    ],
-)
-def test_bad_options_are_errors(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        keras_vit.create_model("vit_ti16", image_size=32, depth=1, **kwargs)
-
-
 @pytest.mark.parametrize("name", ["vit_ti16", "r26_vit_s32"])
 def test_every_layer_is_built_after_creation(name):
     # Parts called through call_inline never pass through Keras' __call__, which is what

@@ -20,6 +20,8 @@ def sniff_container(path):
     """Which container a file is, from its first bytes (and zip member names)."""
     with open(path, "rb") as f:
         head = f.read(16)
+    if not head:
+        raise CheckpointReadError(f"{path} is empty (0 bytes): an interrupted copy or download? Fetch it again.")
     if head.startswith(b"PK"):
         try:
             with zipfile.ZipFile(path) as archive:
@@ -38,13 +40,13 @@ def sniff_container(path):
             return "keras"
     if head.startswith(b"\x89HDF"):
         return "keras_weights"
-    if head[:1] == b"\x80":  # a pickle: torch's legacy (pre-1.6) format
-        return "torch"
-    if len(head) >= 9:
+    if len(head) >= 9:  # before the pickle test: a header length can start with 0x80 too
         (header_len,) = struct.unpack("<Q", head[:8])
         if 0 < header_len < 100_000_000 and head[8:9] == b"{":
             return "safetensors"
-    raise ValueError(
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):  # torch's legacy pickle
+        return "torch"
+    raise CheckpointReadError(
         f"{path} is not a checkpoint keras-vit can read: expected one of .npz (original JAX), "
         ".pth/.bin (PyTorch), .safetensors, .keras or .weights.h5 content; the file's first "
         f"bytes are {head[:8]!r}."

@@ -102,7 +102,7 @@ class PositionEmbedding(keras.layers.Layer):
     def __init__(self, grid_size, num_prefix_tokens=1, kind="learned", interpolation="bicubic", **kwargs):
         super().__init__(**kwargs)
         if kind not in POSITION_EMBEDDINGS:
-            raise ValueError(f"position embedding must be one of {POSITION_EMBEDDINGS}, got {kind!r}.")
+            raise ValueError(f"position_embedding must be one of {POSITION_EMBEDDINGS}, got {kind!r}.")
         if interpolation not in POSITION_INTERPOLATIONS:
             raise ValueError(f"interpolation must be one of {POSITION_INTERPOLATIONS}, got {interpolation!r}.")
         self.grid_size = tuple(int(s) for s in grid_size)

@@ -198,7 +198,7 @@ class ViTSpec(_Spec):
             _one_of(self.pooling, POOLINGS, "pooling")
         if self.pooling == "token" and not self.has_class_token:
             raise ValueError("pooling='token' needs class_token=True.")
-        _one_of(self.position_embedding, POSITION_EMBEDDINGS, "position embedding")
+        _one_of(self.position_embedding, POSITION_EMBEDDINGS, "position_embedding")
         for name in self.fields_with_role(REGULARIZATION):  # the dropout rates
             rate = getattr(self, name)
             if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate < 1.0:

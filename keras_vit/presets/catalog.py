@@ -263,6 +263,10 @@ def get_preset(name):
     except KeyError:
         close = difflib.get_close_matches(str(name), PRESETS, n=4, cutoff=0.6)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        model = str(name).partition(".")[0]
+        tags = [p.partition(".")[2] for p in PRESETS if p.startswith(model + ".")]
+        if tags:
+            hint += f" The tags of {model}: {', '.join(tags)}."
         raise ValueError(
             f"Unknown preset {name!r}.{hint} Known presets: keras_vit.list_models(pretrained=True)."
         ) from None

@@ -169,12 +169,18 @@ def make_config(preset, **overrides):
     return RecipeConfig(**values, model_options=options)
 
 
-def _unknown_keys_message(unknown):
+def _unknown_keys_message(unknown, flags=False):
+    """Names each unknown key with the close known ones; as ``--flags`` for a command line."""
     known = [*FIELDS, *MODEL_OPTIONS]
+    dash = "--" if flags else ""
     parts = []
     for key in unknown:
+        # Close spellings, and the fields a short form abbreviates (lr: learning_rate).
         close = difflib.get_close_matches(key, known, n=3)
-        parts.append(f"{key!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+        close += [k for k in known if "".join(w[0] for w in k.split("_")) == key and k not in close]
+        parts.append(f"{dash}{key}" + (f" (did you mean {', '.join(dash + c for c in close)}?)" if close else ""))
+    if flags:
+        return f"Unknown flag(s): {', '.join(parts)}. Every RecipeConfig field is a flag: see --help."
     return f"Unknown config key(s): {', '.join(parts)}. Known keys: {', '.join(known)}."
 
 
@@ -227,7 +233,7 @@ def parse_args(argv, default_preset):
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         keys = [u[2:].split("=")[0] for u in unknown if u.startswith("--")]
-        raise ValueError(_unknown_keys_message(keys or unknown))
+        raise ValueError(_unknown_keys_message(keys or unknown, flags=True))
     overrides = {
         name: _parse_value(value, FIELDS.get(name) or MODEL_OPTIONS[name])
         for name, value in vars(args).items()

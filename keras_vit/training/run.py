@@ -64,6 +64,23 @@ def _run_dir(config, recipe):
     return os.path.join(config.output_dir, name)
 
 
+def _make_run_dir(run_dir):
+    """Creates the run folder, or says why it cannot be (a file in the way, no permission)."""
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        probe = os.path.join(run_dir, ".keras-vit-write-test")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise RecipeInputError(
+            f"Cannot write the run folder {run_dir}: {reason} ({error.filename}). Expected --output_dir to be a "
+            "folder this process can write (or one it can create)."
+        ) from None
+    return run_dir
+
+
 def _pipelines(config, splits, drop_remainder):
     crop = (config.crop_area_min, 1.0) if config.crop_area_min else None
     # The pipeline's arguments of the same name as the recipe's fields.
@@ -272,8 +289,7 @@ def _fit(config, recipe, extra_callbacks):
         splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
         fewshot = _fewshot_callback(config, splits)
         replicas = check_strategy(config.strategy, config.batch_size)
-        run_dir = _run_dir(config, recipe)
-        os.makedirs(run_dir, exist_ok=True)
+        run_dir = _make_run_dir(_run_dir(config, recipe))
         train, validation, test = _pipelines(config, splits, drop_remainder=replicas > 1)
         steps = _steps_per_epoch(config, splits.train, drop_remainder=replicas > 1)
     if config.steps_per_epoch:
