@@ -7,6 +7,7 @@ tf.data, so a large folder costs no memory until it is read.
 """
 
 import os
+import warnings
 
 import numpy as np
 
@@ -55,20 +56,55 @@ def _no_images_error(root):
 _SIGNATURES = (b"\x89PNG", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM")
 
 
-def _check_images(paths, limit=5):
-    """Refuses, before any training, files whose first bytes are no image format's
-    (a renamed text file, an HTML error page saved as .jpg); one read of 8 bytes each."""
-    bad = []
+def _listing(paths, limit=5):
+    return ", ".join(repr(p) for p in paths[:limit]) + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def _cut_short(path, head):
+    """Whether an image file ends before its format's end marker (a copy or download cut
+    off). JPEG is judged by its last 64 KB: an end marker can only be followed by a trailer."""
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - 65536))
+        tail = f.read()
+    if head.startswith(b"\x89PNG"):
+        return b"IEND" not in tail[-64:]  # the IEND chunk and its CRC are the last 12 bytes
+    if head.startswith(b"\xff\xd8\xff"):
+        return b"\xff\xd9" not in tail
+    if head.startswith(b"GIF"):
+        return not tail.rstrip(b"\x00").endswith(b"\x3b")
+    return size < int.from_bytes(head[2:6], "little")  # BMP: the size its header states
+
+
+def _check_images(paths):
+    """Refuses, before any training, files whose first bytes are no image format's (a
+    renamed text file, an HTML error page saved as .jpg); returns the images cut short,
+    which are skipped with a warning naming them. Reads 8 bytes and the end of each."""
+    bad, short = [], []
     for path in paths:
         with open(path, "rb") as f:
-            if not f.read(8).startswith(_SIGNATURES):
-                bad.append(path)
+            head = f.read(8)
+        if not head.startswith(_SIGNATURES):
+            bad.append(path)
+        elif _cut_short(path, head):
+            short.append(path)
     if bad:
-        listed = ", ".join(repr(p) for p in bad[:limit]) + (f" and {len(bad) - limit} more" if len(bad) > limit else "")
         raise ValueError(
-            f"{len(bad)} file(s) named as images are not PNG, JPEG, GIF or BMP images: {listed}. "
+            f"{len(bad)} file(s) named as images are not PNG, JPEG, GIF or BMP images: {_listing(bad)}. "
             "Remove or replace them."
         )
+    if short:
+        warnings.warn(
+            f"Skipping {len(short)} image(s) cut short (their format's end is missing): {_listing(short)}. "
+            "Copy them again to use them.",
+            stacklevel=3,
+        )
+    return set(short)
+
+
+def _without(paths, labels, skipped):
+    keep = [i for i, p in enumerate(paths) if p not in skipped]
+    return [paths[i] for i in keep], np.asarray(labels)[keep]
 
 
 def _decode(path, label):
@@ -104,8 +140,9 @@ def load_image_folder(path, validation_fraction=0.1, test_fraction=0.2, seed=0):
 
     Raises ValueError, before any image is decoded, when the folder holds no images (naming
     the extensions looked for), fewer than two classes, or files that are not images by
-    their first bytes (naming them). An image cut short past its header is skipped, with
-    TensorFlow's warning, when the pipeline reaches it.
+    their first bytes (naming them). An image cut short (its format's end marker missing)
+    is skipped with a warning naming it; one corrupt inside, which only decoding finds,
+    is skipped with TensorFlow's warning when the pipeline reaches it.
 
     Example:
         >>> import os, tempfile, numpy as np
@@ -149,7 +186,10 @@ def load_image_folder(path, validation_fraction=0.1, test_fraction=0.2, seed=0):
             f"Folder {root!r} has {len(class_names)} class subfolder(s) ({', '.join(class_names)}): a classifier "
             "needs at least two, one subfolder per class."
         )
-    _check_images(list(paths) + [p for role, (files, _) in parts.items() if role != "train" for p in files])
+    skipped = _check_images(list(paths) + [p for role, (files, _) in parts.items() if role != "train" for p in files])
+    if skipped:
+        paths, labels = _without(paths, labels, skipped)
+        parts = {role: _without(files, part_labels, skipped) for role, (files, part_labels) in parts.items()}
     info = DatasetInfo(
         name=root,
         num_classes=len(class_names),
