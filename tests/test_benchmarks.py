@@ -81,3 +81,18 @@ def test_matmul_ceiling_compares_the_model_with_its_own_matmuls():
     _, _, counted = matmul_ceiling._matmul_chain(keras_vit.get_spec("vit_ti16"), batch=2, tokens=5)
     assert counted == chain_flops
     assert row["model_over_matmuls_time"] == pytest.approx(row["matmuls"] / row["model_gflops"], rel=1e-6)
+
+
+def test_checkpoint_loading_quick_mode_measures_build_load_and_memory(tmp_path, capsys):
+    checkpoint_loading = _import_benchmark("checkpoint_loading")
+    engines = [f"keras-vit:{BACKEND}"] + (["timm"] if BACKEND == "torch" else [])  # the PyTorch peer, once
+    rows = checkpoint_loading.main(["--quick", "--formats", "safetensors", "--engines", ",".join(engines),
+                                    "--folder", str(tmp_path)])  # fmt: skip
+    assert [(r["engine"], r["format"]) for r in rows] == [(e, "safetensors") for e in engines]
+    size_mb = keras_vit.create_model("vit_ti16", image_size=32, depth=2, num_classes=1000).count_params() * 4 / 2**20
+    for row in rows:
+        assert row["build_s"] > 0 and row["load_s"] > 0 and row["model_mb"] == pytest.approx(size_mb, rel=1e-3)
+        assert row["peak_mb"] >= 0  # a tiny model may not raise the peak the imports set
+    if BACKEND == "torch":
+        assert rows[1]["ratio"] == 1.0 and rows[0]["ratio"] > 0
+    assert "vs timm" in capsys.readouterr().out

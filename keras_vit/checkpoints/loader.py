@@ -147,7 +147,7 @@ def load_weights(
                 continue
             errors.append(f"{key_path}: key {keys[0]!r} has shape {value.shape}, expected {expected}")
             continue
-        values[key_path] = value
+        values[key_path] = (source, groups)  # read again to assign: one array in memory at a time
         used.update(keys)
 
     if errors:
@@ -158,7 +158,12 @@ def load_weights(
         )
     for variable in model.weights:
         if variable.path in values:
-            variable.assign(values[variable.path].astype(variable.dtype))
+            source, groups = values[variable.path]
+            value = np.asarray(source(arrays, groups))
+            if variable.path == "position_embedding/embedding":
+                value, _ = _resample(model, value, method, antialias, source.resolve(groups)[0], stated_grid)
+            variable.assign(value.astype(variable.dtype, copy=False))
+            del value
     unused = sorted(set(arrays) - used)
     report = LoadReport(container, layout.name, sorted(values), fresh, resampled, unused, **grid_info)
     if warn:

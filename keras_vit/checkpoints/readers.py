@@ -4,6 +4,7 @@ One reader per container format; none of them knows what the names mean (that is
 ``layouts.py``). The file's extension is ignored: hub files are often renamed.
 """
 
+import functools
 import json
 import os
 import struct
@@ -14,6 +15,37 @@ import numpy as np
 
 class CheckpointReadError(ValueError):
     """A checkpoint file that cannot be read: truncated, corrupt, or holding more than arrays."""
+
+
+class LazyArray:
+    """One checkpoint array, read from its file only when used as an array.
+
+    Readers return ``{name: LazyArray}``: names, shapes and dtypes are known at once, and
+    the loader reads, converts and assigns one array at a time, so loading peaks near the
+    model's own size instead of holding the whole file too. Any NumPy use (``np.asarray``,
+    ``.T``, ``.reshape``) reads the array; nothing is kept.
+    """
+
+    def __init__(self, shape, dtype, read):
+        self.shape, self.dtype, self._read = tuple(int(d) for d in shape), np.dtype(dtype), read
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __array__(self, dtype=None, copy=None):
+        array = self._read()
+        return array if dtype is None else array.astype(dtype, copy=False)
+
+    def __getattr__(self, name):  # .T, .reshape, .astype, ...: those of the array read now
+        return getattr(self._read(), name)
+
+    def __repr__(self):
+        return f"LazyArray(shape={self.shape}, dtype={self.dtype})"
 
 
 def sniff_container(path):
@@ -72,20 +104,59 @@ def _check_expansion(path, archive):
 
 
 def read_npz(path, safe_mode=True):
-    with np.load(path, allow_pickle=False) as data:
-        return {k: data[k] for k in data.files}
+    # Each member's .npy header gives its shape and dtype; the data is read when used.
+    arrays = {}
+    with zipfile.ZipFile(path) as archive:
+        for member in archive.namelist():
+            if not member.endswith(".npy"):
+                continue
+            with archive.open(member) as f:
+                version = np.lib.format.read_magic(f)
+                read_header = _NPY_HEADERS.get(version)
+                if read_header is None:  # a format version without a public header reader: read it all
+                    array = np.lib.format.read_array(archive.open(member), allow_pickle=False)
+                    arrays[member[: -len(".npy")]] = array
+                    continue
+                shape, _, dtype = read_header(f)
+            if dtype.hasobject:
+                raise ValueError(f"{member} holds objects: it cannot be loaded with allow_pickle=False")
+            arrays[member[: -len(".npy")]] = LazyArray(shape, dtype, functools.partial(_npz_member, path, member))
+    return arrays
+
+
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _npz_member(path, member):
+    with zipfile.ZipFile(path) as archive, archive.open(member) as f:
+        return np.lib.format.read_array(f, allow_pickle=False)
 
 
 def read_torch(path, safe_mode=True):
     import torch  # a dependency; imported here so other formats never pay for it
 
     # weights_only: tensors and plain containers only; a full unpickle can run any code.
-    state = torch.load(path, map_location="cpu", weights_only=safe_mode)
+    # mmap: the tensors stay in the file until used (the legacy pre-1.6 format cannot).
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=safe_mode, mmap=True)
+    except RuntimeError as error:
+        if "mmap" not in str(error):
+            raise
+        state = torch.load(path, map_location="cpu", weights_only=safe_mode)
     # Training checkpoints wrap the weights ({"model": ...}, {"state_dict": ...}).
     for key in ("state_dict", "model", "module"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
-    return {k: v.detach().float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
+    return {k: LazyArray(v.shape, _torch_numpy_dtype(v), functools.partial(_torch_array, v)) for k, v in state.items()}
+
+
+def _torch_numpy_dtype(tensor):
+    return "float32" if tensor.is_floating_point() and tensor.element_size() < 4 else str(tensor.dtype).split(".")[1]
+
+
+def _torch_array(tensor):
+    tensor = tensor.detach()
+    return (tensor.float() if tensor.is_floating_point() and tensor.element_size() < 4 else tensor).numpy()
 
 
 _SAFETENSORS_DTYPES = {
@@ -113,18 +184,27 @@ def read_safetensors(path, safe_mode=True):
         if header_len > size - 8:
             raise CheckpointReadError(f"{path}: its header claims {header_len} bytes; the file has {size}.")
         header = json.loads(f.read(header_len))
-        _check_safetensors_header(path, header, data_size=size - 8 - header_len)
-        buffer = f.read()
+    _check_safetensors_header(path, header, data_size=size - 8 - header_len)
     arrays = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         dtype = info["dtype"]
-        np_dtype = ml_dtypes.bfloat16 if dtype == "BF16" else np.dtype(_SAFETENSORS_DTYPES[dtype])
-        start, end = info["data_offsets"]
-        array = np.frombuffer(buffer[start:end], dtype=np_dtype).reshape(info["shape"])
-        arrays[name] = array.astype("float32") if dtype in ("BF16", "F16") else array.copy()
+        stored = ml_dtypes.bfloat16 if dtype == "BF16" else np.dtype(_SAFETENSORS_DTYPES[dtype])
+        start = 8 + header_len + int(info["data_offsets"][0])
+        half = dtype in ("BF16", "F16")
+        read = functools.partial(_read_span, path, start, info["shape"], stored, half)
+        arrays[name] = LazyArray(info["shape"], "float32" if half else stored, read)
     return arrays
+
+
+def _read_span(path, start, shape, stored, widen):
+    """One tensor's bytes read straight into a fresh array (half precision widened)."""
+    array = np.empty(shape, stored)
+    with open(path, "rb") as f:
+        f.seek(start)
+        f.readinto(memoryview(array.reshape(-1).view(np.uint8)))
+    return array.astype("float32") if widen else array
 
 
 def _check_safetensors_header(path, header, data_size):
