@@ -120,21 +120,12 @@ def load_weights(
             else:
                 errors.append(f"{key_path}: missing key {missing[0]!r} (expected shape {expected})")
             continue
-        value = np.asarray(source(arrays, groups))
-        if value.dtype.kind in "iu" and "float" in variable.dtype:
-            # A quantized model's integer kernel: read as floats it would load without error.
-            errors.append(f"{key_path}: key {keys[0]!r} holds {value.dtype} (a quantized model's file?)")
+        problem = _content_problem(keys, [arrays[k] for k in keys], variable)
+        if problem:
+            errors.append(f"{key_path}: {problem}")
             continue
-        if value.dtype.kind not in "fiu":
-            errors.append(f"{key_path}: key {keys[0]!r} holds {value.dtype}, expected floating-point numbers")
-            continue
-        if value.dtype.kind == "f" and not np.isfinite(value).all():
-            bad = ~np.isfinite(value)
-            errors.append(
-                f"{key_path}: key {keys[0]!r} holds {int(np.isnan(value).sum())} NaN and "
-                f"{int(bad.sum() - np.isnan(value).sum())} infinite values of {value.size}: a diverged run's file?"
-            )
-            continue
+        # The shape it will have, from stand-ins that hold no data: read once more to assign.
+        value = source.transform(*[_stand_in(arrays[k]) for k in keys])
         if key_path == "position_embedding/embedding":
             original_shape = value.shape
             value, grid_info = _resample(model, value, method, antialias, keys[0], stated_grid)
@@ -229,6 +220,30 @@ def _file_depth(model, layout, arrays):
         if source is None or any(k not in arrays for k in source.resolve(groups)):
             return depth
         depth += 1
+
+
+def _content_problem(keys, stored, variable):
+    """What makes the file's arrays for one weight unusable (read one at a time), or None."""
+    for key, array in zip(keys, stored):
+        if array.dtype.kind in "iu" and "float" in variable.dtype:
+            # A quantized model's integer kernel: read as floats it would load without error.
+            return f"key {key!r} holds {array.dtype} (a quantized model's file?)"
+        if array.dtype.kind not in "fiu":
+            return f"key {key!r} holds {array.dtype}, expected floating-point numbers"
+        if array.dtype.kind == "f":
+            finite = np.isfinite(np.asarray(array))
+            if not finite.all():
+                nan = int(np.isnan(np.asarray(array)).sum())
+                return (
+                    f"key {key!r} holds {nan} NaN and {int((~finite).sum()) - nan} infinite values of "
+                    f"{finite.size}: a diverged run's file?"
+                )
+    return None
+
+
+def _stand_in(array):
+    """A zero-strided array of ``array``'s shape and dtype: transforms give their shape, for free."""
+    return np.broadcast_to(np.zeros((), array.dtype), array.shape)
 
 
 def _missing_keys(model, layout, arrays):

@@ -45,7 +45,7 @@ def linear(*keys):
     """torch ``Linear`` weights are ``(out, in)``; Keras ``Dense`` kernels ``(in, out)``.
 
     Several keys (query, key, value) are concatenated along the output axis."""
-    return Source(keys, lambda *a: np.concatenate([w.T for w in a], axis=-1))
+    return Source(keys, lambda *a: a[0].T if len(a) == 1 else np.concatenate([w.T for w in a], axis=-1))
 
 
 def concat(*keys):
