@@ -73,10 +73,14 @@ def worker(engine, arch, path):
     started = time.perf_counter()
     if engine.startswith("keras-vit"):
         import keras_vit
+        from keras_vit.models.deferred_init import deferred_initialization, initialize_unloaded
 
-        model = _keras_vit_model(arch)
+        # What create_model(name, weights=path) does: the weights the file replaces are not drawn.
+        with deferred_initialization():
+            model = _keras_vit_model(arch)
         built = time.perf_counter()
-        keras_vit.load_weights(model, path, warn=False)
+        report = keras_vit.load_weights(model, path, warn=False)
+        initialize_unloaded(model, report.loaded)
         size = sum(math.prod(v.shape) * 4 for v in model.weights)
     else:
         import timm.models

@@ -350,11 +350,16 @@ def load_model(path, model_name=None, image_size=None, num_classes=None, safe_mo
     # Built with the numerics the checkpoint was trained with, unless the caller says otherwise.
     hybrid = keras_vit.get_spec(model_name).resnet is not None
     options = {**trained_numerics(path, hybrid), **model_options} if container != "keras_weights" else model_options
-    model = keras_vit.create_model(model_name, image_size, num_classes, **options)
+    from keras_vit.models.deferred_init import deferred_initialization, initialize_unloaded
+
+    with deferred_initialization():  # the file's weights replace them: not drawn at random
+        model = keras_vit.create_model(model_name, image_size, num_classes, **options)
     if container == "keras_weights":
         model.load_weights(path)
+        initialize_unloaded(model, [v.path for v in model.weights])
         return model
     report = load_weights(model, path, safe_mode=safe_mode)
+    initialize_unloaded(model, report.loaded)
     if report.fresh:
         raise InvalidModelFileError(
             f"{path} has no weights for {', '.join(report.fresh)} of a {model_name} with "

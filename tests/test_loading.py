@@ -253,3 +253,20 @@ def test_saved_model_loads_on_the_other_backends(tmp_path, rng, kind):
             cwd=os.path.dirname(os.path.dirname(__file__)),
         )
         np.testing.assert_allclose(np.load(out), expected, atol=1e-5, rtol=0, err_msg=f"{here} -> {backend}")
+
+
+def test_create_model_with_weights_draws_only_what_the_file_lacks(tmp_path):
+    # create_model(weights=...) builds without drawing the weights the file replaces
+    # (models/deferred_init.py); those it lacks (here the head) get their usual initializer.
+    options = dict(image_size=16, num_classes=3, depth=1, hidden_size=32, num_heads=2, mlp_dim=64)
+    source = keras_vit.create_model("vit_ti16", **options)
+    path = str(tmp_path / "no_head.npz")
+    np.savez(path, **{v.path: to_numpy(v) for v in source.weights if not v.path.startswith("head/")})
+    with pytest.warns(UserWarning, match="head/kernel keeps its fresh initial value"):
+        model = keras_vit.create_model("vit_ti16", weights=path, head_zero_init=False, **options)
+    for loaded, original in zip(model.weights, source.weights):
+        if not loaded.path.startswith("head/"):
+            np.testing.assert_array_equal(to_numpy(loaded), to_numpy(original))
+    head = to_numpy(model.get_layer("head").kernel)
+    limit = np.sqrt(6 / sum(head.shape))  # glorot_uniform's bound
+    assert 0.3 * limit < np.abs(head).max() <= limit  # drawn, not the zeros it was built with

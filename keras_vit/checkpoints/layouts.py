@@ -84,7 +84,10 @@ def _keras_grid(path):
     from keras_vit.checkpoints.readers import keras_config
     from keras_vit.models.spec import ViTSpec
 
-    config = keras_config(path)
+    try:
+        config = keras_config(path)
+    except KeyError:  # keras-vit's names in another container (an .npz): no config states the grid
+        return None
     fields = {f.name for f in dataclasses.fields(ViTSpec)}
     try:
         return ViTSpec.from_config({k: v for k, v in config.items() if k in fields}).grid_size

@@ -75,13 +75,21 @@ def build(name, weights, dtype, options, own):
         path = download.download(source) if is_url(source) else source
         hybrid = keras_vit.get_spec(model_name).resnet is not None
         spec = keras_vit.get_spec(model_name).replace(**{**trained_numerics(path, hybrid), **options})
-        model = keras_vit.VisionTransformer(spec, dtype=dtype, **own)
-        keras_vit.load_weights(model, path)
-        return model
+        return _built_and_loaded(spec, dtype, own, path)
     spec = source.spec.replace(**options)  # bad options fail before any download
     path = download.download(source.url, sha256=source.sha256, size=source.size)
     own.setdefault("preprocessing", ImagePreprocessing(spec.image_size, **source.preprocessing))
     own.setdefault("class_names", source.labels if spec.num_classes == source.num_classes else None)
-    model = keras_vit.VisionTransformer(spec, dtype=dtype, **own)
-    keras_vit.load_weights(model, path)
+    return _built_and_loaded(spec, dtype, own, path)
+
+
+def _built_and_loaded(spec, dtype, own, path):
+    """The model with ``path``'s weights; only what the file lacks is drawn at random."""
+    import keras_vit
+    from keras_vit.models.deferred_init import deferred_initialization, initialize_unloaded
+
+    with deferred_initialization():
+        model = keras_vit.VisionTransformer(spec, dtype=dtype, **own)
+    report = keras_vit.load_weights(model, path)
+    initialize_unloaded(model, report.loaded)
     return model
