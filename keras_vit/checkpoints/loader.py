@@ -5,6 +5,7 @@ import math
 import os
 import warnings
 
+import keras
 import numpy as np
 
 from keras_vit.checkpoints import layouts, readers
@@ -153,7 +154,7 @@ def load_weights(
             value = np.asarray(source(arrays, groups))
             if variable.path == "position_embedding/embedding":
                 value, _ = _resample(model, value, method, antialias, source.resolve(groups)[0], stated_grid)
-            variable.assign(value.astype(variable.dtype, copy=False))
+            variable.assign(_as_tensor(value, variable.dtype))
             del value
     unused = sorted(set(arrays) - used)
     report = LoadReport(container, layout.name, sorted(values), fresh, resampled, unused, **grid_info)
@@ -220,6 +221,14 @@ def _file_depth(model, layout, arrays):
         if source is None or any(k not in arrays for k in source.resolve(groups)):
             return depth
         depth += 1
+
+
+def _as_tensor(value, dtype):
+    """The value to assign. A transposed matrix (a torch Linear weight as a Keras kernel) is
+    transposed by the backend, several times faster than NumPy's strided copy."""
+    if value.ndim == 2 and value.flags.f_contiguous and not value.flags.c_contiguous:
+        return keras.ops.transpose(keras.ops.convert_to_tensor(value.T, dtype))
+    return value.astype(dtype, copy=False)
 
 
 def _content_problem(keys, stored, variable):
