@@ -1,5 +1,11 @@
 """keras-vit: the Vision Transformer and hybrid ResNet+ViT for Keras 3, on every backend."""
 
+# ruff: noqa: E402 (KERAS_BACKEND is checked before the imports below import Keras)
+import os as _os
+
+from keras_vit import checks as _checks
+
+_checks.backend_name(_os.environ.get("KERAS_BACKEND") or None)  # before Keras is imported
 from keras_vit.checkpoints import load_weights
 from keras_vit.labels import decode_predictions
 from keras_vit.models import ResNetSpec, VisionTransformer, ViTSpec, create_model, get_spec, list_models, resize

@@ -180,6 +180,11 @@ def _(tmp):
     keras_vit.create_model("vit_ti16", weights=str(tmp / "no_such_weights.npz"))
 
 
+@case("an unknown backend", ValueError, "KERAS_BACKEND='tensorflw' is not a Keras backend", "did you mean tensorflow")
+def _(tmp):
+    keras_vit.checks.backend_name("tensorflw")  # what `import keras_vit` checks (test below)
+
+
 # --- Calling a model --------------------------------------------------------------------
 
 
@@ -687,6 +692,14 @@ def test_a_batch_that_two_real_devices_do_not_divide_is_refused_before_training(
     assert out.returncode != 0
     assert "batch_size 33 is not divisible by the 2 devices" in out.stderr
     assert "Epoch 1" not in out.stdout
+
+
+def test_import_with_an_unknown_backend_names_the_known_ones():
+    env = {**os.environ, "KERAS_BACKEND": "tensorflw"}
+    out = subprocess.run([sys.executable, "-c", "import keras_vit"], env=env, capture_output=True, text=True)
+    last = out.stderr.strip().splitlines()[-1]
+    assert out.returncode == 1 and last.startswith("ValueError: KERAS_BACKEND='tensorflw' is not a Keras backend")
+    assert "keras/src" not in out.stderr  # refused before Keras was imported
 
 
 # --- Files that could run code or exhaust memory: the opt-in, and the memory bound ------
