@@ -42,6 +42,8 @@ class LazyArray:
         return array if dtype is None else array.astype(dtype, copy=False)
 
     def __getattr__(self, name):  # .T, .reshape, .astype, ...: those of the array read now
+        if name.startswith("_"):  # copy and pickle probe dunders before __init__ has run
+            raise AttributeError(name)
         return getattr(self._read(), name)
 
     def __repr__(self):
