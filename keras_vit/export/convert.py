@@ -74,7 +74,8 @@ def convert_model(
             source = write_savedmodel(model, paths["savedmodel"], **options)
         else:
             parent = scratch_dir or os.path.dirname(os.path.abspath(paths[others[0]]))
-            scratch = tempfile.mkdtemp(prefix=".keras_vit_export_scratch-", dir=parent)
+            # Named as keras_vit.saving names what it stages: hidden, with ".tmp-" (a kill leaves it).
+            scratch = tempfile.mkdtemp(prefix=".export_scratch.tmp-", dir=parent)
             source = write_savedmodel(model, os.path.join(scratch, "source"), **options)
         # LiteRT and ONNX are converted from the SavedModel's serving_default, so every
         # format has the same inputs, outputs and pre-processing.
