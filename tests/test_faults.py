@@ -77,7 +77,8 @@ def test_a_kill_while_a_file_is_written_leaves_the_previous_one_whole(scenario, 
     child.communicate()
     assert child.returncode == -signal.SIGKILL and staged(tmp_path, stem)
     path = os.path.join(tmp_path, target)
-    assert fingerprint(path) == good and loads(scenario, path)
+    files = sorted(os.path.relpath(os.path.join(r, n), tmp_path) for r, _, ns in os.walk(tmp_path) for n in ns)
+    assert fingerprint(path) == good and loads(scenario, path), files
     if scenario.startswith("backup"):
         assert read_state(path)["epoch"] == 1  # a resumed run starts after the first epoch
 
@@ -103,9 +104,10 @@ def test_a_full_disk_is_a_clear_error_and_the_previous_file_stays_whole(scenario
     lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in out.stdout.splitlines() if " " in line}
     assert {"GOOD", "ERROR", "AFTER"} <= set(lines), out.stderr[-3000:]
     reason = "No space left on device" if own_mount_namespace() else "File too large"
-    assert lines["ERROR"].startswith(f"DiskFullError [Errno 28] Could not write {tmp_path}")
-    assert reason in lines["ERROR"] and "Nothing was half-written" in lines["ERROR"]
-    assert lines["AFTER"] == f"{lines['GOOD']} LOADS True LEFTOVERS 0"
+    said = f"{out.stdout}\n{out.stderr[-3000:]}"
+    assert lines["ERROR"].startswith(f"DiskFullError [Errno 28] Could not write {tmp_path}"), said
+    assert reason in lines["ERROR"] and "Nothing was half-written" in lines["ERROR"], said
+    assert lines["AFTER"] == f"{lines['GOOD']} LOADS True LEFTOVERS 0", said
 
 
 # Pre-training on the embedded digits, a step counter written after every step.
