@@ -132,6 +132,13 @@ OPTIONS = dict(depth=1, hidden_size=32, num_heads=2, mlp_dim=64, epochs=EPOCHS, 
                batch_size=32, warmup_steps=2, verbose=0)  # fmt: skip
 
 
+def steps_done(counter):
+    """The child's step count (0 before its first step; the child rewrites the file after
+    every step, so a read may land on it empty: read once)."""
+    text = counter.read_text().strip() if counter.exists() else ""
+    return int(text) if text else 0
+
+
 def logged_epochs(run_dir):
     with open(os.path.join(run_dir, "log.csv")) as f:
         return [int(row["epoch"]) for row in csv.DictReader(f) if row["epoch"] != "epoch"]
@@ -145,24 +152,25 @@ def test_a_training_run_killed_mid_epoch_resumes_and_finishes_as_an_uninterrupte
     kill_at = random.choice([s for s in range(STEPS + 2, 3 * STEPS - 1) if s % STEPS not in (0, STEPS - 1)])
     child = subprocess.Popen(command, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and child.poll() is None:
-        if counter.exists() and counter.read_text().strip() and int(counter.read_text()) >= kill_at:
-            break
+    while time.monotonic() < deadline and child.poll() is None and steps_done(counter) < kill_at:
         time.sleep(0.005)
     child.send_signal(signal.SIGKILL)
     _, err = child.communicate()
-    assert child.returncode == -signal.SIGKILL, err[-3000:]
-    assert not (run_dir / "model.keras").exists()  # it did not finish
-    assert 1 <= read_state(run_dir / "backup")["epoch"] < EPOCHS  # a backup of a finished epoch to resume
+    killed = f"aimed at step {kill_at}, killed after step {steps_done(counter)}; the child's stderr:\n{err[-3000:]}"
+    assert child.returncode == -signal.SIGKILL, killed
+    assert not (run_dir / "model.keras").exists(), killed  # it did not finish
+    assert 1 <= read_state(run_dir / "backup")["epoch"] < EPOCHS, killed  # a finished epoch's backup to resume
 
     # Started again, it resumes from the backup and finishes.
     again = subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.returncode == 0, f"{killed}\nstarted again: {again.stderr[-3000:]}"
     resumed = keras.saving.load_model(run_dir / "model.keras")
 
     # An uninterrupted run of the same config.
     whole = pretrain(make_config("digits_pretrain", output_dir=str(tmp_path / "whole"), run_name="run", **OPTIONS))
-    assert int(resumed.optimizer.iterations) == int(whole.model.optimizer.iterations) == EPOCHS * STEPS
-    assert logged_epochs(run_dir) == logged_epochs(whole.run_dir) == list(range(EPOCHS))
+    steps = (int(resumed.optimizer.iterations), int(whole.model.optimizer.iterations))
+    assert steps == (EPOCHS * STEPS,) * 2, f"optimizer steps (resumed, whole): {steps}; {killed}"
+    epochs = (logged_epochs(run_dir), logged_epochs(whole.run_dir))
+    assert epochs == (list(range(EPOCHS)),) * 2, f"logged epochs (resumed, whole): {epochs}; {killed}"
     assert not (run_dir / "backup").exists()  # removed once the run finished
     assert isinstance(resumed, keras_vit.VisionTransformer)
