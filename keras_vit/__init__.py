@@ -7,6 +7,7 @@ from keras_vit import checks as _checks
 
 _checks.backend_name(_os.environ.get("KERAS_BACKEND") or None)  # before Keras is imported
 from keras_vit.checkpoints import load_weights
+from keras_vit.export.torch_program import compile_for_inference
 from keras_vit.labels import decode_predictions
 from keras_vit.models import ResNetSpec, VisionTransformer, ViTSpec, create_model, get_spec, list_models, resize
 from keras_vit.presets import get_preset, save_preset

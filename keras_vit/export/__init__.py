@@ -1,12 +1,14 @@
-"""Exports for deployment: TF SavedModel (TF Serving), LiteRT/TFLite and ONNX.
+"""Exports for deployment: TF SavedModel (TF Serving), LiteRT/TFLite, ONNX and ``torch.export``.
 
-The one place in keras-vit where TensorFlow-specific code lives. Models trained on any
-backend export the same way: on JAX or PyTorch the conversion runs in a child process
-with the TensorFlow backend (see ``export_model``).
+The one place in keras-vit where TensorFlow- and PyTorch-specific code lives. Models
+trained on any backend export the same way: a format the current backend cannot write is
+converted in a child process with the backend that can (see ``export_model``).
 
 - ``api``: ``export_model``, checks first, then converts, verifies and moves into place.
 - ``formats``: the formats as data; ``convert``: writing them (here or in that child).
 - ``serving``: the signatures and the SavedModel, which ``litert`` and ``onnx`` convert.
+- ``torch_program``: the PyTorch seam: the model as one ``torch.export`` graph, saved as
+  ``.pt2`` (the ``torch_export`` format) or compiled (``keras_vit.compile_for_inference``).
 - ``representative``: calibration and verification images; ``verify``: the comparison
   with the Keras model; ``runtime``: running an exported file.
 - ``errors``: what can go wrong, naming the layers a converter could not express.

@@ -71,7 +71,7 @@ def export_model(
     opset=None,
     verbose=False,
 ):
-    """Exports a classifier as SavedModel, LiteRT and/or ONNX files, each verified.
+    """Exports a classifier as SavedModel, LiteRT, ONNX and/or ``torch.export`` files, each verified.
 
     Every export takes raw ``uint8`` images ``(batch, H, W, C)`` (any batch size, the
     model's image size) and does the model's pre-processing inside: its own
@@ -85,10 +85,12 @@ def export_model(
     compared with the Keras model on a few images, and moved into place only if every
     requested format passed; on any failure nothing is left behind.
 
-    Works on every backend: the converters need TensorFlow graphs, so on JAX or PyTorch
-    the model is saved to a temporary ``.keras`` file and converted by a child process
-    with ``KERAS_BACKEND=tensorflow``; verification still runs here, against the
-    caller's own model.
+    Works on every backend: the SavedModel, LiteRT and ONNX converters need TensorFlow
+    graphs and ``torch_export`` a PyTorch one, so a format the current backend cannot write
+    is converted by a child process with ``KERAS_BACKEND=tensorflow`` (or ``torch``), from
+    the model saved to a temporary ``.keras`` file; verification still runs here, against
+    the caller's own model. The ``.pt2`` file is verified in a process that never imports
+    Keras, as a deployment runs it: ``torch.export.load(path).module()(images)``.
 
     Args:
         model: a Keras model (a classifier with one image input), or the path of a
@@ -218,11 +220,14 @@ def export_model(
 
     checks = {}
     with saving.StagedWrites(targets, overwrite) as staging:
-        exports = {name: staging.paths[name] for name in names}
-        if keras.backend.backend() == "tensorflow":
-            convert.convert_model(model, exports, **options)
-        else:
-            convert.convert_in_tensorflow_process(model, model_path, exports, imports, verbose, **options)
+        by_backend = {}  # each format is written on its own backend: here, or in a child process
+        for name in names:
+            by_backend.setdefault(FORMATS[name].backend, {})[name] = staging.paths[name]
+        for backend, exports in by_backend.items():
+            if keras.backend.backend() == backend:
+                convert.convert_model(model, exports, **options)
+            else:
+                convert.convert_in_process(backend, model, model_path, exports, imports, verbose, **options)
         if "labels" in targets:
             with open(staging.paths["labels"], "w", encoding="utf-8") as f:
                 f.write(labels)

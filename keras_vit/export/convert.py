@@ -1,10 +1,11 @@
-"""Writing every requested format from one Keras model, on the TensorFlow backend.
+"""Writing every requested format from one Keras model, each on the backend that writes it.
 
-The SavedModel / LiteRT / ONNX converters need TensorFlow graphs, and Keras picks its
-backend once per process. On TensorFlow, ``convert_model`` runs in the caller's process;
-on JAX or PyTorch, ``convert_in_tensorflow_process`` passes a ``.keras`` file and a JSON
-job to a child process with ``KERAS_BACKEND=tensorflow`` (this module's ``main``), which
-answers in JSON: an error keeps its type and the layers it names, so the parent re-raises it.
+The SavedModel / LiteRT / ONNX converters need TensorFlow graphs, the ``torch_export``
+format a PyTorch one (``ExportFormat.backend``), and Keras picks its backend once per
+process. ``convert_model`` writes the formats of the caller's backend in its process; for
+the others, ``convert_in_process`` passes a ``.keras`` file and a JSON job to a child
+process with that ``KERAS_BACKEND`` (this module's ``main``), which answers in JSON: an
+error keeps its type and the layers it names, so the parent re-raises it.
 
     KERAS_BACKEND=tensorflow python -m keras_vit.export.convert job.json
 
@@ -38,7 +39,9 @@ def convert_model(
     """Writes ``model`` in each format of ``paths`` (``{format name: path}``).
 
     The paths are written as given, without verification or renaming: ``export_model`` is
-    the safe entry point and calls this with temporary paths. Needs the TensorFlow backend.
+    the safe entry point and calls this with temporary paths. Every format must be one the
+    current backend writes (``ExportFormat.backend``): ``torch_export`` on PyTorch
+    (``torch_program.write_pt2``), the others on TensorFlow.
 
     LiteRT and ONNX are converted from the SavedModel's ``serving_default`` (uint8 images
     -> probabilities and top-k): the exported one if ``"savedmodel"`` is asked for, else one
@@ -54,19 +57,27 @@ def convert_model(
     """
     import keras
 
+    for name in paths:
+        if name not in FORMATS:
+            raise ValueError(f"Unknown export format {name!r}; known: {', '.join(FORMATS)}.")
+        if FORMATS[name].backend != keras.backend.backend():
+            raise RuntimeError(
+                f"The {name} format is written on the {FORMATS[name].backend} backend (KERAS_BACKEND="
+                f"{FORMATS[name].backend}); got {keras.backend.backend()!r}. Use keras_vit.export.export_model, "
+                "which converts in a child process with that backend."
+            )
+    options = dict(top_k=top_k, normalization=normalization, outputs_probabilities=outputs_probabilities)
+    if keras.backend.backend() == "torch":
+        from keras_vit.export.torch_program import write_pt2
+
+        for name in paths:
+            write_pt2(model, paths[name], **options)
+        return dict(paths)
+
     from keras_vit.export import litert
     from keras_vit.export import onnx as onnx_export
     from keras_vit.export.serving import write_savedmodel
 
-    if keras.backend.backend() != "tensorflow":
-        raise RuntimeError(
-            "convert_model needs the TensorFlow backend (KERAS_BACKEND=tensorflow); got "
-            f"{keras.backend.backend()!r}. Use keras_vit.export.export_model, which handles this."
-        )
-    for name in paths:
-        if name not in FORMATS:
-            raise ValueError(f"Unknown export format {name!r}; known: {', '.join(FORMATS)}.")
-    options = dict(top_k=top_k, normalization=normalization, outputs_probabilities=outputs_probabilities)
     others = [name for name in paths if name != "savedmodel"]
     scratch = None
     try:
@@ -108,12 +119,13 @@ _ERRORS = {
 }
 
 
-def convert_in_tensorflow_process(
-    model, model_path, paths, imports=(), verbose=False, *, representative_images=None, **options
+def convert_in_process(
+    backend, model, model_path, paths, imports=(), verbose=False, *, representative_images=None, **options
 ):
-    """``convert_model`` in a child process with ``KERAS_BACKEND=tensorflow``.
+    """``convert_model`` in a child process with ``KERAS_BACKEND=backend``.
 
     Args:
+        backend: the Keras backend that writes the formats of ``paths``.
         model: the Keras model, saved to a temporary ``.keras`` file for the child unless
             ``model_path`` (a ``.keras`` file of exactly this model) is given.
         paths: ``{format name: path}`` to write.
@@ -128,6 +140,7 @@ def convert_in_tensorflow_process(
             model_path = os.path.join(job_dir, "model.keras")
             model.save(model_path)
         job = {
+            "backend": backend,
             "model_path": os.path.abspath(model_path),
             "paths": paths,
             "representative_path": None,
@@ -141,7 +154,7 @@ def convert_in_tensorflow_process(
         job_path = os.path.join(job_dir, "job.json")
         with open(job_path, "w") as f:
             json.dump(job, f)
-        env = dict(os.environ, KERAS_BACKEND="tensorflow")
+        env = dict(os.environ, KERAS_BACKEND=backend)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         # The child imports what this process can (keras_vit from a checkout, the modules
         # named in `imports`), whether or not they are installed.
@@ -164,13 +177,13 @@ def convert_in_tensorflow_process(
         with open(log_path) as f:
             log_tail = f.read()[-3000:]
     if answer is None:
-        raise ExportError(f"The TensorFlow export process died without an answer. Its output:\n{log_tail}")
+        raise ExportError(f"The {backend} export process died without an answer. Its output:\n{log_tail}")
     cls = _ERRORS.get(answer["type"], ExportError)
     message = answer["message"] if cls is not ExportError else f"{answer['type']}: {answer['message']}"
     if issubclass(cls, UnconvertibleModelError):
         raise cls(message, format=answer["format"], layers=answer["layers"], ops=answer["ops"])
     if cls is ExportError:
-        message += f"\n(in the TensorFlow export process)\n{answer['traceback'][-2000:]}"
+        message += f"\n(in the {backend} export process)\n{answer['traceback'][-2000:]}"
     raise cls(message)
 
 
@@ -180,8 +193,8 @@ def _run_job(job):
 
     import keras_vit  # noqa: F401  (registers the custom layers)
 
-    if keras.backend.backend() != "tensorflow":
-        raise RuntimeError(f"The export process needs KERAS_BACKEND=tensorflow; got {keras.backend.backend()!r}.")
+    if keras.backend.backend() != job["backend"]:
+        raise RuntimeError(f"The export process needs KERAS_BACKEND={job['backend']}; got {keras.backend.backend()!r}.")
     for module in job["imports"]:
         importlib.import_module(module)  # the caller's custom layers register on import
     model = keras.saving.load_model(job["model_path"], compile=False)

@@ -11,7 +11,7 @@ class ExportFormat:
     Attributes:
         name: the name given to ``export_model(formats=...)`` and ``--formats``.
         filename: what it is called inside the output folder (a folder for SavedModel).
-        kind: ``"savedmodel"``, ``"tflite"`` or ``"onnx"``.
+        kind: ``"savedmodel"``, ``"tflite"``, ``"onnx"`` or ``"torch_export"``.
         quantization: for TFLite: ``"float32"``, ``"float16"``, ``"dynamic_int8"`` or
             ``"int8"`` (full integer, needs representative data); None otherwise.
         description: one line for help texts.
@@ -26,6 +26,11 @@ class ExportFormat:
     @property
     def needs_representative_data(self):
         return self.quantization == "int8"
+
+    @property
+    def backend(self):
+        """The Keras backend that writes it: ``"torch"`` for ``torch.export``, else ``"tensorflow"``."""
+        return "torch" if self.kind == "torch_export" else "tensorflow"
 
 
 FORMATS = {
@@ -67,6 +72,12 @@ FORMATS = {
             "LiteRT, full-integer int8 (calibrated on representative data)",
         ),
         ExportFormat("onnx", "model.onnx", "onnx", description="ONNX (opset 17), dynamic batch, for onnxruntime"),
+        ExportFormat(
+            "torch_export",
+            "model.pt2",
+            "torch_export",
+            description="torch.export program: torch.export.load(path).module() runs it without Keras; dynamic batch",
+        ),
     )
 }
 DEFAULT_FORMATS = tuple(FORMATS)

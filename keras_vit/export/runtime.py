@@ -1,16 +1,18 @@
-"""Running an exported file: one call for SavedModel folders, ``.tflite`` and ``.onnx`` files.
+"""Running an exported file: one call for SavedModel folders, ``.tflite``, ``.onnx`` and ``.pt2`` files.
 
 Used by the export's own verification, the tests and the benchmark; handy for a quick
 check of a file before deploying it. Works on any Keras backend (none is used).
 
-Run as a script, it is the LiteRT probe: verification runs each ``.tflite`` file in a
-separate process, because LiteRT is native code and a flat buffer it cannot handle may
-abort the whole process (seen: ``free(): double free`` while allocating an int8 model)
-instead of raising. The export then fails cleanly, the caller's process survives and the
-temporary files are removed. As a file, not with ``-m``: importing the keras_vit package
-would import Keras and TensorFlow (seconds) where LiteRT and numpy are all it needs.
+Run as a script, it is the probe verification runs ``.tflite`` and ``.pt2`` files in, each
+in a separate process. LiteRT is native code, and a flat buffer it cannot handle may abort
+the whole process (seen: ``free(): double free`` while allocating an int8 model) instead
+of raising: the export then fails cleanly, the caller's process survives and the temporary
+files are removed. A ``.pt2`` must run where Keras is not installed: the probe fails if
+loading and running it imported Keras. As a file, not with ``-m``: importing the keras_vit
+package would import Keras (seconds, and the very thing a ``.pt2`` must not need).
 
     python keras_vit/export/runtime.py model.tflite images.npy outputs.npz [threads]
+    python keras_vit/export/runtime.py model.pt2 images.npy outputs.npz [threads]
 """
 
 import os
@@ -39,9 +41,10 @@ def load_exported(path, num_threads=2, signature="serving_default"):
     """A function ``images -> {output name: numpy array}`` for an exported file.
 
     Args:
-        path: a SavedModel folder, a ``.tflite`` or an ``.onnx`` file written by
-            ``export_model``.
-        num_threads: LiteRT / onnxruntime CPU threads.
+        path: a SavedModel folder, a ``.tflite``, an ``.onnx`` or a ``.pt2`` file written
+            by ``export_model``.
+        num_threads: LiteRT / onnxruntime CPU threads (torch's are the process's own:
+            ``torch.set_num_threads``).
         signature: the SavedModel signature (``"serving_default"`` takes uint8 images,
             ``"serving_preprocessed"`` float32 images already pre-processed); the other formats have
             only the uint8 one.
@@ -88,16 +91,35 @@ def load_exported(path, num_threads=2, signature="serving_default"):
             return dict(zip(names, session.run(names, {"images": np.asarray(images, np.uint8)})))
 
         return predict_onnx
-    raise ValueError(f"Expected a SavedModel folder, a .tflite or an .onnx file; got {path}.")
+    if path.endswith(".pt2"):
+        import torch
+
+        module = torch.export.load(path).module()
+
+        def predict_pt2(images):
+            with torch.no_grad():
+                outputs = module(torch.from_numpy(np.asarray(images, np.uint8)))
+            return {k: v.cpu().numpy() for k, v in outputs.items()}
+
+        return predict_pt2
+    raise ValueError(f"Expected a SavedModel folder, a .tflite, an .onnx or a .pt2 file; got {path}.")
 
 
 def _probe(argv):
-    """The LiteRT probe: saves the outputs of a batch and of its first image, in one file."""
+    """The probe: saves the outputs of a batch and of its first image, in one file."""
     path, images_path, outputs_path = argv[1:4]
-    runner = tflite_interpreter(path, int(argv[4]) if len(argv) > 4 else 2).get_signature_runner("serving_default")
+    num_threads = int(argv[4]) if len(argv) > 4 else 2
+    if path.endswith(".pt2"):
+        import torch
+
+        torch.set_num_threads(num_threads)
+    predict = load_exported(path, num_threads)
     images = np.load(images_path)
-    batch = runner(images=images)
-    single = runner(images=images[:1])  # the same interpreter, resized: dynamic batch works
+    batch = predict(images)
+    single = predict(images[:1])  # the same interpreter or module: dynamic batch works
+    if path.endswith(".pt2") and "keras" in sys.modules:
+        print(f"Running {path} imported Keras; a .pt2 must run without it.", file=sys.stderr)
+        return 3
     np.savez(outputs_path, **batch, **{f"single_{k}": v for k, v in single.items()})
     return 0
 
