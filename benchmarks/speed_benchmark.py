@@ -2,24 +2,39 @@
 
 Rows: ViT-Ti/16, S/16 and B/16 at 224 and B/16 at 384; inference at batch 1 and 32
 (the compiled ``predict_on_batch``), training at batch 32 (``train_on_batch``: forward,
-backward, AdamW); float32 and ``mixed_bfloat16``. Engines, each in its own process:
+backward, AdamW); float32 and ``mixed_bfloat16``. Engines:
 
-    keras-vit:<backend>   this package on tensorflow, jax or torch
-    keras-hub:<backend>   keras-hub's ViTImageClassifier on the same backend
-    timm, timm-compile    timm's VisionTransformer in PyTorch, eager and torch.compile
-    hf                    transformers' ViTForImageClassification (SDPA attention)
+    keras-vit:<backend>       this package on tensorflow, jax or torch
+    keras-vit:torch-compiled  this package on torch through keras_vit.compile_for_inference;
+                              training: export_program(training=True) under torch.compile,
+                              with torch's AdamW (as the timm rows)
+    keras-hub:<backend>       keras-hub's ViTImageClassifier on the same backend
+    timm, timm-compile        timm's VisionTransformer in PyTorch, eager and torch.compile
+    hf                        transformers' ViTForImageClassification (SDPA attention)
 
-Each engine process first measures its framework's matmul peak (2048x2048, float32 and
+Every PyTorch engine (the torch backend's Keras ones, timm, hf) runs in one process, the
+others each in their own: the torch matmul peak varies from process to process here
+(110-185 GFLOP/s), so only rows measured in the same process compare. Within a process
+the engines are timed in --repeats rounds, taking turns step by step (the order rotating
+from round to round), so that a change in the machine's speed falls on all of them alike;
+a row's time is the median over rounds of each round's median step, and each ratio comes
+with its spread (min-max) over the rounds.
+
+Each process first measures its framework's matmul peak (2048x2048, float32 and
 bfloat16), so every row shows its achieved GFLOP/s as a fraction of the peak measured in the
 same run. FLOPs are keras_vit.inspect.count_flops (matrix products, a multiply-add = 2;
-training = 3x forward). Peak memory is the process's peak resident set during the row
-(Linux VmHWM, reset before each row), weights included. Times are medians over repeated
-steps after warm-up.
+training = 3x forward). Peak memory is the peak resident set (Linux VmHWM) while the
+engine's model is built and warmed up, weights included; in the shared process, as if it
+ran alone: its rise over the resident set before it was built, plus the process's resident
+set before the row's first model.
 
     python benchmarks/speed_benchmark.py                      # everything (hours here)
     python benchmarks/speed_benchmark.py --models vit_b16@224 --modes infer_b32,train_b32
     python benchmarks/speed_benchmark.py --engines keras-vit:jax,timm --precisions float32
     python benchmarks/speed_benchmark.py --quick              # tiny model, a few steps (tests)
+    # the compiled torch path beside timm, in one process:
+    python benchmarks/speed_benchmark.py --engines keras-vit:torch-compiled,keras-vit:torch,timm,timm-compile \
+        --models vit_ti16@224,vit_b16@224 --modes infer_b1,infer_b32 --precisions float32
 
 The table goes to stdout, the rows to --csv (default saved_models/benchmarks/speed.csv).
 """
@@ -36,11 +51,15 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKENDS = ("tensorflow", "jax", "torch")
+COMPILED = "keras-vit:torch-compiled"
 ENGINES = (
     tuple(f"keras-vit:{b}" for b in BACKENDS)
+    + (COMPILED,)
     + tuple(f"keras-hub:{b}" for b in BACKENDS)
     + ("timm", "timm-compile", "hf")
 )
+# The engines measured together in one process (see the module docstring).
+TORCH_PROCESS = ("keras-vit:torch", COMPILED, "keras-hub:torch", "timm", "timm-compile", "hf")
 PRECISIONS = ("float32", "mixed_bfloat16")
 MODES = {"infer_b1": ("infer", 1), "infer_b32": ("infer", 32), "train_b32": ("train", 32)}
 COLUMNS = (
@@ -51,12 +70,14 @@ COLUMNS = (
     "batch",
     "images_per_s",
     "ms_per_step",
+    "ms_range",
     "gflops_per_s",
     "peak_gflops_per_s",
     "fraction_of_peak",
     "peak_rss_mb",
     "note",
 )
+CSV_COLUMNS = COLUMNS + ("ms_per_repeat", "process")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,15 +135,23 @@ def _reset_peak_rss():
         pass
 
 
-def _peak_rss_mb():
+def _status_mb(field):
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
     return float("nan")
+
+
+def _peak_rss_mb():
+    return _status_mb("VmHWM")
+
+
+def _rss_mb():
+    return _status_mb("VmRSS")
 
 
 def _timings(step, warmup, min_steps, min_seconds):
@@ -137,8 +166,35 @@ def _timings(step, warmup, min_steps, min_seconds):
     return times
 
 
-def _median_seconds(step, warmup, min_steps, min_seconds):
-    return statistics.median(_timings(step, warmup, min_steps, min_seconds))
+def interleaved_timings(steps, repeats, min_steps, min_seconds):
+    """``{name: [median seconds of each round]}`` for ``steps`` (``{name: step}``), taking turns.
+
+    In each of ``repeats`` rounds every step runs once per turn, in an order that rotates
+    from round to round, until each has run ``min_steps`` times and the round has lasted
+    ``min_seconds`` per step function (split evenly over the rounds). A step that raises is
+    dropped from the rounds after; its error is in ``{name: error}``, the second value.
+    """
+    names = list(steps)
+    medians, errors = {name: [] for name in names}, {}
+    for r in range(repeats):
+        order = [n for n in names[r % len(names) :] + names[: r % len(names)] if n not in errors]
+        times = {name: [] for name in order}
+        start = time.perf_counter()
+        while order and (
+            min(len(times[n]) for n in order) < min_steps
+            or time.perf_counter() - start < min_seconds * len(order) / repeats
+        ):
+            for name in list(order):
+                try:
+                    begin = time.perf_counter()
+                    steps[name]()
+                    times[name].append(time.perf_counter() - begin)
+                except Exception as error:  # noqa: BLE001  (reported in the engine's row)
+                    errors[name] = error
+                    order.remove(name)
+        for name in order:
+            medians[name].append(statistics.median(times[name]))
+    return medians, errors
 
 
 def _best_seconds(step, warmup, min_steps, min_seconds):
@@ -219,7 +275,34 @@ def _keras_steps(engine, arch, precision, batch):
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, size=(batch, arch.image_size, arch.image_size, 3)).astype("float32")
     y = rng.integers(0, 1000, size=(batch,))
+    if engine == COMPILED:
+        return (*_compiled_steps(model, x, y), model)
     return (lambda: model.predict_on_batch(x)), (lambda: model.train_on_batch(x, y)), model
+
+
+def _compiled_steps(model, x, y):
+    """keras-vit's compiled torch path: ``compile_for_inference``, and a train step compiled
+    from ``export_program(training=True)`` with torch's AdamW, as the timm rows train."""
+    import torch
+
+    import keras_vit
+    from keras_vit.export.torch_program import export_program
+
+    predict = keras_vit.compile_for_inference(model)
+    x, y = torch.from_numpy(x), torch.from_numpy(y)
+    graph = export_program(model, training=True).module()
+    forward = torch.compile(graph)
+    optimizer = torch.optim.AdamW([p for p in graph.parameters() if p.requires_grad], lr=1e-4)
+
+    def train():
+        # The model ends in float32 under mixed_bfloat16 too (its head's policy).
+        loss = torch.nn.functional.cross_entropy(forward(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+    return (lambda: predict(x)), train
 
 
 def _torch_model(engine, arch):
@@ -273,13 +356,18 @@ def _torch_steps(engine, arch, precision, batch):
     return infer, train, model
 
 
-def run_engine(engine, models, precisions, modes, quick, min_seconds=2.0):
-    """Yields one dict per row; runs in the engine's own process."""
+def _backend(engine):
+    """The Keras backend of an engine's process: its own for Keras engines, else torch."""
+    return engine.split(":")[1].split("-")[0] if engine.startswith("keras") else "torch"
+
+
+def run_engines(engines, models, precisions, modes, quick, min_seconds=2.0, repeats=5):
+    """Yields one dict per row and engine; runs in the engines' own (shared) process."""
     import keras_vit.inspect
 
-    keras_engine = engine.startswith("keras")
-    peaks = _keras_peaks(engine.split(":")[1]) if keras_engine else _torch_peaks()
-    if not keras_engine:
+    backend = _backend(engines[0])
+    peaks = _keras_peaks(backend) if backend != "torch" else _torch_peaks()
+    if any(not e.startswith("keras") for e in engines):
         import torch
 
         torch.manual_seed(0)
@@ -294,35 +382,57 @@ def run_engine(engine, models, precisions, modes, quick, min_seconds=2.0):
             flops = keras_vit.inspect.count_flops(arch.name, image_size=arch.image_size, depth=arch.depth)
             for mode in modes:
                 kind, batch = MODES[mode]
-                row = dict(
-                    engine=engine,
-                    model=key,
-                    precision=precision,
-                    mode=mode,
-                    batch=batch,
-                    peak_gflops_per_s=_significant(peak),
-                    note="",
+                rows, steps, held = {}, {}, []
+                base_rss = _rss_mb()
+                for engine in engines:
+                    rows[engine] = row = dict(
+                        engine=engine,
+                        model=key,
+                        precision=precision,
+                        mode=mode,
+                        batch=batch,
+                        peak_gflops_per_s=_significant(peak),
+                        note="",
+                        process=os.getpid(),
+                    )
+                    try:
+                        before = _rss_mb()
+                        _reset_peak_rss()
+                        make = _keras_steps if engine.startswith("keras") else _torch_steps
+                        infer, train, model = make(engine, arch, precision, batch)
+                        held.append(model)
+                        step = infer if kind == "infer" else train
+                        for _ in range(timing["warmup"] + (2 if batch == 1 and not quick else 0)):
+                            step()
+                        row["peak_rss_mb"] = round(_peak_rss_mb() - before + base_rss)
+                        steps[engine] = step
+                    except Exception as error:  # noqa: BLE001  (a peer that fails here is a row, not a crash)
+                        row["note"] = _note(error)
+                per_repeat, errors = interleaved_timings(
+                    steps, 2 if quick else repeats, timing["min_steps"], timing["min_seconds"]
                 )
-                try:
-                    make = _keras_steps if keras_engine else _torch_steps
-                    infer, train, model = make(engine, arch, precision, batch)
-                    _reset_peak_rss()
-                    step = infer if kind == "infer" else train
-                    warmup = timing["warmup"] + (2 if batch == 1 and not quick else 0)
-                    seconds = _median_seconds(step, warmup, timing["min_steps"], timing["min_seconds"])
+                for engine, error in errors.items():
+                    rows[engine]["note"] = _note(error)
+                for engine, seconds_per_repeat in per_repeat.items():
+                    if engine in errors or not seconds_per_repeat:
+                        continue
+                    seconds = statistics.median(seconds_per_repeat)
                     work = flops * batch * (3 if kind == "train" else 1)
-                    row.update(
+                    rows[engine].update(
                         images_per_s=_significant(batch / seconds),
                         ms_per_step=_significant(seconds * 1e3),
+                        ms_range=f"{min(seconds_per_repeat) * 1e3:.4g}-{max(seconds_per_repeat) * 1e3:.4g}",
+                        ms_per_repeat=";".join(f"{t * 1e3:.4g}" for t in seconds_per_repeat),
                         gflops_per_s=_significant(work / seconds / 1e9),
                         fraction_of_peak=_significant(work / seconds / 1e9 / peak),
-                        peak_rss_mb=round(_peak_rss_mb()),
                     )
-                    del model, infer, train
-                except Exception as error:  # noqa: BLE001  (a peer that fails here is a row, not a crash)
-                    row["note"] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
-                yield row
-                _release(keras_engine)
+                yield from rows.values()
+                del held, steps
+                _release(any(e.startswith("keras") for e in engines))
+
+
+def _note(error):
+    return f"{type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}"
 
 
 def _significant(value, digits=4):
@@ -336,6 +446,10 @@ def _release(keras_engine):
         import keras
 
         keras.backend.clear_session()
+    if "torch" in sys.modules:
+        import torch
+
+        torch._dynamo.reset()  # the compiled graphs hold the row's models (their weights)
     gc.collect()
 
 
@@ -353,12 +467,24 @@ def worker_rows(stdout):
     return [json.loads(line[4:]) for line in stdout.splitlines() if line.startswith("ROW ")]
 
 
-def _engine_command(engine, args):
+def process_groups(engines):
+    """The engines measured together, one list per process: every PyTorch engine in one
+    (at the place of the first), every other engine alone."""
+    groups, torch_group = [], [e for e in engines if e in TORCH_PROCESS]
+    for engine in engines:
+        if engine not in TORCH_PROCESS:
+            groups.append([engine])
+        elif engine == torch_group[0]:
+            groups.append(torch_group)
+    return groups
+
+
+def _worker_command(engines, args):
     return [
         sys.executable,
         os.path.abspath(__file__),
         "--worker",
-        engine,
+        ",".join(engines),
         "--models",
         ",".join(args.models),
         "--precisions",
@@ -367,15 +493,15 @@ def _engine_command(engine, args):
         ",".join(args.modes),
         "--min-seconds",
         str(args.min_seconds),
+        "--repeats",
+        str(args.repeats),
     ] + (["--quick"] if args.quick else [])
 
 
-def _engine_env(engine):
+def _worker_env(engines):
     env = dict(os.environ)
-    if engine.startswith("keras"):
-        env["KERAS_BACKEND"] = engine.split(":")[1]
-    else:
-        env["KERAS_BACKEND"] = "torch"  # transformers/timm import keras only through peers
+    # transformers/timm import keras only through peers; torch is their Keras backend
+    env["KERAS_BACKEND"] = _backend(engines[0])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env
@@ -383,11 +509,11 @@ def _engine_env(engine):
 
 def run_all(args):
     rows = []
-    for engine in args.engines:
-        print(f"# {engine} ...", file=sys.stderr, flush=True)
+    for engines in process_groups(args.engines):
+        print(f"# {', '.join(engines)} ...", file=sys.stderr, flush=True)
         done = subprocess.run(
-            _engine_command(engine, args),
-            env=_engine_env(engine),
+            _worker_command(engines, args),
+            env=_worker_env(engines),
             capture_output=True,
             text=True,
             timeout=args.engine_timeout,
@@ -395,7 +521,8 @@ def run_all(args):
         got = worker_rows(done.stdout)
         if done.returncode != 0 and not got:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            got = [dict(engine=engine, model="*", precision="*", mode="*", note=f"engine failed: {tail[0][:160]}")]
+            note = f"engine failed: {tail[0][:160]}"
+            got = [dict(engine=engine, model="*", precision="*", mode="*", note=note) for engine in engines]
         rows.extend(got)
     return rows
 
@@ -417,34 +544,53 @@ def format_table(rows, columns=COLUMNS):
 
 
 def ratios(rows):
-    """keras-vit's speed over each peer's, per row measured for both (same model/precision/mode)."""
+    """keras-vit's speed over each peer's, per row measured for both (same model/precision/mode).
+
+    ``speedup`` is keras-vit's images/s over the peer's (above 1: keras-vit is faster; its
+    inverse is the latency ratio). For rows timed in the same process it is the median of
+    the rounds' ratios, with their ``spread`` (min-max); rows from different processes
+    compare only their medians.
+    """
     index = {(r["engine"], r["model"], r["precision"], r["mode"]): r for r in rows if r.get("images_per_s")}
     out = []
     for (engine, model, precision, mode), ours in index.items():
         if not engine.startswith("keras-vit:"):
             continue
-        backend = engine.split(":")[1]
-        for peer in (f"keras-hub:{backend}", "timm", "timm-compile", "hf"):
+        backend = _backend(engine)
+        peers = [f"keras-hub:{backend}"] + (["keras-vit:torch"] if engine == COMPILED else [])
+        for peer in peers + ["timm", "timm-compile", "hf"]:
             theirs = index.get((peer, model, precision, mode))
-            if theirs:
-                out.append(
-                    dict(
-                        engine=engine,
-                        peer=peer,
-                        model=model,
-                        precision=precision,
-                        mode=mode,
-                        speedup=round(ours["images_per_s"] / theirs["images_per_s"], 3),
-                    )
+            if not theirs:
+                continue
+            speedup, spread = ours["images_per_s"] / theirs["images_per_s"], "-"
+            ours_ms, theirs_ms = _per_repeat(ours), _per_repeat(theirs)
+            if ours.get("process") == theirs.get("process") and ours_ms and len(ours_ms) == len(theirs_ms):
+                per_round = [t / o for o, t in zip(ours_ms, theirs_ms)]
+                speedup, spread = statistics.median(per_round), f"{min(per_round):.3f}-{max(per_round):.3f}"
+            out.append(
+                dict(
+                    engine=engine,
+                    peer=peer,
+                    model=model,
+                    precision=precision,
+                    mode=mode,
+                    speedup=round(speedup, 3),
+                    spread=spread,
                 )
+            )
     return out
+
+
+def _per_repeat(row):
+    text = row.get("ms_per_repeat") or ""
+    return [float(t) for t in text.split(";") if t]
 
 
 def write_csv(rows, path):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp"
     with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     os.replace(tmp, path)
@@ -470,10 +616,13 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true", help="the tiny model and a few steps (a smoke run)")
     parser.add_argument("--csv", default=os.path.join(ROOT, "saved_models", "benchmarks", "speed.csv"))
     parser.add_argument("--min-seconds", type=float, default=2.0, help="time each row for at least this long")
+    parser.add_argument("--repeats", type=int, default=5, help="rounds the engines of a process take turns in")
     parser.add_argument("--engine-timeout", type=float, default=4 * 3600, help="seconds per engine process")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.engines = _choices(args.engines, ENGINES, "engine")
+    if args.repeats < 1:
+        raise SystemExit(f"speed_benchmark: expected --repeats of at least 1; got {args.repeats}.")
     args.precisions = _choices(args.precisions, PRECISIONS, "precision")
     args.modes = _choices(args.modes, tuple(MODES), "mode")
     if args.quick and "--models" not in (argv if argv is not None else sys.argv):
@@ -486,15 +635,17 @@ def main(argv=None):
     """Runs the benchmark and returns its rows (a worker prints them for its parent)."""
     args = parse_args(argv)
     if args.worker:
-        for row in run_engine(args.worker, args.models, args.precisions, args.modes, args.quick, args.min_seconds):
+        engines = _choices(args.worker, ENGINES, "engine")
+        options = dict(min_seconds=args.min_seconds, repeats=args.repeats)
+        for row in run_engines(engines, args.models, args.precisions, args.modes, args.quick, **options):
             print_row(row)
         return []
     rows = run_all(args)
     print(format_table(rows))
     speedups = ratios(rows)
     if speedups:
-        print("\nkeras-vit images/s over the peer's, same row:")
-        print(format_table(speedups, ("engine", "peer", "model", "precision", "mode", "speedup")))
+        print("\nkeras-vit images/s over the peer's, same row (spread: min-max over the rounds of one process):")
+        print(format_table(speedups, ("engine", "peer", "model", "precision", "mode", "speedup", "spread")))
     write_csv(rows, args.csv)
     print(f"\nwrote {args.csv}")
     return rows

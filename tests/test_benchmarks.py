@@ -55,6 +55,31 @@ def test_quick_mode_measures_every_row_beside_the_peers(speed_benchmark, tmp_pat
     assert [(r["engine"], r["precision"], r["mode"]) for r in written] == [
         (r["engine"], r["precision"], r["mode"]) for r in rows
     ]
+    if BACKEND == "torch":  # every PyTorch engine in one process, so that their rows compare
+        assert len({row["process"] for row in rows}) == 1
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason=f"the compiled engine is the torch backend's own; this is {BACKEND}")
+def test_quick_mode_compiled_torch_rows_interleaved_with_timm(speed_benchmark, tmp_path, capsys):
+    engines = [speed_benchmark.COMPILED, "keras-vit:torch", "timm"]
+    argv = ["--quick", "--engines", ",".join(engines), "--precisions", "float32", "--modes", "infer_b1,train_b32"]
+    rows = speed_benchmark.main(argv + ["--csv", str(tmp_path / "speed.csv")])
+    printed = capsys.readouterr().out
+
+    assert [(r["engine"], r["mode"]) for r in rows] == [(e, m) for m in ("infer_b1", "train_b32") for e in engines]
+    for row in rows:
+        assert row["note"] == "", row
+        per_repeat = [float(t) for t in row["ms_per_repeat"].split(";")]
+        assert len(per_repeat) == 2 and min(per_repeat) <= row["ms_per_step"] <= max(per_repeat)
+    speedups = speed_benchmark.ratios(rows)
+    assert {(r["engine"], r["peer"]) for r in speedups} >= {
+        (speed_benchmark.COMPILED, "keras-vit:torch"),
+        (speed_benchmark.COMPILED, "timm"),
+    }
+    for ratio in speedups:  # paired by round: the median of the rounds' ratios, within their range
+        low, high = (float(v) for v in ratio["spread"].split("-"))
+        assert 0 < low <= ratio["speedup"] <= high
+    assert "spread" in printed and speed_benchmark.COMPILED in printed
 
 
 @pytest.mark.parametrize(
