@@ -19,6 +19,8 @@ PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 stamp="$VENV/.keras-vit-installed"
 want=$(cat pyproject.toml constraints/*.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  # The distribution was called keras-vit before (a name another project holds on PyPI).
+  "$VENV/bin/python" -m pip uninstall --quiet --yes keras-vit >/dev/null 2>&1 || true
   "${PIP[@]}" -e ".[test]"
   # timm is the reference for the parity tests; its own requirements include
   # torchvision, which must not be installed here (see tests/torchvision_stub.py).

@@ -12,6 +12,8 @@ import zipfile
 
 import numpy as np
 
+from keras_vit.dependencies import MissingDependencyError, require
+
 
 class CheckpointReadError(ValueError):
     """A checkpoint file that cannot be read: truncated, corrupt, or holding more than arrays."""
@@ -135,7 +137,7 @@ def _npz_member(path, member):
 
 
 def read_torch(path, safe_mode=True):
-    import torch  # a dependency; imported here so other formats never pay for it
+    torch = require("torch", "torch")  # imported here so other formats never pay for it
 
     # weights_only: tensors and plain containers only; a full unpickle can run any code.
     # mmap: the tensors stay in the file until used (the legacy pre-1.6 format cannot).
@@ -281,6 +283,8 @@ def read_arrays(path, safe_mode=True):
         )
     try:
         return container, READERS[container](path, safe_mode=safe_mode)
+    except MissingDependencyError:
+        raise  # the file may be fine: the reader's package is what is missing, and its error says so
     except Exception as error:
         raise CheckpointReadError(_unreadable(path, container, error)) from error
 

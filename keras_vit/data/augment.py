@@ -23,6 +23,7 @@ Facts about the layers in Keras 3.15 that shape this module:
 import keras
 
 from keras_vit import checks
+from keras_vit.dependencies import require
 
 
 class _GraphSafeEqualization(keras.layers.Equalization):
@@ -135,7 +136,7 @@ def make_batch_augmentation(rand_augment=False, mixup_alpha=None, cutmix_factor=
         >>> np.allclose(labels.numpy().sum(axis=1), 1.0)
         True
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "data")
 
     ra_kwargs, mixup_alpha, cutmix_factor = parse_augment_options(rand_augment, mixup_alpha, cutmix_factor)
     if ra_kwargs is None and mixup_alpha is None and cutmix_factor is None:

@@ -6,6 +6,7 @@ It needs no download, so examples, tests and smoke runs work offline on any mach
 import numpy as np
 
 from keras_vit.data.splits import DatasetInfo, DatasetSplits, Split, stratified_split_indices
+from keras_vit.dependencies import require
 
 DIGITS_NAME = "digits"
 
@@ -26,7 +27,7 @@ def load_digits(validation_fraction=0.1, test_fraction=0.2, seed=0):
         >>> len(splits.validation.labels), len(splits.test.labels), splits.info.num_classes
         (179, 359, 10)
     """
-    from sklearn.datasets import load_digits as sklearn_load_digits
+    sklearn_load_digits = require("sklearn.datasets", "data").load_digits
 
     bunch = sklearn_load_digits()
     # 16 is the maximum count of set pixels per 4x4 block in the original 32x32 bitmaps.

@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 
 from keras_vit.data.splits import DatasetInfo, DatasetSplits, Split, stratified_split_indices
+from keras_vit.dependencies import require
 
 IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # what tf.io.decode_image reads
 _SPLIT_FOLDERS = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
@@ -80,14 +81,23 @@ def _check_images(paths):
     """Refuses, before any training, files whose first bytes are no image format's (a
     renamed text file, an HTML error page saved as .jpg); returns the images cut short,
     which are skipped with a warning naming them. Reads 8 bytes and the end of each."""
-    bad, short = [], []
+    bad, short, unreadable = [], [], []
     for path in paths:
-        with open(path, "rb") as f:
-            head = f.read(8)
+        try:
+            with open(path, "rb") as f:
+                head = f.read(8)
+        except OSError as error:  # a broken link, no permission, a folder named .jpg
+            unreadable.append(f"{path} ({error.strerror or error})")
+            continue
         if not head.startswith(_SIGNATURES):
             bad.append(path)
         elif _cut_short(path, head):
             short.append(path)
+    if unreadable:
+        raise ValueError(
+            f"{len(unreadable)} image file(s) cannot be read: {_listing(unreadable)}. Expected readable image "
+            "files: fix their permissions or links, or remove them."
+        )
     if bad:
         raise ValueError(
             f"{len(bad)} file(s) named as images are not PNG, JPEG, GIF or BMP images: {_listing(bad)}. "
@@ -108,7 +118,7 @@ def _without(paths, labels, skipped):
 
 
 def _decode(path, label):
-    import tensorflow as tf
+    tf = require("tensorflow", "data")
 
     # channels=3 turns grey into RGB and drops alpha; expand_animations=False gives a GIF's
     # first frame as (H, W, 3) instead of a 4-D stack.
@@ -118,7 +128,7 @@ def _decode(path, label):
 
 
 def _split(name, info, paths, labels):
-    import tensorflow as tf
+    tf = require("tensorflow", "data")
 
     dataset = tf.data.Dataset.from_tensor_slices((np.asarray(paths, dtype=str), labels))
     dataset = dataset.map(_decode, num_parallel_calls=tf.data.AUTOTUNE)

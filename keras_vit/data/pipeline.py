@@ -29,12 +29,13 @@ from keras_vit.data.preprocessing import (
     resize,
 )
 from keras_vit.data.splits import DatasetSplits, Split
+from keras_vit.dependencies import require
 
 DEFAULT_CROP_AREA_RANGE = (0.08, 1.0)
 
 
 def _arrays_dataset(images, labels):
-    import tensorflow as tf
+    tf = require("tensorflow", "data")
 
     images = np.asarray(images)
     labels = np.asarray(labels)
@@ -68,7 +69,7 @@ def _tf_dataset_pairs(dataset):
 
 def _as_examples(data):
     """Returns (unbatched dataset of (uint8 RGB image, int32 label), DatasetInfo or None)."""
-    import tensorflow as tf
+    tf = require("tensorflow", "data")
 
     if isinstance(data, DatasetSplits):
         raise ValueError(
@@ -126,7 +127,7 @@ def _check_training_options(training, shuffle_buffer, seed):
 def _stream_seeds(seed, offset):
     # An endless stream of [2] int64 seeds for stateless ops; a fresh but reproducible
     # stream each epoch (rerandomize_each_iteration), so epochs differ.
-    import tensorflow as tf
+    tf = require("tensorflow", "data")
 
     stream_seed = None if seed is None else seed + offset
     return tf.data.Dataset.random(seed=stream_seed, rerandomize_each_iteration=True).batch(2)
@@ -204,7 +205,7 @@ def make_pipeline(
         >>> tuple(images.shape), images.dtype.name, tuple(labels.shape)
         ((64, 32, 32, 3), 'float32', (64,))
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "data")
 
     height, width = checks.pair(image_size)
     batch_size = checks.positive_int(batch_size, "batch_size")

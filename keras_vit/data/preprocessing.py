@@ -9,6 +9,7 @@ Images are handled as float32 in 0..255 until ``normalize``.
 import numpy as np
 
 from keras_vit import checks
+from keras_vit.dependencies import require
 
 # ImageNet statistics in 0..1 units, as used by timm and torchvision checkpoints.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -35,7 +36,7 @@ def normalize(images, normalization="vit"):
         >>> normalize(np.array([[[0.0, 127.5, 255.0]]]), "vit").numpy().tolist()
         [[[-1.0, 0.0, 1.0]]]
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "data")
 
     check_normalization(normalization)
     images = tf.cast(images, tf.float32)
@@ -58,7 +59,7 @@ def resize(image, image_size):
         >>> resize(np.zeros((8, 8, 3), np.uint8), 16).shape
         TensorShape([16, 16, 3])
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "data")
 
     height, width = checks.pair(image_size)
     return tf.image.resize(tf.cast(image, tf.float32), (height, width), method="bilinear")
@@ -84,7 +85,7 @@ def random_resized_crop(
         >>> crop.shape, crop.dtype.name
         (TensorShape([16, 16, 3]), 'float32')
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "data")
 
     area_range = checks.fraction_range(area_range, "area_range")
     aspect_ratio_range = checks.fraction_range(aspect_ratio_range, "aspect_ratio_range", high=np.inf)
@@ -110,6 +111,6 @@ def random_flip(image, seed):
         >>> random_flip(np.zeros((4, 4, 3), np.float32), seed=[0, 1]).shape
         TensorShape([4, 4, 3])
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "data")
 
     return tf.image.stateless_random_flip_left_right(image, seed=seed)

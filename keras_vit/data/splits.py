@@ -10,6 +10,7 @@ import dataclasses
 import numpy as np
 
 from keras_vit import checks
+from keras_vit.dependencies import require
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +63,7 @@ class Split:
 
     def as_dataset(self):
         """The split as an unbatched ``tf.data.Dataset`` of ``(uint8 image, int32 label)``."""
-        import tensorflow as tf
+        tf = require("tensorflow", "data")
 
         if self.dataset is not None:
             return self.dataset

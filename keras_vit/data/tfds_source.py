@@ -8,6 +8,7 @@ download.
 import difflib
 
 from keras_vit.data.splits import DatasetInfo, DatasetSplits, Split
+from keras_vit.dependencies import require
 
 # Datasets of digits and characters: a mirror image changes or destroys the label.
 _NO_FLIP = frozenset({"mnist", "emnist", "kmnist", "svhn_cropped", "binarized_mnist", "mnist_corrupted"})
@@ -15,7 +16,7 @@ _NO_FLIP = frozenset({"mnist", "emnist", "kmnist", "svhn_cropped", "binarized_mn
 
 def tfds_names():
     """Names of the tfds builders registered locally (no network: community lists are off)."""
-    import tensorflow_datasets as tfds
+    tfds = require("tensorflow_datasets", "data")
 
     return sorted(tfds.list_builders(with_community_datasets=False))
 
@@ -130,8 +131,8 @@ def load_tfds(
 
         cifar10 has no "validation" split, so its "test" split serves, as in upstream ViT.
     """
-    import tensorflow as tf
-    import tensorflow_datasets as tfds
+    tf = require("tensorflow", "data")
+    tfds = require("tensorflow_datasets", "data")
 
     if not isinstance(name, str) or not name:
         raise ValueError(f"A tfds dataset name must be a non-empty string; got {name!r}.")

@@ -17,6 +17,8 @@ import dataclasses
 import keras
 import numpy as np
 
+from keras_vit.dependencies import require
+
 BIAS_CONSTANT = 100.0
 DEFAULT_L2 = 2.0**10  # big_vision's common_fewshot config, which the paper's numbers come from
 DEFAULT_SHOTS = (1, 5, 10, 25)
@@ -50,7 +52,7 @@ def extract_features(model, data, batch_size=256):
     Returns:
         float32 ``(N, width)`` features and int64 ``(N,)`` labels, in the data's order.
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "data")
 
     from keras_vit.data.splits import Split
     from keras_vit.layers.preprocessing import ImagePreprocessing

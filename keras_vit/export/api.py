@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from keras_vit import saving
+from keras_vit import dependencies, saving
 from keras_vit.export import representative as rep
 from keras_vit.export.errors import InvalidModelFileError
 from keras_vit.export.formats import FORMATS, parse_formats
@@ -148,6 +148,9 @@ def export_model(
     if formats is None:
         formats = [f for f in FORMATS if representative_data is not None or not FORMATS[f].needs_representative_data]
     names = parse_formats(formats)
+    for name in names:  # before any work: a child process would fail later, less clearly
+        extra, modules = FORMATS[name].needs
+        dependencies.check_installed(modules, extra)
     output = os.path.abspath(os.fspath(output))
     if os.path.exists(output) and not os.path.isdir(output):
         raise FileExistsError(f"Expected an output folder; {output} is a file.")

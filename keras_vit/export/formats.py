@@ -28,6 +28,14 @@ class ExportFormat:
         return self.quantization == "int8"
 
     @property
+    def needs(self):
+        """The modules that write and verify it: ``(extra, modules)``, the extra installing them."""
+        if self.kind == "torch_export":
+            return "torch", ("torch",)
+        verify = {"savedmodel": (), "tflite": ("ai_edge_litert",), "onnx": ("tf2onnx", "onnx", "onnxruntime")}
+        return "export", ("tensorflow", *verify[self.kind])
+
+    @property
     def backend(self):
         """The Keras backend that writes it: ``"torch"`` for ``torch.export``, else ``"tensorflow"``."""
         return "torch" if self.kind == "torch_export" else "tensorflow"

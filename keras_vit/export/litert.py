@@ -9,6 +9,7 @@ dequantised once on exit (the converter folds the pre-processing's scaling into 
 
 import numpy as np
 
+from keras_vit.dependencies import require
 from keras_vit.export.errors import unconvertible
 
 QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8")
@@ -38,7 +39,7 @@ def convert_tflite(saved_model_dir, quantization="float32", representative_image
     ...     flat_buffer = convert_tflite(source, "dynamic_int8")
     ...     assert flat_buffer[4:8] == b"TFL3"
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "export")
 
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"Expected a quantization in {QUANTIZATIONS}; got {quantization!r}.")

@@ -20,6 +20,7 @@ import logging
 
 import numpy as np
 
+from keras_vit.dependencies import require
 from keras_vit.export.errors import unconvertible
 
 DEFAULT_OPSET = 17
@@ -58,9 +59,9 @@ def convert_onnx(saved_model_dir, opset=DEFAULT_OPSET):
     ...     proto, unsupported = convert_onnx(source)
     ...     assert unsupported == [] and "Erf" in {n.op_type for n in proto.graph.node}
     """
-    import onnx
-    import tensorflow as tf
-    import tf2onnx
+    onnx = require("onnx", "export")
+    tf = require("tensorflow", "export")
+    tf2onnx = require("tf2onnx", "export")
 
     loaded = tf.saved_model.load(saved_model_dir)
     signature = loaded.signatures["serving_default"]
@@ -101,7 +102,7 @@ def write_onnx(model, saved_model_dir, path, opset=DEFAULT_OPSET):
             lambda what, ops: f"onnx: tf2onnx cannot convert {what} (unsupported ops: {', '.join(ops)}).",
             op_paths=unsupported,
         )
-    import onnx
+    onnx = require("onnx", "export")
 
     onnx.save(proto, path)
     return path

@@ -10,6 +10,7 @@ TF Serving export and the source LiteRT and ONNX are converted from.
 
 import keras
 
+from keras_vit.dependencies import require
 from keras_vit.export.errors import unconvertible
 
 DEFAULT_SIGNATURE = "serving_default"
@@ -104,7 +105,7 @@ def build_archive(model, *, top_k=5, normalization="vit", outputs_probabilities=
     ...     model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1)
     ...     archive = build_archive(model, top_k=2)
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "export")
 
     if keras.backend.backend() != "tensorflow":
         raise RuntimeError(

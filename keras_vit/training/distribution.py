@@ -9,6 +9,8 @@ import contextlib
 
 import keras
 
+from keras_vit.dependencies import require
+
 STRATEGIES = {
     "tensorflow": ("default", "mirrored", "tpu"),
     "jax": ("default", "data_parallel", "model_parallel"),
@@ -74,7 +76,7 @@ _TF_STRATEGIES = {}
 
 def make_tf_strategy(name, tpu=""):
     """A ``tf.distribute`` strategy by name (created once per process)."""
-    import tensorflow as tf
+    tf = require("tensorflow", "tensorflow")
 
     if name not in _TF_STRATEGIES:
         if name == "tpu":
