@@ -36,7 +36,7 @@ OBJECTIVES = ("supervised", "masked_patch_prediction", "none (random)")
 
 def pretrained_models(args):
     """``{objective: (path of its model.keras, the ViT)}``."""
-    options = dict(output_dir=args.output_dir, verbose=0, seed=args.seed)
+    options = dict(output_dir=args.output_dir, progress=0, seed=args.seed)
     if args.epochs:
         options["epochs"] = args.epochs
     supervised = pretrain(make_config("digits_pretrain", run_name="supervised", **options))
@@ -69,7 +69,7 @@ def main(argv=None):
     rows = []
     for objective, (path, vit) in pretrained_models(args).items():
         fewshot = fewshot_linear_eval(vit, splits.train, splits.test, shots, args.seeds).summary()
-        options = dict(output_dir=args.output_dir, verbose=0, seed=args.seed, init_from=path)
+        options = dict(output_dir=args.output_dir, progress=0, seed=args.seed, init_from=path)
         if args.finetune_epochs:
             options["epochs"] = args.finetune_epochs
         tuned = finetune(make_config("digits_finetune", run_name=f"finetune-{objective.split()[0]}", **options))

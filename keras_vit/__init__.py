@@ -4,8 +4,10 @@
 import os as _os
 
 from keras_vit import checks as _checks
+from keras_vit import quiet as _quiet
 
 _checks.backend_name(_os.environ.get("KERAS_BACKEND") or None)  # before Keras is imported
+_quiet.hold_back()  # in keras-vit's commands, the backends' start-up lines (keras_vit/quiet.py)
 from keras_vit.checkpoints import load_weights
 from keras_vit.export.torch_program import compile_for_inference
 from keras_vit.labels import decode_predictions

@@ -3,6 +3,7 @@
 Each message says what was expected and what was given.
 """
 
+import argparse
 import numbers
 
 
@@ -82,3 +83,11 @@ def backend_name(name):
     raise ValueError(
         f"KERAS_BACKEND={name!r} is not a Keras backend{hint}; expected one of {', '.join(KERAS_BACKENDS)}."
     )
+
+
+class CommandLineParser(argparse.ArgumentParser):
+    """argparse's parser, answering bad input as every keras-vit command does: one line on
+    stderr and exit status 2 (argparse's own prints the whole usage first)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message}; {self.prog} --help lists the flags\n")

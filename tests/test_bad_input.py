@@ -28,6 +28,7 @@ from conftest import TINY_ENCODER
 import keras_vit
 from keras_vit.checkpoints.readers import CheckpointReadError
 from keras_vit.data import load_dataset
+from keras_vit.dependencies import MissingDependencyError, require
 from keras_vit.saving import InvalidModelFileError
 from keras_vit.training import distribution as distribution_module
 from keras_vit.training import finetune, make_config, pretrain, run_command_line
@@ -379,6 +380,22 @@ def _(tmp):
     load_dataset(str(tmp))
 
 
+@case("a dataset folder with an image that cannot be read", ValueError, "cannot be read", "gone.png")
+def _(tmp):
+    _image_folder(tmp, {"cats": 6, "dogs": 6})
+    os.symlink(tmp / "nowhere.png", tmp / "dogs" / "gone.png")  # a link to a file since removed
+    load_dataset(str(tmp))
+
+
+@case(
+    "a feature whose package is not installed",
+    MissingDependencyError,
+    "pip install 'keras-vision-transformer[inspect]'",
+)
+def _(tmp):
+    require("keras_vit_absent_package", "inspect")
+
+
 # --- Recipe configuration (the API) -----------------------------------------------------
 
 
@@ -500,16 +517,49 @@ def _(tmp):
     cli("--output_dir", "/sys/keras-vit-runs", "--epochs", "1")  # sysfs: no one may create files there
 
 
-@functools.cache
 def recipe(name):
-    """A recipe script's module, loaded from its file."""
-    import importlib.util
+    """A command's module (``keras-vit NAME``; the recipe scripts run the same)."""
+    from keras_vit.commands import command
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"{name}_recipe", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return command(name)
+
+
+@case("an unknown command", SystemExit, "Unknown command 'pretrian' (did you mean pretrain?)")
+def _(tmp):
+    from keras_vit.commands import main
+
+    raise SystemExit(main(["pretrian", "--epochs", "1"]))
+
+
+@case("an unknown preset on the command line", SystemExit, "--preset: invalid choice: 'paper'", "digits_pretrain")
+def _(tmp):
+    cli("--preset", "paper")
+
+
+@case("a flag without its value", SystemExit, "argument --epochs: expected one argument", "--help lists the flags")
+def _(tmp):
+    cli("--epochs")
+
+
+@case("export: no output folder", SystemExit, "the following arguments are required: --output")
+def _(tmp):
+    recipe("export").main([saved(tmp)])
+
+
+@case("few-shot: a count that is not a number", SystemExit, "argument --seeds: invalid int value: 'many'")
+def _(tmp):
+    recipe("fewshot").main([saved(tmp), "--seeds", "many"])
+
+
+@case("classify: a file that is not an image", SystemExit, "Cannot read", "notes.png")
+def _(tmp):
+    (tmp / "notes.png").write_text("not an image")
+    recipe("classify").main([saved(tmp), str(tmp / "notes.png")])
+
+
+@case("classify: no top classes", SystemExit, "--top must be at least 1; got 0")
+def _(tmp):
+    recipe("classify").main([saved(tmp), str(tmp / "x.png"), "--top", "0"])
 
 
 @case("export: an unknown format", SystemExit, "tflite_int4", "tflite_int8")
@@ -541,12 +591,12 @@ def _(tmp):
 
 @case("inspect: zero images", SystemExit, "--num_images must be at least 1; got 0")
 def _(tmp):
-    recipe("inspect_model").main([saved(tmp), "--num_images", "0"])
+    recipe("inspect").main([saved(tmp), "--num_images", "0"])
 
 
 @case("inspect: a model that is neither a file nor a preset", SystemExit, "no_such_model")
 def _(tmp):
-    recipe("inspect_model").main([str(tmp / "no_such_model"), "--output", str(tmp / "figures.txt")])
+    recipe("inspect").main([str(tmp / "no_such_model"), "--output", str(tmp / "figures.txt")])
 
 
 # --- Writing files ----------------------------------------------------------------------

@@ -15,7 +15,6 @@ run in a process that never imports Keras.
 
 import contextlib
 import csv
-import importlib.util
 import os
 import subprocess
 import sys
@@ -311,10 +310,9 @@ def test_torch_export_runs_without_keras_at_two_batch_sizes(exported, tmp_path):
 
 
 def _recipe():
-    spec = importlib.util.spec_from_file_location("export_recipe", os.path.join(REPO, "recipes", "export.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from keras_vit.commands import export
+
+    return export
 
 
 def test_recipe_exports_from_this_backend(exported, tmp_path, capsys):

@@ -129,7 +129,7 @@ pretrain(make_config("digits_pretrain", output_dir=sys.argv[1], run_name="run", 
 """
 STEPS, EPOCHS = 10, 4
 OPTIONS = dict(depth=1, hidden_size=32, num_heads=2, mlp_dim=64, epochs=EPOCHS, steps_per_epoch=STEPS,
-               batch_size=32, warmup_steps=2, verbose=0)  # fmt: skip
+               batch_size=32, warmup_steps=2, progress=0)  # fmt: skip
 
 
 def steps_done(counter):

@@ -136,15 +136,11 @@ def test_callback_logs_beside_the_loss_to_csv_and_tensorboard(digits, tmp_path):
 
 
 def test_recipe_prints_the_table_and_writes_the_csv(tmp_path, capsys):
-    import importlib.util
+    from keras_vit.commands import fewshot as module
 
     model = tiny_model()
     path = str(tmp_path / "model.keras")
     model.save(path)
-    recipe = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "fewshot.py")
-    spec = importlib.util.spec_from_file_location("fewshot_recipe", recipe)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     table = str(tmp_path / "fewshot.csv")
     result = module.main([path, "--shots", "1,5", "--seeds", "2", "--csv", table])
     out = capsys.readouterr().out

@@ -188,14 +188,9 @@ def test_bad_input_is_a_clear_error(rng):
 
 
 def run_recipe(*argv):
-    import importlib.util
-    import os
+    from keras_vit.commands import inspect_model
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "inspect_model.py")
-    spec = importlib.util.spec_from_file_location("inspect_model_recipe", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main([str(a) for a in argv])
+    return inspect_model.main([str(a) for a in argv])
 
 
 def read_csv(path):

@@ -22,7 +22,7 @@ from keras_vit.models.masked_patches import (
 from keras_vit.training import finetune, make_config, parse_args, pretrain
 
 TINY = dict(image_size=16, patch_size=4, depth=1, **TINY_ENCODER)
-TINY_RECIPE = dict(depth=1, epochs=1, steps_per_epoch=2, batch_size=32, verbose=0, warmup_steps=2, **TINY_ENCODER)
+TINY_RECIPE = dict(depth=1, epochs=1, steps_per_epoch=2, batch_size=32, progress=0, warmup_steps=2, **TINY_ENCODER)
 
 
 def test_corruption_follows_the_stated_proportions():

@@ -17,7 +17,7 @@ from keras_vit.data import load_dataset, make_pipeline
 from keras_vit.training import finetune, make_config, pretrain
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = dict(depth=1, representation_size=32, epochs=1, batch_size=32, verbose=0, warmup_steps=2, **TINY_ENCODER)
+TINY = dict(depth=1, representation_size=32, epochs=1, batch_size=32, progress=0, warmup_steps=2, **TINY_ENCODER)
 
 
 def tiny(preset, tmp_path, **overrides):
@@ -103,7 +103,7 @@ TWO_DEVICES = textwrap.dedent("""
     from keras_vit.training import make_config, pretrain
     from keras_vit.training.distribution import num_replicas
     config = make_config("digits_pretrain", output_dir=out, hidden_size=32, depth=1, num_heads=2,
-                         mlp_dim=64, epochs=1, batch_size=32, verbose=0, strategy=strategy,
+                         mlp_dim=64, epochs=1, batch_size=32, progress=0, strategy=strategy,
                          steps_per_epoch=3, run_name=strategy)
     result = pretrain(config)
     print("REPLICAS", num_replicas(strategy), "LOSS", result.history["loss"][-1])
@@ -138,8 +138,7 @@ def test_two_device_run(strategy, tmp_path):
 
 
 def test_main_recipe_runs_both_phases(tmp_path, capsys):
-    sys.path.insert(0, os.path.join(ROOT, "recipes"))
-    import main
+    from keras_vit.commands import main_job as main
 
     args = [
         "--output_dir",
@@ -154,7 +153,7 @@ def test_main_recipe_runs_both_phases(tmp_path, capsys):
         "2",
         "--mlp_dim",
         "64",
-        "--verbose",
+        "--progress",
         "0",
     ]
     first, second = main.main(args)

@@ -1,14 +1,14 @@
-"""Export a trained model for serving: TF SavedModel, LiteRT (TFLite) and ONNX, each verified.
+"""Export a trained model for serving: TF SavedModel, LiteRT (TFLite), ONNX and torch.export (.pt2), each verified.
 
 Works whatever KERAS_BACKEND you run it with, on a model file written by any backend:
 on JAX or PyTorch the conversion runs in a child process with the TensorFlow backend.
 
-    python recipes/export.py saved_models/run/model.keras \\
+    keras-vit export saved_models/run/model.keras \\
         --formats savedmodel,tflite_float32,tflite_float16,tflite_dynamic_int8,tflite_int8,onnx \\
         --output saved_models/run/export --representative_data digits
 
     # a checkpoint (weights only) needs the architecture:
-    python recipes/export.py ViT-B_16.npz --model vit_b16 --image_size 224 \\
+    keras-vit export ViT-B_16.npz --model vit_b16 --image_size 224 \\
         --formats savedmodel,onnx --output saved_models/vit_b16/export
 
 Every export takes raw uint8 images (any batch size) and pre-processes them inside, with
@@ -21,15 +21,10 @@ done), 1 the export failed (nothing was left behind).
 
 import argparse
 import ast
-import os
 import sys
 
-try:
-    import keras_vit  # noqa: F401
-except ImportError:  # run from a checkout without installing
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from keras_vit.export import FORMATS, ExportError, export_model, parse_formats  # noqa: E402
+from keras_vit import commands
+from keras_vit.export import FORMATS, ExportError, export_model, parse_formats
 
 # The command-line options export_model takes as they are (the same names).
 _EXPORT_OPTIONS = (
@@ -58,13 +53,9 @@ def _model_arg(text):
 
 def build_parser():
     formats = "\n".join(f"  {f.name:<20} {f.description}" for f in FORMATS.values())
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=f"formats:\n{formats}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = commands.parser("export", __doc__, epilog=f"formats:\n{formats}")  # --verbose: converters' output too
     parser.add_argument("model_file", help="a .keras file, or a checkpoint keras_vit.load_weights reads (with --model)")
-    parser.add_argument("--formats", default="all", help="comma-separated format names, or 'all' (default)")
+    parser.add_argument("--formats", default="all", help="comma-separated format names, or 'all'")
     parser.add_argument("--output", required=True, help="folder to write into, e.g. saved_models/<run>/export")
     parser.add_argument("--overwrite", action="store_true", help="replace existing exports")
     parser.add_argument(
@@ -77,7 +68,7 @@ def build_parser():
         help="calibration data for tflite_int8 (and the images exports are verified on)",
     )
     parser.add_argument(
-        "--num_representative", "--num-representative", type=int, default=300, help="calibration images (default 300)"
+        "--num_representative", "--num-representative", type=int, default=300, help="calibration images"
     )
     parser.add_argument("--model", dest="model_name", help="architecture for a checkpoint, e.g. vit_b16")
     parser.add_argument(
@@ -97,7 +88,7 @@ def build_parser():
         "--normalization",
         default="auto",
         choices=["auto", "vit", "imagenet"],
-        help="auto (default): the model's own pre-processing (resize, crop, normalise), else vit (x / 127.5 - 1); "
+        help="auto: the model's own pre-processing (resize, crop, normalise), else vit (x / 127.5 - 1); "
         "vit or imagenet: for a model without its own (must agree with it otherwise)",
     )
     parser.add_argument(
@@ -108,7 +99,6 @@ def build_parser():
         metavar="MODULE",
         help="module defining custom layers, imported first (repeatable)",
     )
-    parser.add_argument("--verbose", action="store_true", help="show the converters' output")
     return parser
 
 
@@ -141,7 +131,3 @@ def main(argv=None):
         return 1
     print(result.summary())
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

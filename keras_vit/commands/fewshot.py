@@ -1,8 +1,8 @@
 """Few-shot linear evaluation of a model's frozen representation (the paper's section 4).
 
-    python recipes/fewshot.py saved_models/main-pretrain/model.keras          # embedded digits
-    python recipes/fewshot.py vit_b16.augreg_in21k --dataset cifar100 --shots 1,5,10,25
-    python recipes/fewshot.py model.keras --dataset path/to/folder --l2 0.25,1,4,16,64,256,1024
+    keras-vit fewshot saved_models/main-pretrain/model.keras          # embedded digits
+    keras-vit fewshot vit_b16.augreg_in21k --dataset cifar100 --shots 1,5,10,25
+    keras-vit fewshot model.keras --dataset path/to/folder --l2 0.25,1,4,16,64,256,1024
 
 k training images per class (1, 5, 10 and 25 by default, over 5 seeds) fit a closed-form
 regularised least-squares probe on the pre-logits representation; the test split gives the
@@ -14,15 +14,11 @@ found before any image goes through the model.
 
 import argparse
 import csv
-import os
 import sys
 
-try:
-    import keras_vit  # noqa: F401
-except ImportError:  # run from a checkout without installing
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from keras_vit.evaluation.fewshot import DEFAULT_L2, DEFAULT_SHOTS, check_shots, fewshot_linear_eval  # noqa: E402
+from keras_vit import commands
+from keras_vit.commands.sources import load_any_model
+from keras_vit.evaluation.fewshot import DEFAULT_L2, DEFAULT_SHOTS, check_shots, fewshot_linear_eval
 
 
 def _numbers(kind):
@@ -36,14 +32,14 @@ def _numbers(kind):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = commands.parser("fewshot", __doc__)
     parser.add_argument("model", help="a .keras file, a local preset folder or a preset name")
     parser.add_argument("--dataset", default="digits", help="digits (embedded), a folder, or a tfds name")
     parser.add_argument("--data_dir", help="tensorflow-datasets data_dir")
-    parser.add_argument("--shots", type=_numbers(int), default=list(DEFAULT_SHOTS))
-    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--shots", type=_numbers(int), default=list(DEFAULT_SHOTS), help="images per class, k")
+    parser.add_argument("--seeds", type=int, default=5, help="k-shot sets drawn per k")
     parser.add_argument("--l2", type=_numbers(float), default=[DEFAULT_L2], help="one value, or several to choose from")
-    parser.add_argument("--batch_size", type=int, default=256)
+    parser.add_argument("--batch_size", type=int, default=256, help="images per forward pass")
     parser.add_argument("--csv", help="also write the table here")
     return parser
 
@@ -52,12 +48,11 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     from keras_vit.data import load_dataset
     from keras_vit.inspect.attention import check_vit
-    from keras_vit.saving import load_model
 
     try:
         if args.seeds < 1:
             raise ValueError(f"--seeds must be at least 1; got {args.seeds}.")
-        model = load_model(args.model) if os.path.isfile(args.model) else keras_vit.create_model(args.model)
+        model = load_any_model(args.model)
         check_vit(model, args.model)
         splits = load_dataset(args.dataset, data_dir=args.data_dir)
         train = splits.train
@@ -80,7 +75,3 @@ def main(argv=None):
             for shots, values in result.accuracy.items():
                 writer.writerows((shots, seed, f"{v:.6f}", result.l2[shots]) for seed, v in enumerate(values))
     return result
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """Seeing inside a trained ViT: the paper's section 4.5 figures, as PNGs and CSVs.
 
-    python recipes/inspect_model.py saved_models/main-finetune/model.keras
-    python recipes/inspect_model.py vit_b16.augreg2_in21k_ft_in1k --images photos/
+    keras-vit inspect saved_models/main-finetune/model.keras
+    keras-vit inspect vit_b16.augreg2_in21k_ft_in1k --images photos/
 
 The model is a ``.keras`` file, a local preset folder or a preset name; the images a
 folder (.jpg, .png, ...) or, by default, the embedded digits' test split. They go
@@ -19,51 +19,34 @@ numbers behind it:
   (figure 7, left; a plain ViT's only).
 
 The files appear together or not at all. Exit status: 0 done, 2 bad input (nothing
-written). This file is not named ``inspect.py``: beside ``main.py``, which puts this
-folder on ``sys.path``, that name would hide Python's own ``inspect`` module.
+written).
 """
 
-import argparse
 import csv
 import os
 import sys
 
-try:
-    import keras_vit  # noqa: F401
-except ImportError:  # run from a checkout without installing
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from keras_vit import inspect  # noqa: E402
-from keras_vit.saving import StagedWrites  # noqa: E402
+from keras_vit import commands, inspect
+from keras_vit.commands.sources import load_any_model, read_folder
+from keras_vit.dependencies import require
+from keras_vit.saving import StagedWrites
 
 FIGURES = ("attention_rollout", "attention_distance", "position_embedding_similarity", "embedding_filters")
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = commands.parser("inspect", __doc__)
     parser.add_argument("model", help="a .keras file, a local preset folder or a preset name")
-    parser.add_argument("--images", help="a folder of images (default: the embedded digits' test split)")
+    parser.add_argument("--images", help="a folder of images (none: the embedded digits' test split)")
     parser.add_argument("--num_images", type=int, default=8, help="images shown and averaged over")
-    parser.add_argument("--output", help="folder for the figures (default: see above)")
-    parser.add_argument("--head_fusion", default="mean", choices=inspect.attention.HEAD_FUSIONS)
+    parser.add_argument("--output", help="folder for the figures (none: see above)")
+    parser.add_argument("--head_fusion", default="mean", choices=inspect.attention.HEAD_FUSIONS, help="rollout")
     parser.add_argument("--discard_ratio", type=float, default=0.0, help="rollout: weights dropped per block")
     parser.add_argument("--num_components", type=int, default=28, help="filter components shown")
     parser.add_argument("--overwrite", action="store_true", help="replace figures already there")
     return parser
-
-
-def load_any_model(source):
-    """A ``.keras`` file, a local preset folder or a preset name -> the model."""
-    import keras_vit
-    from keras_vit.saving import load_model
-
-    if os.path.isfile(source):
-        model = load_model(source)
-    else:
-        model = keras_vit.create_model(source)  # names and preset folders; unknown ones get suggestions
-    return inspect.attention.check_vit(model, source)
 
 
 def load_images(folder, count):
@@ -72,17 +55,10 @@ def load_images(folder, count):
         from keras_vit.data import load_digits
 
         return list(load_digits().test.images[:count])
-    import tensorflow as tf
-
-    from keras_vit.data import IMAGE_EXTENSIONS
-
-    if not os.path.isdir(folder):
-        raise ValueError(f"--images: expected a folder of images; {folder} is not a folder.")
-    names = sorted(n for n in os.listdir(folder) if n.lower().endswith(IMAGE_EXTENSIONS))[:count]
-    if not names:
-        raise ValueError(f"--images: no images ({', '.join(IMAGE_EXTENSIONS)}) in {folder}.")
-    read = lambda name: tf.io.decode_image(tf.io.read_file(os.path.join(folder, name)), 3, expand_animations=False)  # noqa: E731
-    return [read(name).numpy() for name in names]
+    try:
+        return read_folder(folder, count)
+    except ValueError as error:
+        raise ValueError(f"--images: {error}") from None
 
 
 def preprocess(model, raw):
@@ -186,17 +162,12 @@ def plot_filters(plt, path, components, title):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # files only: no display needed
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SystemExit("recipes/inspect_model.py draws with matplotlib: pip install 'keras-vit[inspect]'.") from None
+    require("matplotlib", "inspect").use("Agg")  # files only: no display needed
+    plt = require("matplotlib.pyplot", "inspect")
     try:
         if args.num_images < 1:
             raise ValueError(f"--num_images must be at least 1; got {args.num_images}.")
-        model = load_any_model(args.model)
+        model = inspect.attention.check_vit(load_any_model(args.model), args.model)
         raw = load_images(args.images, args.num_images)
         if args.output:
             output = args.output
@@ -248,7 +219,3 @@ def main(argv=None):
     for target in staging.targets.values():
         print(target)
     return staging.targets
-
-
-if __name__ == "__main__":
-    main()

@@ -1,21 +1,28 @@
 """The README's main job: pre-train on the embedded digits, then fine-tune at 1.5x resolution.
 
 Offline, on any backend (KERAS_BACKEND). Extra arguments apply to both phases, e.g.
-``python recipes/main.py --epochs 2`` for a smoke run.
+``keras-vit main --epochs 2`` for a smoke run; any flag of ``keras-vit pretrain --help``.
 """
 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import keras
 
-import finetune  # noqa: E402
-import keras  # noqa: E402
-import pretrain  # noqa: E402
+from keras_vit.commands import finetune, pretrain
+from keras_vit.training.config import build_parser as config_parser
+
+
+def build_parser():
+    # The flags are pre-training's, given to both phases.
+    return config_parser("digits_pretrain", "keras-vit main", __doc__.split("\n\n")[0])
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if {"-h", "--help"} & set(argv):
+        build_parser().print_help()
+        return 0
     first = pretrain.main(["--run_name", "main-pretrain", *argv])
     second = finetune.main(
         ["--run_name", "main-finetune", "--init_from", os.path.join(first.run_dir, "model.keras"), *argv]
@@ -26,7 +33,3 @@ def main(argv=None):
         size = result.model.input_shape[1]
         print(f"{phase:<12}{size:>12}{result.test_accuracy:>16.4f}{result.seconds:>10.1f}")
     return first, second
-
-
-if __name__ == "__main__":
-    main()

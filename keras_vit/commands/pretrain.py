@@ -1,9 +1,9 @@
 """Pre-train a ViT with the paper's recipe (Adam, weight decay 0.1, warm-up + linear decay).
 
-    python recipes/pretrain.py                                  # embedded digits, small ViT
-    python recipes/pretrain.py --preset paper_pretrain --dataset imagenet2012 --model vit_b16
-    python recipes/pretrain.py --learning_rate 3e-4 --epochs 5  # any RecipeConfig field
-    python recipes/pretrain.py --objective masked_patch_prediction   # self-supervised
+    keras-vit pretrain                                  # embedded digits, small ViT
+    keras-vit pretrain --preset paper_pretrain --dataset imagenet2012 --model vit_b16
+    keras-vit pretrain --learning_rate 3e-4 --epochs 5  # any RecipeConfig field
+    keras-vit pretrain --objective masked_patch_prediction   # self-supervised
 
 Writes saved_models/<run>/ (model.keras, best.keras, backup/, log.csv, tensorboard/).
 
@@ -12,24 +12,26 @@ Writes saved_models/<run>/ (model.keras, best.keras, backup/, log.csv, tensorboa
 (section 4.6): half of the patch embeddings are corrupted (80% [mask], 10% another
 patch's, 10% kept) and the model predicts each corrupted patch's 3-bit mean colour (512
 classes); the labels are unused, and the accuracy printed is that colour accuracy on the
-corrupted patches. recipes/finetune.py fine-tunes its model.keras as any other: the
+corrupted patches. ``keras-vit finetune`` fine-tunes its model.keras as any other: the
 [mask] embedding and the colour head are dropped, a fresh zero head is put on.
 """
 
 import sys
 
 from keras_vit.training import pretrain, run_command_line
+from keras_vit.training.config import build_parser as config_parser
+
+
+def build_parser():
+    return config_parser("digits_pretrain", "keras-vit pretrain", __doc__.split("\n\n")[0])
 
 
 def main(argv=None):
-    config, result = run_command_line(pretrain, sys.argv[1:] if argv is None else argv, "digits_pretrain")
+    argv = sys.argv[1:] if argv is None else argv
+    config, result = run_command_line(pretrain, argv, "digits_pretrain", "keras-vit pretrain", __doc__)
     if config.objective == "masked_patch_prediction":
         measure = "masked patch prediction: test colour accuracy on the corrupted patches"
     else:
         measure = "pre-training: test accuracy"
     print(f"{measure} {result.test_accuracy:.4f} in {result.seconds:.1f} s -> {result.run_dir}")
     return result
-
-
-if __name__ == "__main__":
-    main()

@@ -9,10 +9,14 @@ and so can every option of the model spec (``--depth 4``), which ``model_options
 import argparse
 import dataclasses
 import difflib
+import inspect
 import numbers
+import re
 import types
 import typing
 
+from keras_vit import quiet
+from keras_vit.checks import CommandLineParser
 from keras_vit.models.spec import ViTSpec
 
 
@@ -69,7 +73,7 @@ class RecipeConfig:
     strategy: str = "default"  # tf: default|mirrored|tpu; jax: default|data_parallel|model_parallel
     tpu: str = ""  # TPU name or grpc address for strategy=tpu ("" = the local TPU VM)
     seed: int = 0
-    verbose: int = 1  # Keras progress bars (1), one line per epoch (2), silent (0)
+    progress: int = 1  # Keras progress bars (1), one line per epoch (2), silent (0)
 
     def __post_init__(self):
         # Numbers out of range are refused here, before any data is read or any step taken.
@@ -202,16 +206,17 @@ def _parse_value(text, field):
         raise ValueError(f"--{field.name} expects {kind.__name__}, got {text!r}.") from None
 
 
-def run_command_line(recipe, argv, default_preset):
-    """``recipe(parse_args(argv, default_preset))`` for a recipe's ``main``: bad input (flags,
+def run_command_line(recipe, argv, default_preset, prog=None, doc=None):
+    """``recipe(parse_args(argv, default_preset))`` for a command's ``main``: bad input (flags,
     values, and what the recipe finds before its first step) is one line on stderr and exit
-    status 2; anything later is a bug and keeps its traceback."""
+    status 2; anything later is a bug and keeps its traceback. ``prog`` and the first
+    paragraph of ``doc`` head ``--help``."""
     import sys
 
     from keras_vit.training.run import RecipeInputError
 
     try:
-        config = parse_args(argv, default_preset)
+        config = parse_args(argv, default_preset, prog, doc)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -222,21 +227,44 @@ def run_command_line(recipe, argv, default_preset):
         raise SystemExit(2) from None
 
 
-def parse_args(argv, default_preset):
-    """Command line -> ``RecipeConfig``: ``--preset NAME`` plus ``--<field> VALUE`` pairs."""
-    parser = argparse.ArgumentParser(
-        description="keras-vit recipe. Every RecipeConfig field is a flag: --<field> VALUE.",
+def _field_notes():
+    """Each RecipeConfig field's comment in its source line, for ``--help``."""
+    lines = inspect.getsource(RecipeConfig).splitlines()
+    found = (re.match(r"\s+(\w+): [^#]*#\s*(.*)", line) for line in lines)
+    return {m[1]: m[2] for m in found if m and m[1] in FIELDS}
+
+
+def build_parser(default_preset, prog=None, description=None):
+    """The recipes' parser: ``--preset NAME`` and every field as ``--<field> VALUE``, each
+    with its value in ``default_preset`` in the help (a flag not given is not in the result)."""
+    parser = CommandLineParser(
+        prog=prog,
+        description=(description or "keras-vit recipe.")
+        + " Every RecipeConfig field and every ViTSpec option is a flag: --<field> VALUE.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--preset", default=default_preset, choices=sorted(PRESETS))
+    parser.add_argument("--preset", default=default_preset, choices=sorted(PRESETS), help="the defaults")
+    defaults = make_config(default_preset)
+    notes = _field_notes()
     for name in [*FIELDS, *MODEL_OPTIONS]:
-        parser.add_argument(f"--{name}", type=str, default=None, help="default: from the preset")
-    args, unknown = parser.parse_known_args(argv)
+        value = getattr(defaults, name) if name in FIELDS else defaults.model_options.get(name, "the model's")
+        note = notes.get(name) or ("a ViTSpec option" if name in MODEL_OPTIONS else "")
+        text = f"{note} (default: {value})".replace("%", "%%")  # argparse formats help with %
+        parser.add_argument(f"--{name}", default=argparse.SUPPRESS, metavar="VALUE", help=text)
+    quiet.add_flag(parser)
+    return parser
+
+
+def parse_args(argv, default_preset, prog=None, doc=None):
+    """Command line -> ``RecipeConfig``: ``--preset NAME`` plus ``--<field> VALUE`` pairs."""
+    description = doc.strip().split("\n\n")[0] if doc else None
+    args, unknown = build_parser(default_preset, prog, description).parse_known_args(argv)
     if unknown:
         keys = [u[2:].split("=")[0] for u in unknown if u.startswith("--")]
         raise ValueError(_unknown_keys_message(keys or unknown, flags=True))
     overrides = {
         name: _parse_value(value, FIELDS.get(name) or MODEL_OPTIONS[name])
         for name, value in vars(args).items()
-        if name != "preset" and value is not None
+        if name not in ("preset", "verbose")
     }
     return make_config(args.preset, **overrides)

@@ -314,7 +314,7 @@ def _fit(config, recipe, extra_callbacks):
             steps_per_epoch=config.steps_per_epoch,
             validation_data=validation,
             callbacks=_callbacks(run_dir, extra_callbacks, fewshot),
-            verbose=config.verbose,
+            verbose=config.progress,
             shuffle=False,  # the pipeline shuffles, seeded
         )
         save_model(model, os.path.join(run_dir, "model.keras"))

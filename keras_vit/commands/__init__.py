@@ -1,0 +1,109 @@
+"""keras-vit's command line: ``keras-vit COMMAND [options]``.
+
+Installed with the package as the ``keras-vit`` program (also ``python -m keras_vit``);
+the scripts in the source tree's ``recipes/`` run the same commands. Each command is a
+module here with ``main(argv)``; ``keras-vit COMMAND --help`` lists its flags and their
+defaults. Bad input is one line on stderr and exit status 2, as is a feature whose
+package is not installed (naming the extra that installs it); a traceback is for bugs.
+The backends' start-up lines are held back (``keras_vit/quiet.py``); ``--verbose`` or
+``KERAS_VIT_VERBOSE=1`` shows them.
+
+Example:
+    >>> main(["presets", "vit_ti16.augreg_in21k_ft_in1k_384"])  # doctest: +ELLIPSIS
+    vit_ti16.augreg_in21k_ft_in1k_384
+      file            https://storage.googleapis.com/vit_models/augreg/Ti_16-i21k-300ep-...
+      ImageNet top-1  78.44% ...
+    0
+"""
+
+import argparse
+import difflib
+import importlib
+import sys
+
+from keras_vit import quiet
+from keras_vit.checks import CommandLineParser
+from keras_vit.dependencies import MissingDependencyError
+
+# command: (module, what it does); the order of ``keras-vit --help``.
+COMMANDS = {
+    "pretrain": ("pretrain", "pre-train a ViT with the paper's recipe (the embedded digits by default)"),
+    "finetune": ("finetune", "fine-tune a pre-trained ViT at a higher resolution"),
+    "main": ("main_job", "the README's main job: pre-train on the digits, fine-tune at 1.5x, test accuracy"),
+    "classify": ("classify", "classify image files with a model file or a pretrained preset"),
+    "export": ("export", "export for serving: SavedModel, LiteRT, ONNX, .pt2, each verified"),
+    "fewshot": ("fewshot", "few-shot linear evaluation of a model's representation"),
+    "inspect": ("inspect_model", "the paper's figures: attention rollout and distance, position similarity"),
+    "presets": ("presets", "the pretrained presets as a table, or one preset's card"),
+}
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The description as written; each flag's default after its help."""
+
+
+def parser(command, doc, **options):
+    """A command's parser: ``keras-vit COMMAND``, the first paragraph of ``doc`` as its
+    description, every flag's default in ``--help``, and ``--verbose``."""
+    made = CommandLineParser(
+        prog=f"keras-vit {command}",
+        description=doc.strip().split("\n\n")[0],
+        formatter_class=_HelpFormatter,
+        **options,
+    )
+    quiet.add_flag(made)
+    return made
+
+
+def usage():
+    """``keras-vit --help``: the commands, one a line."""
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {about}" for name, (_, about) in COMMANDS.items()]
+    return "\n".join(
+        [
+            "usage: keras-vit [--verbose] COMMAND [options]",
+            "",
+            "The Vision Transformer for Keras 3 (TensorFlow, JAX, PyTorch: set KERAS_BACKEND).",
+            "",
+            "commands:",
+            *lines,
+            "",
+            "keras-vit COMMAND --help lists a command's flags and their defaults.",
+            "--verbose (or KERAS_VIT_VERBOSE=1) shows the backends' start-up lines and warnings.",
+        ]
+    )
+
+
+def command(name):
+    """The module of command ``name``, or ValueError naming the commands (and the closest)."""
+    if name not in COMMANDS:
+        close = difflib.get_close_matches(name, COMMANDS, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ValueError(f"Unknown command {name!r}{hint}; expected one of {', '.join(COMMANDS)}.")
+    return importlib.import_module(f"keras_vit.commands.{COMMANDS[name][0]}")
+
+
+def main(argv=None):
+    """Runs ``keras-vit`` with ``argv`` (default: the process's); returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--verbose"]:  # quiet.verbose() has seen it; commands take it too
+        argv = argv[1:] + ["--verbose"]
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(), file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        from keras_vit import __version__
+
+        print(f"keras-vit {__version__}")
+        return 0
+    try:
+        module = command(argv[0])
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    try:
+        status = module.main(argv[1:])
+    except MissingDependencyError as error:  # from a command's first use of a feature
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return status if isinstance(status, int) else 0  # the training commands return their run

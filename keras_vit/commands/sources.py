@@ -1,0 +1,38 @@
+"""What the commands read: a model by file, preset folder or name, and image files."""
+
+import os
+
+import numpy as np
+
+
+def load_any_model(source):
+    """A ``.keras`` file (or a checkpoint with its architecture), a local preset folder or a
+    preset name -> the model; an unknown name gets suggestions."""
+    import keras_vit
+
+    return keras_vit.load_model(source) if os.path.isfile(source) else keras_vit.create_model(source)
+
+
+def read_image(path):
+    """One image file -> ``(height, width, 3)`` uint8 RGB; ValueError naming it if unreadable."""
+    from PIL import Image  # a dependency of keras-vit's own
+
+    try:
+        with Image.open(path) as image:
+            return np.asarray(image.convert("RGB"))
+    except FileNotFoundError:
+        raise ValueError(f"Expected an image file; {path} does not exist.") from None
+    except (OSError, ValueError) as error:  # PIL's UnidentifiedImageError is an OSError
+        raise ValueError(f"Cannot read {path} as an image ({error}).") from None
+
+
+def read_folder(folder, count=None):
+    """Up to ``count`` images of ``folder``, sorted by name, as uint8 RGB arrays."""
+    from keras_vit.data import IMAGE_EXTENSIONS
+
+    if not os.path.isdir(folder):
+        raise ValueError(f"Expected a folder of images; {folder} is not a folder.")
+    names = sorted(n for n in os.listdir(folder) if n.lower().endswith(IMAGE_EXTENSIONS))[:count]
+    if not names:
+        raise ValueError(f"Expected images ({', '.join(IMAGE_EXTENSIONS)}) in {folder}; found none.")
+    return [read_image(os.path.join(folder, name)) for name in names]
