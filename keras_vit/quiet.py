@@ -7,8 +7,11 @@ log level applies; later come "failed call to cuInit" and the XLA service's line
 imported by Keras (its backend, or lazily on the others: ``set_random_seed``, tf.data),
 by tensorflow-datasets and by keras-vit, so ``hold_back()`` catches the import itself,
 whoever asks for it: stderr goes to a temporary file meanwhile (kept in ``held``, and
-written out if the import fails), ``TF_CPP_MIN_LOG_LEVEL=3`` silences the later C++
-lines, and TensorFlow's and absl's Python loggers go to ERROR.
+written out if the import fails), and so does its device discovery ("failed call to
+cuInit" on a machine without a GPU). ``TF_CPP_MIN_LOG_LEVEL=1`` (Keras' own default)
+keeps the later INFO lines (the XLA service's) out, TensorFlow's C++ warnings in (a
+corrupt image skipped by a pipeline), and TensorFlow's and absl's Python loggers go to
+ERROR (retracing warnings).
 
 keras-vit's commands hold it back: the ``keras-vit`` program, ``python -m keras_vit`` and
 the recipes (which set ``KERAS_VIT_QUIET=1``). ``--verbose`` or ``KERAS_VIT_VERBOSE=1``
@@ -85,6 +88,8 @@ class _HeldBackLoader:
     def exec_module(self, module):
         with _stderr_held():
             self._loader.exec_module(module)
+            if module.__name__ == "tensorflow":
+                module.config.list_physical_devices()  # the platforms' start-up lines (cuInit)
         for name in ("tensorflow", "absl"):  # retracing warnings and the like
             logging.getLogger(name).setLevel(logging.ERROR)
 
@@ -111,7 +116,7 @@ def hold_back():
     lines back for the rest of the process; elsewhere does nothing. Returns whether it did."""
     if not is_command() or verbose():
         return False
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # the C++ lines after start-up
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # the C++ INFO lines after start-up
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
     return True

@@ -148,8 +148,11 @@ def test_a_training_run_killed_mid_epoch_resumes_and_finishes_as_an_uninterrupte
     code = RUN.replace("{OPTIONS}", repr(OPTIONS))
     run_dir, counter = tmp_path / "killed" / "run", tmp_path / "steps"
     command = [sys.executable, "-c", code, str(tmp_path / "killed"), str(counter)]
-    # A random step of the second or third epoch, never at an epoch's end.
-    kill_at = random.choice([s for s in range(STEPS + 2, 3 * STEPS - 1) if s % STEPS not in (0, STEPS - 1)])
+    # A random step of the second or third epoch, never at an epoch's end; drawn from the OS,
+    # not the seeded generators (every run would kill at one step), and named in each assertion.
+    kill_at = random.SystemRandom().choice(
+        [s for s in range(STEPS + 2, 3 * STEPS - 1) if s % STEPS not in (0, STEPS - 1)]
+    )
     child = subprocess.Popen(command, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and child.poll() is None and steps_done(counter) < kill_at:

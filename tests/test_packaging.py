@@ -130,6 +130,7 @@ def test_the_wheel_installs_with_one_backend_and_works(tmp_path, rng):
         facts["presets"] = len(keras_vit.list_models(pretrained=True))
         facts["card"] = keras_vit.get_preset("vit_b16.augreg2_in21k_ft_in1k").card()
         for key, call in (("data", lambda: keras_vit.data.load_dataset("digits")),
+                          ("tfds", lambda: keras_vit.data.load_dataset("cifar10")),
                           ("torch", lambda: keras_vit.load_weights(model, "model.pth"))):
             try:
                 call()
@@ -149,6 +150,7 @@ def test_the_wheel_installs_with_one_backend_and_works(tmp_path, rng):
     assert facts["tabby"] == "tabby, tabby cat" and facts["classes_21k"] == 21843
     assert facts["presets"] == len(keras_vit.list_models(pretrained=True)) and "augreg2" in facts["card"]
     assert "pip install 'keras-vision-transformer[data]'" in facts["data"], facts
+    assert facts["tfds"].startswith("tensorflow") and "keras-vision-transformer[data]" in facts["tfds"], facts
     assert "pip install 'keras-vision-transformer[torch]'" in facts["torch"], facts
 
     # The same file gives the same logits as the source tree here.

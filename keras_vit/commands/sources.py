@@ -34,5 +34,5 @@ def read_folder(folder, count=None):
         raise ValueError(f"Expected a folder of images; {folder} is not a folder.")
     names = sorted(n for n in os.listdir(folder) if n.lower().endswith(IMAGE_EXTENSIONS))[:count]
     if not names:
-        raise ValueError(f"Expected images ({', '.join(IMAGE_EXTENSIONS)}) in {folder}; found none.")
+        raise ValueError(f"Expected a folder of images ({', '.join(IMAGE_EXTENSIONS)}); {folder} has no images.")
     return [read_image(os.path.join(folder, name)) for name in names]

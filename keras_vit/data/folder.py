@@ -8,6 +8,7 @@ tf.data, so a large folder costs no memory until it is read.
 
 import os
 import warnings
+import zlib
 
 import numpy as np
 
@@ -77,11 +78,29 @@ def _cut_short(path, head):
     return size < int.from_bytes(head[2:6], "little")  # BMP: the size its header states
 
 
+def _png_damaged(path):
+    """Whether a PNG's chunks fail their CRC-32 (bytes changed inside: a bad copy or disk).
+    Reads the file once; a PNG is the one format whose every part carries a checksum."""
+    with open(path, "rb") as f:
+        f.seek(8)
+        while True:
+            header = f.read(8)
+            if len(header) < 8:
+                return True  # no IEND: structure broken
+            length = int.from_bytes(header[:4], "big")
+            data, crc = f.read(length), f.read(4)
+            if len(data) < length or zlib.crc32(header[4:] + data) != int.from_bytes(crc, "big"):
+                return True
+            if header[4:] == b"IEND":
+                return False
+
+
 def _check_images(paths):
     """Refuses, before any training, files whose first bytes are no image format's (a
-    renamed text file, an HTML error page saved as .jpg); returns the images cut short,
-    which are skipped with a warning naming them. Reads 8 bytes and the end of each."""
-    bad, short, unreadable = [], [], []
+    renamed text file, an HTML error page saved as .jpg) or that cannot be opened; returns
+    the images cut short or damaged inside (a PNG checksum), which are skipped with a
+    warning naming them. Reads 8 bytes and the end of each file, and each PNG whole."""
+    bad, short, unreadable, damaged = [], [], [], []
     for path in paths:
         try:
             with open(path, "rb") as f:
@@ -93,6 +112,8 @@ def _check_images(paths):
             bad.append(path)
         elif _cut_short(path, head):
             short.append(path)
+        elif head.startswith(b"\x89PNG") and _png_damaged(path):
+            damaged.append(path)
     if unreadable:
         raise ValueError(
             f"{len(unreadable)} image file(s) cannot be read: {_listing(unreadable)}. Expected readable image "
@@ -109,7 +130,13 @@ def _check_images(paths):
             "Copy them again to use them.",
             stacklevel=3,
         )
-    return set(short)
+    if damaged:
+        warnings.warn(
+            f"Skipping {len(damaged)} image(s) damaged inside (a PNG checksum does not match): "
+            f"{_listing(damaged)}. Copy them again to use them.",
+            stacklevel=3,
+        )
+    return set(short) | set(damaged)
 
 
 def _without(paths, labels, skipped):
@@ -150,9 +177,11 @@ def load_image_folder(path, validation_fraction=0.1, test_fraction=0.2, seed=0):
 
     Raises ValueError, before any image is decoded, when the folder holds no images (naming
     the extensions looked for), fewer than two classes, or files that are not images by
-    their first bytes (naming them). An image cut short (its format's end marker missing)
-    is skipped with a warning naming it; one corrupt inside, which only decoding finds,
-    is skipped with TensorFlow's warning when the pipeline reaches it.
+    their first bytes, or files that cannot be opened (naming them). An image cut short
+    (its format's end marker missing) or a PNG damaged inside (a chunk's checksum) is
+    skipped with a warning naming it; any other image that fails to decode (a JPEG's
+    entropy-coded data, which carries no checksum) is skipped with TensorFlow's warning
+    when the pipeline reaches it, never a crash mid-epoch.
 
     Example:
         >>> import os, tempfile, numpy as np
