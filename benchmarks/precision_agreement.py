@@ -27,16 +27,16 @@ from keras_vit.data import load_dataset, preprocess_split
 PRECISIONS = ("mixed_bfloat16", "int8", "float8", "int4")
 
 
-def _reduced(model, precision):
+def reduced(model, precision):
     """The same weights in ``precision``: a mixed policy, or a Keras quantization mode."""
     if precision.startswith("mixed_"):
-        reduced = keras_vit.VisionTransformer(model.spec, dtype=precision, name=model.name)
-        reduced.set_weights(model.get_weights())
-        return reduced
-    reduced = keras_vit.VisionTransformer.from_config(model.get_config())
-    reduced.set_weights(model.get_weights())
-    reduced.quantize(precision)
-    return reduced
+        copy = keras_vit.VisionTransformer(model.spec, dtype=precision, name=model.name)
+        copy.set_weights(model.get_weights())
+        return copy
+    copy = keras_vit.VisionTransformer.from_config(model.get_config())
+    copy.set_weights(model.get_weights())
+    copy.quantize(precision)
+    return copy
 
 
 def agreement(model_file, precisions=PRECISIONS):
@@ -47,7 +47,7 @@ def agreement(model_file, precisions=PRECISIONS):
     float32 = reference.argmax(-1)
     rows = [("float32", 1.0, float(np.mean(float32 == labels)), 0.0)]
     for precision in precisions:
-        logits = np.asarray(_reduced(model, precision).predict(images, verbose=0), "float32")
+        logits = np.asarray(reduced(model, precision).predict(images, verbose=0), "float32")
         predicted = logits.argmax(-1)
         difference = float(np.abs(logits - reference).max())
         rows.append((precision, float(np.mean(predicted == float32)), float(np.mean(predicted == labels)), difference))

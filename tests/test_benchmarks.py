@@ -121,3 +121,18 @@ def test_checkpoint_loading_quick_mode_measures_build_load_and_memory(tmp_path, 
     if BACKEND == "torch":
         assert rows[1]["ratio"] == 1.0 and rows[0]["ratio"] > 0
     assert "vs timm" in capsys.readouterr().out
+
+
+def test_reduced_precision_quick_mode_times_every_path_in_one_process(capsys):
+    reduced_precision = _import_benchmark("reduced_precision")
+    ((backend, rows),) = reduced_precision.main(["--quick", "--backends", BACKEND])
+    assert backend == BACKEND
+    paths = [row[0] for row in rows]
+    assert paths == [*reduced_precision.KERAS_PATHS, *reduced_precision.LITERT_PATHS]
+    by_path = {row[0]: row for row in rows}
+    for path, ms, per_s, speed, spread, same in rows:
+        assert ms is not None, f"{path} failed: {spread}"
+        assert ms > 0 and per_s == pytest.approx(4 / (ms / 1e3)) and speed > 0 and 0 <= same <= 1
+    fastest = max(reduced_precision.FLOAT32, key=lambda p: by_path[p][2])
+    assert by_path[fastest][3] == 1.0 and by_path["float32"][5] == 1.0  # float32 agrees with itself
+    assert f"backend {BACKEND}: speed over the fastest float32 path ({fastest})" in capsys.readouterr().out
