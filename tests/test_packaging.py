@@ -197,3 +197,14 @@ def test_classify_prints_each_images_top_classes_as_the_model_computes_them(tmp_
         assert row["image"] == str(photos / f"{image}.png") and row["class"] == ["cat", "dog", "fox"][index]
         assert abs(float(row["probability"]) - expected[image, index]) < 1e-5
         assert printed[3 * image + 1 + rank].endswith(f"{row['class']} ({index})")
+
+
+def test_the_extras_that_errors_name_are_the_distributions_own():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    from keras_vit import dependencies
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)["project"]
+    assert dependencies.DISTRIBUTION == project["name"]
+    assert set(dependencies.EXTRAS) <= set(project["optional-dependencies"])
+    assert project["scripts"]["keras-vit"] == "keras_vit.commands:main"
