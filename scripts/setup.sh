@@ -13,7 +13,9 @@ CONSTRAINTS=${KERAS_VIT_CONSTRAINTS-constraints/cpu.txt}
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
-PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
+# -qq: errors only (a machine's pip configuration can warn on every call, e.g. about a missing
+# find-links folder, which would bury the main job's output).
+PIP=("$VENV/bin/python" -m pip install --quiet --quiet --disable-pip-version-check)
 [ -n "$CONSTRAINTS" ] && PIP+=(-c "$CONSTRAINTS")
 
 stamp="$VENV/.keras-vit-installed"
