@@ -55,6 +55,24 @@ def parser(command, doc, **options):
     return made
 
 
+def bad_input(error):
+    """Answers bad input as every command does: one line on stderr, exit status 2."""
+    print(f"error: {error}", file=sys.stderr)
+    raise SystemExit(2) from None
+
+
+def write_csv(path, header, rows):
+    """A table as CSV at ``path``, written beside it and renamed (never half-written)."""
+    import csv
+
+    from keras_vit.saving import atomic_path
+
+    with atomic_path(path) as staged, open(staged, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
 def usage():
     """``keras-vit --help``: the commands, one a line."""
     width = max(map(len, COMMANDS))

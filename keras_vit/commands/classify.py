@@ -12,12 +12,10 @@ Exit status 2 for bad input (a file that is not an image, an unknown model), bef
 image goes through the model.
 """
 
-import csv
 import os
-import sys
 
 from keras_vit import commands
-from keras_vit.commands.sources import load_any_model, read_folder, read_image
+from keras_vit.commands.sources import image_paths, load_any_model, read_image
 
 
 def build_parser():
@@ -32,16 +30,8 @@ def build_parser():
 
 def _images(sources):
     """(file name, uint8 image) for every file given and every image of every folder given."""
-    found = []
-    for source in sources:
-        if os.path.isdir(source):
-            from keras_vit.data import IMAGE_EXTENSIONS
-
-            names = sorted(n for n in os.listdir(source) if n.lower().endswith(IMAGE_EXTENSIONS))
-            found += zip((os.path.join(source, n) for n in names), read_folder(source))
-        else:
-            found.append((source, read_image(source)))
-    return found
+    paths = [p for source in sources for p in (image_paths(source) if os.path.isdir(source) else [source])]
+    return [(path, read_image(path)) for path in paths]
 
 
 def _class_names(model):
@@ -70,8 +60,7 @@ def main(argv=None):
                 "recipe's model.keras or a saved preset (keras_vit.save_preset), which carry theirs."
             )
     except (ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+        commands.bad_input(error)
     from keras_vit.labels import decode_predictions
 
     probabilities = model.classify([image for _, image in images], batch_size=args.batch_size)
@@ -83,10 +72,5 @@ def main(argv=None):
             print(f"  {rank}. {score:7.2%}  {name} ({index})")
             rows.append((path, rank, index, name, f"{score:.6f}"))
     if args.csv:
-        from keras_vit.saving import atomic_path
-
-        with atomic_path(args.csv) as path, open(path, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["image", "rank", "index", "class", "probability"])
-            writer.writerows(rows)
+        commands.write_csv(args.csv, ["image", "rank", "index", "class", "probability"], rows)
     return 0

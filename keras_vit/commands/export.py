@@ -102,12 +102,6 @@ def build_parser():
     return parser
 
 
-def _bad_input(error):
-    """One line on stderr and exit status 2, as every recipe answers bad input."""
-    print(f"error: {error}", file=sys.stderr)
-    raise SystemExit(2)
-
-
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -118,14 +112,14 @@ def main(argv=None):
             formats = tuple(f for f in formats if not FORMATS[f].needs_representative_data)
             print("note: tflite_int8 skipped; give --representative_data digits to include it", file=sys.stderr)
     except ValueError as error:
-        _bad_input(error)
+        commands.bad_input(error)
     try:
         options = {name: getattr(args, name) for name in _EXPORT_OPTIONS}
         result = export_model(args.model_file, args.output, formats, model_kwargs=dict(args.model_arg), **options)
     except FileExistsError as error:
-        _bad_input(f"{error} --overwrite replaces them.")
+        commands.bad_input(f"{error} --overwrite replaces them.")
     except ValueError as error:  # InvalidModelFileError is one too
-        _bad_input(error)
+        commands.bad_input(error)
     except ExportError as error:
         print(f"export failed, nothing was written: {error}", file=sys.stderr)
         return 1

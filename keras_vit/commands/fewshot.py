@@ -13,8 +13,6 @@ found before any image goes through the model.
 """
 
 import argparse
-import csv
-import sys
 
 from keras_vit import commands
 from keras_vit.commands.sources import load_any_model
@@ -59,19 +57,14 @@ def main(argv=None):
         labels = train.labels if train.labels is not None else [y for _, y in train.as_dataset().as_numpy_iterator()]
         check_shots(labels, args.shots, splits.info.num_classes)
     except (ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+        commands.bad_input(error)
     validation = splits.validation if len(args.l2) > 1 else None
     result = fewshot_linear_eval(model, train, splits.test, args.shots, args.seeds, args.l2, validation,
                                  batch_size=args.batch_size)  # fmt: skip
     print(f"{model.name} on {args.dataset} ({result.num_test} test images): few-shot linear accuracy")
     print(result.table())
     if args.csv:
-        from keras_vit.saving import atomic_path
-
-        with atomic_path(args.csv) as path, open(path, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["shots", "seed", "accuracy", "l2"])
-            for shots, values in result.accuracy.items():
-                writer.writerows((shots, seed, f"{v:.6f}", result.l2[shots]) for seed, v in enumerate(values))
+        rows = [(shots, seed, f"{v:.6f}", result.l2[shots]) for shots, values in result.accuracy.items()
+                for seed, v in enumerate(values)]  # fmt: skip
+        commands.write_csv(args.csv, ["shots", "seed", "accuracy", "l2"], rows)
     return result

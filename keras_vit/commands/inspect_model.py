@@ -24,7 +24,6 @@ written).
 
 import csv
 import os
-import sys
 
 import numpy as np
 
@@ -181,8 +180,7 @@ def main(argv=None):
 
         check_targets(paths.values(), args.overwrite)
     except (ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+        commands.bad_input(error)
 
     images, shown = preprocess(model, raw)
     spec = model.spec

@@ -26,13 +26,18 @@ def read_image(path):
         raise ValueError(f"Cannot read {path} as an image ({error}).") from None
 
 
-def read_folder(folder, count=None):
-    """Up to ``count`` images of ``folder``, sorted by name, as uint8 RGB arrays."""
+def image_paths(folder):
+    """The image files of ``folder``, sorted by name; ValueError if it is none or has none."""
     from keras_vit.data import IMAGE_EXTENSIONS
 
     if not os.path.isdir(folder):
         raise ValueError(f"Expected a folder of images; {folder} is not a folder.")
-    names = sorted(n for n in os.listdir(folder) if n.lower().endswith(IMAGE_EXTENSIONS))[:count]
+    names = sorted(n for n in os.listdir(folder) if n.lower().endswith(IMAGE_EXTENSIONS))
     if not names:
         raise ValueError(f"Expected a folder of images ({', '.join(IMAGE_EXTENSIONS)}); {folder} has no images.")
-    return [read_image(os.path.join(folder, name)) for name in names]
+    return [os.path.join(folder, name) for name in names]
+
+
+def read_folder(folder, count=None):
+    """Up to ``count`` images of ``folder``, sorted by name, as uint8 RGB arrays."""
+    return [read_image(path) for path in image_paths(folder)[:count]]
