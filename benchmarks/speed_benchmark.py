@@ -12,9 +12,10 @@ backward, AdamW); float32 and ``mixed_bfloat16``. Engines:
     timm, timm-compile        timm's VisionTransformer in PyTorch, eager and torch.compile
     hf                        transformers' ViTForImageClassification (SDPA attention)
 
-Every PyTorch engine (the torch backend's Keras ones, timm, hf) runs in one process, the
-others each in their own: the torch matmul peak varies from process to process here
-(110-185 GFLOP/s), so only rows measured in the same process compare. Within a process
+The engines of one framework run in one process: keras-vit and keras-hub on tensorflow in
+one, on jax in another, and every PyTorch engine (the torch backend's Keras ones, timm, hf)
+in a third. The matmul peak varies from process to process here (torch: 110-185 GFLOP/s),
+so only rows measured in the same process compare. Within a process
 the engines are timed in --repeats rounds, taking turns step by step (the order rotating
 from round to round), so that a change in the machine's speed falls on all of them alike;
 a row's time is the median over rounds of each round's median step, and each ratio comes
@@ -58,8 +59,6 @@ ENGINES = (
     + tuple(f"keras-hub:{b}" for b in BACKENDS)
     + ("timm", "timm-compile", "hf")
 )
-# The engines measured together in one process (see the module docstring).
-TORCH_PROCESS = ("keras-vit:torch", COMPILED, "keras-hub:torch", "timm", "timm-compile", "hf")
 PRECISIONS = ("float32", "mixed_bfloat16")
 MODES = {"infer_b1": ("infer", 1), "infer_b32": ("infer", 32), "train_b32": ("train", 32)}
 COLUMNS = (
@@ -468,15 +467,12 @@ def worker_rows(stdout):
 
 
 def process_groups(engines):
-    """The engines measured together, one list per process: every PyTorch engine in one
-    (at the place of the first), every other engine alone."""
-    groups, torch_group = [], [e for e in engines if e in TORCH_PROCESS]
+    """The engines measured together, one list per process: those of one framework (see
+    ``_backend``), in the order of their first engine."""
+    groups = {}
     for engine in engines:
-        if engine not in TORCH_PROCESS:
-            groups.append([engine])
-        elif engine == torch_group[0]:
-            groups.append(torch_group)
-    return groups
+        groups.setdefault(_backend(engine), []).append(engine)
+    return list(groups.values())
 
 
 def _worker_command(engines, args):
