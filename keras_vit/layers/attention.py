@@ -61,14 +61,17 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def call(self, tokens, return_attention_scores=False, training=None):
         length, width = ops.shape(tokens)[1], tokens.shape[2]  # length: a tensor where the graph has none
-        qkv = ops.reshape(call_inline(self.qkv, tokens), (-1, length, 3, self.num_heads, self.head_dim))
+        # The projections run on 2-D token rows, where TensorFlow's graph optimizer fuses a
+        # matmul with its bias (see MlpBlock).
+        rows = ops.reshape(tokens, (-1, width))
+        qkv = ops.reshape(call_inline(self.qkv, rows), (-1, length, 3, self.num_heads, self.head_dim))
         query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # (batch, length, heads, dim)
         dropout_active = training and self.attention_dropout_rate > 0
         if return_attention_scores or dropout_active:
             out, weights = self._explicit_attention(query, key, value, training)
         else:
             out, weights = ops.dot_product_attention(query, key, value), None
-        out = call_inline(self.out, ops.reshape(out, (-1, length, width)))
+        out = ops.reshape(call_inline(self.out, ops.reshape(out, (-1, width))), (-1, length, width))
         return (out, weights) if return_attention_scores else out
 
     def _explicit_attention(self, query, key, value, training):

@@ -8,6 +8,17 @@ from keras_vit.layers.stochastic_depth import DropPath
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
+def gelu_tanh(x):
+    """GELU's tanh approximation, the form of the original JAX code (flax's ``nn.gelu``).
+
+    >>> import numpy as np
+    >>> round(float(gelu_tanh(np.float32(1.0))), 4)
+    0.8412
+    """
+    return keras.ops.gelu(x, approximate=True)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
 class MlpBlock(keras.layers.Layer):
     """Dense -> GELU -> dropout -> Dense -> dropout, the paper's MLP (eq. 3).
 
@@ -19,7 +30,11 @@ class MlpBlock(keras.layers.Layer):
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     ``fc1`` and ``fc2`` are Keras ``Dense`` layers: ``model.quantize(...)`` quantizes them,
-    and ``get_config`` keeps their quantized policies (see ``dtype_policy_config``).
+    and ``get_config`` keeps their quantized policies (see ``dtype_policy_config``). The
+    GELU is ``fc1``'s activation, and both run on the token rows flattened to 2-D: so
+    TensorFlow's graph optimizer (Grappler, without XLA: Keras' default on CPU) fuses the
+    matmul, its bias and the GELU into one oneDNN kernel. Three-dimensional matmuls, or a
+    GELU outside ``fc1``'s name scope, defeat that fusion (ViT-Ti/16 10% slower).
 
     Example:
     >>> import numpy as np
@@ -36,7 +51,10 @@ class MlpBlock(keras.layers.Layer):
     def build(self, input_shape):
         # Sublayers are made and built here, in this layer's name scope, so that their
         # paths are complete: a reloaded quantized block finds their policies by path.
-        self.fc1 = keras.layers.Dense(self.mlp_dim, name="fc1", dtype=sublayer_policy(self, "fc1"))
+        activation = gelu_tanh if self.gelu_approximate else "gelu"  # Keras' "gelu" is the exact (erf) form
+        self.fc1 = keras.layers.Dense(
+            self.mlp_dim, activation=activation, name="fc1", dtype=sublayer_policy(self, "fc1")
+        )
         self.fc1.build(input_shape)
         self.fc2 = keras.layers.Dense(input_shape[-1], name="fc2", dtype=sublayer_policy(self, "fc2"))
         self.fc2.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
@@ -46,9 +64,10 @@ class MlpBlock(keras.layers.Layer):
         self.dropout.build(input_shape)
 
     def call(self, x, training=None):
-        x = keras.ops.gelu(call_inline(self.fc1, x), approximate=self.gelu_approximate)
-        x = call_inline(self.dropout, x, training=training)
-        return call_inline(self.dropout, call_inline(self.fc2, x), training=training)
+        rows = keras.ops.reshape(x, (-1, x.shape[-1]))  # (batch * tokens, width): see the class docstring
+        rows = call_inline(self.dropout, call_inline(self.fc1, rows), training=training)
+        rows = call_inline(self.dropout, call_inline(self.fc2, rows), training=training)
+        return keras.ops.reshape(rows, keras.ops.shape(x))
 
     def compute_output_shape(self, input_shape):
         return input_shape
