@@ -3,7 +3,7 @@
 The types let callers tell bad input (``ValueError``, ``InvalidModelFileError``,
 ``FileExistsError``; nothing was done) from a failed conversion (``ExportError``; nothing
 was left behind). Converters report TensorFlow op paths such as
-``vit_1/block_0_1/mlp_1/Gelu/Erfc``: the name scopes are the Keras layer names, with a
+``vit_1/block_0_1/mlp_1/fc1_1/Gelu/Erfc``: the name scopes are the Keras layer names, with a
 ``_<n>`` suffix TensorFlow adds to keep scopes unique. Mapping them back lets an
 ``UnconvertibleModelError`` say which layer to change.
 """

@@ -65,7 +65,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # matmul with its bias (see MlpBlock).
         rows = ops.reshape(tokens, (-1, width))
         qkv = ops.reshape(call_inline(self.qkv, rows), (-1, length, 3, self.num_heads, self.head_dim))
-        query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # (batch, length, heads, dim)
+        # Unstacked, not sliced: the gradient of an unstack is one stack, where three
+        # slices each write a zero-filled gradient of the whole qkv tensor, then summed.
+        query, key, value = ops.unstack(qkv, 3, axis=2)  # (batch, length, heads, dim)
         dropout_active = training and self.attention_dropout_rate > 0
         if return_attention_scores or dropout_active:
             out, weights = self._explicit_attention(query, key, value, training)

@@ -12,7 +12,7 @@ def _inline_pays():
 
     TensorFlow and JAX run compiled steps (``tf.function``, ``jax.jit``) that pay Keras'
     bookkeeping once, at trace time, and the name scopes it opens are what name the ops
-    of a traced graph (``block_0/mlp/Erf``), which the export's errors map back to layers
+    of a traced graph (``block_0/mlp/fc1/Gelu``), which the export's errors map back to layers
     (``unsupported_ops``). ``torch.compile`` and ``torch.export`` trace through
     ``Layer.__call__`` too; ``torch.compiler.is_compiling()`` is true in both (and
     constant while tracing) and costs about 0.1 us eagerly.
