@@ -24,6 +24,13 @@ def _import_benchmark(name):
         sys.path.remove(os.path.join(REPO, "benchmarks"))
 
 
+def _assert_paired_by_round(speedups):
+    """Each ratio is the median of the rounds' ratios, so it lies within their range."""
+    for ratio in speedups:
+        low, high = (float(v) for v in ratio["spread"].split("-"))
+        assert 0 < low <= ratio["speedup"] <= high
+
+
 @pytest.fixture(scope="module")
 def speed_benchmark():
     return _import_benchmark("speed_benchmark")
@@ -57,9 +64,7 @@ def test_quick_mode_measures_every_row_beside_the_peers(speed_benchmark, tmp_pat
     ]
     # One framework's engines share a process, so that their rows compare round by round.
     assert len({row["process"] for row in rows}) == 1
-    for ratio in speed_benchmark.ratios(rows):
-        low, high = (float(v) for v in ratio["spread"].split("-"))
-        assert 0 < low <= ratio["speedup"] <= high
+    _assert_paired_by_round(speed_benchmark.ratios(rows))
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason=f"the compiled engine is the torch backend's own; this is {BACKEND}")
@@ -79,9 +84,7 @@ def test_quick_mode_compiled_torch_rows_interleaved_with_timm(speed_benchmark, t
         (speed_benchmark.COMPILED, "keras-vit:torch"),
         (speed_benchmark.COMPILED, "timm"),
     }
-    for ratio in speedups:  # paired by round: the median of the rounds' ratios, within their range
-        low, high = (float(v) for v in ratio["spread"].split("-"))
-        assert 0 < low <= ratio["speedup"] <= high
+    _assert_paired_by_round(speedups)
     assert "spread" in printed and speed_benchmark.COMPILED in printed
 
 
