@@ -4,7 +4,9 @@ For each Keras backend, in one process each, three rates in GFLOP/s:
 
     peak        one 2048x2048 float32 matmul, best of many calls (as speed_benchmark.py)
     matmuls     only the model's matrix products, at the model's shapes, compiled the way
-                the model's predict step is (jax.jit, tf.function with XLA, eager torch):
+                the model's predict step is (jax.jit; tf.function, with XLA only where
+                Keras' jit_compile="auto" picks it, which is never on a CPU-only machine;
+                eager torch):
                 per block the fused qkv, QK^T, AV, output projection, fc1 and fc2
     model       the whole model's predict_on_batch
 
@@ -55,7 +57,7 @@ def _matmul_chain(spec, batch, tokens):
     return chain, (weight(batch * tokens, width), blocks), spec.depth * per_block
 
 
-def _compiled(chain, inputs, backend):
+def _compiled(chain, inputs, backend, jit_compile):
     """A blocking call of ``chain`` compiled as the backend's predict step is."""
     if backend == "jax":
         import jax
@@ -65,7 +67,7 @@ def _compiled(chain, inputs, backend):
     if backend == "tensorflow":
         import tensorflow as tf
 
-        f, args = tf.function(chain, jit_compile=True), tf.nest.map_structure(tf.constant, inputs)
+        f, args = tf.function(chain, jit_compile=jit_compile), tf.nest.map_structure(tf.constant, inputs)
         return lambda: f(*args).numpy()
     import torch
 
@@ -88,8 +90,10 @@ def measure(backend, name, image_size, batch, min_seconds):
     spec = keras_vit.get_spec(name).replace(image_size=image_size)
     tokens = spec.grid_size[0] * spec.grid_size[1] + spec.num_prefix_tokens
     chain, inputs, chain_flops = _matmul_chain(spec, batch, tokens)
-    run_chain = _compiled(chain, inputs, backend)
     model = keras_vit.create_model(name, image_size=image_size)
+    # On tensorflow, the model's jit_compile ("auto" resolved) decides XLA or Grappler:
+    # the chain must run on the same kernels as the model it bounds.
+    run_chain = _compiled(chain, inputs, backend, model.jit_compile)
     images = np.random.default_rng(0).random((batch, image_size, image_size, 3), dtype=np.float32)
     run_model = lambda: model.predict_on_batch(images)  # noqa: E731
     # Best of several, alternating, as the peak is a best of many: the two are compared
