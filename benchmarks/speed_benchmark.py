@@ -12,6 +12,12 @@ backward, AdamW); float32 and ``mixed_bfloat16``. Engines:
     timm, timm-compile        timm's VisionTransformer in PyTorch, eager and torch.compile
     hf                        transformers' ViTForImageClassification (SDPA attention)
 
+keras-vit is built with its own defaults, the original JAX code's tanh GELU; every peer
+computes the exact (erf) GELU. ``--numerics timm`` builds keras-vit with the GELU form
+and LayerNorm epsilon of the timm checkpoints (as loading them does), the peers' own
+computation: on PyTorch, whose CPU tanh-GELU kernel is 3-6x slower than its erf one,
+that decides some rows.
+
 The engines of one framework run in one process: keras-vit and keras-hub on tensorflow in
 one, on jax in another, and every PyTorch engine (the torch backend's Keras ones, timm, hf)
 in a third. The matmul peak varies from process to process here (torch: 110-185 GFLOP/s),
@@ -33,6 +39,8 @@ set before the row's first model.
     python benchmarks/speed_benchmark.py --models vit_b16@224 --modes infer_b32,train_b32
     python benchmarks/speed_benchmark.py --engines keras-vit:jax,timm --precisions float32
     python benchmarks/speed_benchmark.py --quick              # tiny model, a few steps (tests)
+    # keras-vit beside keras-hub computing the same GELU (see above):
+    python benchmarks/speed_benchmark.py --engines keras-vit:torch,keras-hub:torch --numerics timm
     # the compiled torch path beside timm, in one process:
     python benchmarks/speed_benchmark.py --engines keras-vit:torch-compiled,keras-vit:torch,timm,timm-compile \
         --models vit_ti16@224,vit_b16@224 --modes infer_b1,infer_b32 --precisions float32
@@ -60,6 +68,9 @@ ENGINES = (
     + ("timm", "timm-compile", "hf")
 )
 PRECISIONS = ("float32", "mixed_bfloat16")
+# --numerics: keras-vit's own defaults, or the numerics of a checkpoint layout
+# (keras_vit.checkpoints.layouts; named here so the parent checks it without Keras).
+NUMERICS = ("default", "original", "timm", "hf")
 MODES = {"infer_b1": ("infer", 1), "infer_b32": ("infer", 32), "train_b32": ("train", 32)}
 COLUMNS = (
     "engine",
@@ -240,13 +251,23 @@ def _torch_peaks():
     return peaks
 
 
-def _keras_model(engine, arch):
+def keras_vit_numerics(numerics):
+    """keras-vit's GELU form and LayerNorm epsilon for ``--numerics``: ``{}`` for its own
+    defaults (the original JAX code's tanh GELU), else a checkpoint layout's (``timm``: the
+    exact GELU and 1e-6 that timm, HF here and keras-hub compute)."""
+    from keras_vit.checkpoints.layouts import LAYOUTS
+
+    return {} if numerics == "default" else dict(LAYOUTS[numerics].numerics)
+
+
+def _keras_model(engine, arch, numerics):
     import keras
 
     if engine.startswith("keras-vit"):
         import keras_vit
 
-        return keras_vit.create_model(arch.name, image_size=arch.image_size, depth=arch.depth)
+        options = keras_vit_numerics(numerics)
+        return keras_vit.create_model(arch.name, image_size=arch.image_size, depth=arch.depth, **options)
     import keras_hub
 
     backbone = keras_hub.models.ViTBackbone(
@@ -262,12 +283,12 @@ def _keras_model(engine, arch):
     return model
 
 
-def _keras_steps(engine, arch, precision, batch):
+def _keras_steps(engine, arch, precision, batch, numerics):
     import keras
     import numpy as np
 
     keras.config.set_dtype_policy(precision)
-    model = _keras_model(engine, arch)
+    model = _keras_model(engine, arch, numerics)
     model.compile(
         optimizer=keras.optimizers.AdamW(1e-4), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     )
@@ -325,7 +346,8 @@ def _torch_model(engine, arch):
     )
 
 
-def _torch_steps(engine, arch, precision, batch):
+def _torch_steps(engine, arch, precision, batch, numerics):
+    del numerics  # keras-vit's alone
     import torch
 
     model = _torch_model(engine, arch)
@@ -360,7 +382,7 @@ def _backend(engine):
     return engine.split(":")[1].split("-")[0] if engine.startswith("keras") else "torch"
 
 
-def run_engines(engines, models, precisions, modes, quick, min_seconds=2.0, repeats=5):
+def run_engines(engines, models, precisions, modes, quick, min_seconds=2.0, repeats=5, numerics="default"):
     """Yields one dict per row and engine; runs in the engines' own (shared) process."""
     import keras_vit.inspect
 
@@ -398,7 +420,7 @@ def run_engines(engines, models, precisions, modes, quick, min_seconds=2.0, repe
                         before = _rss_mb()
                         _reset_peak_rss()
                         make = _keras_steps if engine.startswith("keras") else _torch_steps
-                        infer, train, model = make(engine, arch, precision, batch)
+                        infer, train, model = make(engine, arch, precision, batch, numerics)
                         held.append(model)
                         step = infer if kind == "infer" else train
                         for _ in range(timing["warmup"] + (2 if batch == 1 and not quick else 0)):
@@ -491,6 +513,8 @@ def _worker_command(engines, args):
         str(args.min_seconds),
         "--repeats",
         str(args.repeats),
+        "--numerics",
+        args.numerics,
     ] + (["--quick"] if args.quick else [])
 
 
@@ -613,6 +637,13 @@ def parse_args(argv=None):
     parser.add_argument("--csv", default=os.path.join(ROOT, "saved_models", "benchmarks", "speed.csv"))
     parser.add_argument("--min-seconds", type=float, default=2.0, help="time each row for at least this long")
     parser.add_argument("--repeats", type=int, default=5, help="rounds the engines of a process take turns in")
+    parser.add_argument(
+        "--numerics",
+        default="default",
+        choices=NUMERICS,
+        help="keras-vit's GELU form and LayerNorm epsilon: its defaults, or a checkpoint layout's "
+        "(timm: what every peer here computes)",
+    )
     parser.add_argument("--engine-timeout", type=float, default=4 * 3600, help="seconds per engine process")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -632,7 +663,7 @@ def main(argv=None):
     args = parse_args(argv)
     if args.worker:
         engines = _choices(args.worker, ENGINES, "engine")
-        options = dict(min_seconds=args.min_seconds, repeats=args.repeats)
+        options = dict(min_seconds=args.min_seconds, repeats=args.repeats, numerics=args.numerics)
         for row in run_engines(engines, args.models, args.precisions, args.modes, args.quick, **options):
             print_row(row)
         return []

@@ -88,6 +88,28 @@ def test_quick_mode_compiled_torch_rows_interleaved_with_timm(speed_benchmark, t
     assert "spread" in printed and speed_benchmark.COMPILED in printed
 
 
+def test_numerics_build_keras_vit_with_a_checkpoint_layouts_gelu_and_epsilon(speed_benchmark):
+    from keras_vit.checkpoints.layouts import LAYOUTS
+
+    # The parent process checks --numerics without Keras: its names are the layouts'.
+    assert set(speed_benchmark.NUMERICS) == {"default"} | {n for n, layout in LAYOUTS.items() if layout.numerics}
+    arch = speed_benchmark.architectures()["tiny"]
+    own = speed_benchmark._keras_model(f"keras-vit:{BACKEND}", arch, "default").spec
+    assert own == keras_vit.get_spec("vit_ti16").replace(image_size=32, depth=2)
+    for name in ("timm", "hf"):
+        spec = speed_benchmark._keras_model(f"keras-vit:{BACKEND}", arch, name).spec
+        assert spec == own.replace(**LAYOUTS[name].numerics) and not spec.gelu_approximate
+    argv = ["--numerics", "timm", "--quick"]
+    assert speed_benchmark._worker_command(["x"], speed_benchmark.parse_args(argv))[-3:-1] == ["--numerics", "timm"]
+
+
+def test_unknown_numerics_name_the_choices(speed_benchmark, capsys):
+    with pytest.raises(SystemExit):
+        speed_benchmark.parse_args(["--numerics", "flax"])
+    error = capsys.readouterr().err
+    assert "--numerics" in error and "'flax'" in error and "'timm'" in error
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
