@@ -146,7 +146,7 @@ def main(argv=None):
         ]
         done = subprocess.run(
             command,
-            env=speed_benchmark._engine_env(f"keras-vit:{backend}"),
+            env=speed_benchmark._worker_env([f"keras-vit:{backend}"]),
             capture_output=True,
             text=True,
             check=False,

@@ -126,7 +126,9 @@ def test_bad_arguments_say_what_is_expected(speed_benchmark, argv, message):
 def test_matmul_ceiling_compares_the_model_with_its_own_matmuls():
     matmul_ceiling = _import_benchmark("matmul_ceiling")
 
-    row = matmul_ceiling.measure(BACKEND, "vit_ti16", image_size=32, batch=2, min_seconds=0.0)
+    # Through main: the row comes from a worker process, as in a real run.
+    argv = ["--model", "vit_ti16", "--image-size", "32", "--batch", "2", "--backends", BACKEND, "--min-seconds", "0"]
+    (row,) = matmul_ceiling.main(argv)
     assert row["backend"] == BACKEND and row["model"] == "vit_ti16@32"
     assert row["peak"] > 1 and row["matmuls"] > 0 and row["model_gflops"] > 0
     # The chain holds every matrix product of the model but the patch embedding and head.
