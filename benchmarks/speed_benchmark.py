@@ -87,7 +87,7 @@ COLUMNS = (
     "peak_rss_mb",
     "note",
 )
-CSV_COLUMNS = COLUMNS + ("ms_per_repeat", "process")
+CSV_COLUMNS = COLUMNS + ("ms_per_repeat", "process", "numerics")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,7 +251,7 @@ def _torch_peaks():
     return peaks
 
 
-def keras_vit_numerics(numerics):
+def _keras_vit_numerics(numerics):
     """keras-vit's GELU form and LayerNorm epsilon for ``--numerics``: ``{}`` for its own
     defaults (the original JAX code's tanh GELU), else a checkpoint layout's (``timm``: the
     exact GELU and 1e-6 that timm, HF here and keras-hub compute)."""
@@ -266,7 +266,7 @@ def _keras_model(engine, arch, numerics):
     if engine.startswith("keras-vit"):
         import keras_vit
 
-        options = keras_vit_numerics(numerics)
+        options = _keras_vit_numerics(numerics)
         return keras_vit.create_model(arch.name, image_size=arch.image_size, depth=arch.depth, **options)
     import keras_hub
 
@@ -415,6 +415,8 @@ def run_engines(engines, models, precisions, modes, quick, min_seconds=2.0, repe
                         peak_gflops_per_s=_significant(peak),
                         note="",
                         process=os.getpid(),
+                        # keras-vit's --numerics; a peer computes its own
+                        numerics=numerics if engine.startswith("keras-vit") else "",
                     )
                     try:
                         before = _rss_mb()
@@ -671,7 +673,10 @@ def main(argv=None):
     print(format_table(rows))
     speedups = ratios(rows)
     if speedups:
-        print("\nkeras-vit images/s over the peer's, same row (spread: min-max over the rounds of one process):")
+        print(
+            f"\nkeras-vit images/s over the peer's, same row (keras-vit's numerics: {args.numerics}; "
+            "spread: min-max over the rounds of one process):"
+        )
         print(format_table(speedups, ("engine", "peer", "model", "precision", "mode", "speedup", "spread")))
     write_csv(rows, args.csv)
     print(f"\nwrote {args.csv}")

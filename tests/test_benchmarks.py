@@ -56,12 +56,15 @@ def test_quick_mode_measures_every_row_beside_the_peers(speed_benchmark, tmp_pat
         assert row["fraction_of_peak"] == pytest.approx(row["gflops_per_s"] / row["peak_gflops_per_s"], rel=0.02)
         assert 0 < row["fraction_of_peak"] < 2  # a tiny model is far from peak, but it is measured
         assert row["peak_gflops_per_s"] > 1
-    assert f"keras-hub:{BACKEND}" in printed and "speedup" in printed
+    assert f"keras-hub:{BACKEND}" in printed and "speedup" in printed and "numerics: default" in printed
     with open(csv_path) as f:
         written = list(csv.DictReader(f))
     assert [(r["engine"], r["precision"], r["mode"]) for r in written] == [
         (r["engine"], r["precision"], r["mode"]) for r in rows
     ]
+    # What keras-vit computed is in its rows (the default numerics here); a peer's is its own.
+    assert {r["engine"]: r["numerics"] for r in written}[f"keras-vit:{BACKEND}"] == "default"
+    assert {r["engine"]: r["numerics"] for r in written}[f"keras-hub:{BACKEND}"] == ""
     # One framework's engines share a process, so that their rows compare round by round.
     assert len({row["process"] for row in rows}) == 1
     _assert_paired_by_round(speed_benchmark.ratios(rows))
