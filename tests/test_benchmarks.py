@@ -63,8 +63,8 @@ def test_quick_mode_measures_every_row_beside_the_peers(speed_benchmark, tmp_pat
         (r["engine"], r["precision"], r["mode"]) for r in rows
     ]
     # What keras-vit computed is in its rows (the default numerics here); a peer's is its own.
-    assert {r["engine"]: r["numerics"] for r in written}[f"keras-vit:{BACKEND}"] == "default"
-    assert {r["engine"]: r["numerics"] for r in written}[f"keras-hub:{BACKEND}"] == ""
+    numerics = {r["engine"]: r["numerics"] for r in written}
+    assert numerics[f"keras-vit:{BACKEND}"] == "default" and numerics[f"keras-hub:{BACKEND}"] == ""
     # One framework's engines share a process, so that their rows compare round by round.
     assert len({row["process"] for row in rows}) == 1
     _assert_paired_by_round(speed_benchmark.ratios(rows))
@@ -97,8 +97,9 @@ def test_numerics_build_keras_vit_with_a_checkpoint_layouts_gelu_and_epsilon(spe
     # The parent process checks --numerics without Keras: its names are the layouts'.
     assert set(speed_benchmark.NUMERICS) == {"default"} | {n for n, layout in LAYOUTS.items() if layout.numerics}
     arch = speed_benchmark.architectures()["tiny"]
+    name, _, image_size, overrides = speed_benchmark.MODELS["tiny"]
     own = speed_benchmark._keras_model(f"keras-vit:{BACKEND}", arch, "default").spec
-    assert own == keras_vit.get_spec("vit_ti16").replace(image_size=32, depth=2)
+    assert own == keras_vit.get_spec(name).replace(image_size=image_size, **overrides)
     for name in ("timm", "hf"):
         spec = speed_benchmark._keras_model(f"keras-vit:{BACKEND}", arch, name).spec
         assert spec == own.replace(**LAYOUTS[name].numerics) and not spec.gelu_approximate
