@@ -98,14 +98,37 @@ def test_attention_model_returns_every_block(rng):
     assert not np.allclose(to_numpy(model.attention_model()(x)[0]), maps[0])
 
 
-def test_fused_and_explicit_attention_agree(rng):
+def _reference_attention(layer, x):
+    """Softmax(Q K^T / sqrt(d)) V with the layer's weights, in float64 numpy."""
+    batch, length, width = x.shape
+    heads, dim = layer.num_heads, width // layer.num_heads
+    qkv = x.astype("float64") @ to_numpy(layer.qkv.kernel) + to_numpy(layer.qkv.bias)
+    q, k, v = qkv.reshape(batch, length, 3, heads, dim).transpose(2, 0, 3, 1, 4)
+    logits = q @ k.transpose(0, 1, 3, 2) / np.sqrt(dim)
+    weights = np.exp(logits - logits.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    out = (weights @ v).transpose(0, 2, 1, 3).reshape(batch, length, width)
+    return out @ to_numpy(layer.out.kernel) + to_numpy(layer.out.bias), weights
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+@pytest.mark.parametrize("head_dim", [16, 20])  # a power-of-two scale (1/4), and one that is not
+def test_fused_and_explicit_attention_equal_the_formula(rng, policy, head_dim):
+    # The fused path (the model's own on JAX and PyTorch), the written-out one (TensorFlow's,
+    # and the one that returns weights), and in bfloat16 both places the scale can go.
     from keras_vit.layers import MultiHeadSelfAttention
 
-    layer = MultiHeadSelfAttention(num_heads=4)
-    x = rng.standard_normal((2, 9, 32)).astype("float32")
-    fused = to_numpy(layer(x))
-    explicit, _ = layer(x, return_attention_scores=True)
-    np.testing.assert_allclose(fused, to_numpy(explicit), atol=1e-5)
+    layer = MultiHeadSelfAttention(num_heads=2, dtype=policy)
+    x = rng.standard_normal((2, 9, 2 * head_dim)).astype("float32")
+    layer.build(x.shape)
+    layer.qkv.bias.assign(rng.standard_normal(layer.qkv.bias.shape).astype("float32"))
+    want, want_weights = _reference_attention(layer, x)
+    tolerance = 1e-5 if policy == "float32" else 0.05
+    fused = to_numpy(layer(x)).astype("float64")
+    explicit, weights = layer(x, return_attention_scores=True)
+    np.testing.assert_allclose(fused, want, atol=tolerance * np.abs(want).max())
+    np.testing.assert_allclose(to_numpy(explicit).astype("float64"), want, atol=tolerance * np.abs(want).max())
+    np.testing.assert_allclose(to_numpy(weights).astype("float64"), want_weights, atol=tolerance / 5)
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
