@@ -37,6 +37,7 @@ CASES = {
     "EncoderBlock": (dict(num_heads=2, mlp_dim=16, gelu_approximate=False), (2, 5, 8)),
     # Downsampling with a center crop: both resize matrices and the crop are exercised.
     "ImagePreprocessing": (dict(image_size=4, crop_fraction=0.875), (2, 7, 6, 3)),
+    "LayerNorm": (dict(epsilon=1e-6), (2, 5, 8)),
     "MlpBlock": (dict(mlp_dim=16), (2, 5, 8)),
     "MultiHeadSelfAttention": (dict(num_heads=2), (2, 5, 8)),
     "PatchEmbedding": (dict(hidden_size=8, patch_size=4, num_channels=3), (2, 8, 8, 3)),
@@ -254,3 +255,20 @@ def test_block_takes_its_policies_from_a_model_wide_map():
     block.mlp.fc1.quantize("int8")
     config_map = keras.dtype_policies.get(block.get_config()["dtype"])
     assert sorted(config_map) == ["block_0/attention/qkv", "block_0/mlp/fc1", "block_0/mlp/fc2"]
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_layer_norm_equals_keras_layer_normalization(policy):
+    # keras_vit's LayerNorm is Keras' with a cheaper TensorFlow graph: same weights, same
+    # numbers (to rounding), same output dtype, in both precisions, and in training.
+    ours, _ = _make("LayerNorm", dtype=policy)
+    theirs = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy)
+    x = _inputs((2, 5, 8)) * 3.0 + 1.5  # away from zero mean and unit variance
+    ours.build(x.shape)
+    theirs.build(x.shape)
+    _randomize(ours)
+    theirs.set_weights(ours.get_weights())
+    got, want = ours(x, training=True), theirs(x, training=True)
+    assert keras.backend.standardize_dtype(got.dtype) == keras.backend.standardize_dtype(want.dtype)
+    tolerance = 1e-5 if policy == "float32" else 2e-2
+    np.testing.assert_allclose(to_numpy(got).astype("float32"), to_numpy(want).astype("float32"), atol=tolerance)

@@ -3,6 +3,7 @@
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.encoder_block import EncoderBlock, MlpBlock
 from keras_vit.layers.heads import TokenPooling
+from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.layers.resnet import (

@@ -4,6 +4,7 @@ import keras
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.inline import call_inline, composite_config, sublayer_policy
+from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.stochastic_depth import DropPath
 
 
@@ -134,15 +135,11 @@ class EncoderBlock(keras.layers.Layer):
         # map, if so) to look up their own parts. The dropouts are built too: see
         # call_inline.
         epsilon = self.layer_norm_epsilon
-        self.norm1 = keras.layers.LayerNormalization(
-            epsilon=epsilon, name="norm1", dtype=sublayer_policy(self, "norm1")
-        )
+        self.norm1 = LayerNorm(epsilon=epsilon, name="norm1", dtype=sublayer_policy(self, "norm1"))
         self.attention = MultiHeadSelfAttention(
             self.num_heads, self.attention_dropout_rate, self.qkv_bias, name="attention", dtype=self.dtype_policy
         )
-        self.norm2 = keras.layers.LayerNormalization(
-            epsilon=epsilon, name="norm2", dtype=sublayer_policy(self, "norm2")
-        )
+        self.norm2 = LayerNorm(epsilon=epsilon, name="norm2", dtype=sublayer_policy(self, "norm2"))
         self.mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate, name="mlp", dtype=self.dtype_policy)
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=sublayer_policy(self, "dropout"))
         self.drop_path = DropPath(self.drop_path_rate, name="drop_path", dtype=sublayer_policy(self, "drop_path"))

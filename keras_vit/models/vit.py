@@ -9,6 +9,7 @@ from keras_vit.labels import label_set_name, resolve_class_names
 from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.heads import TokenPooling
 from keras_vit.layers.inline import own_policy
+from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.resnet import ResNetBackbone
 from keras_vit.layers.tokens import ClassToken, PatchTokens, PositionEmbedding
@@ -348,7 +349,7 @@ def _make_layers(spec, dtype_for):
         ),
         embedding_dropout=make("embedding_dropout", keras.layers.Dropout, spec.dropout_rate),
         blocks=[block(i) for i in range(spec.depth)],
-        encoder_norm=make("encoder_norm", keras.layers.LayerNormalization, epsilon=spec.layer_norm_epsilon),
+        encoder_norm=make("encoder_norm", LayerNorm, epsilon=spec.layer_norm_epsilon),
         pooling=make("pooling", TokenPooling, spec.pooling, spec.num_prefix_tokens) if spec.pooling else None,
         pre_logits=(
             make("pre_logits", keras.layers.Dense, spec.representation_size, activation="tanh")
