@@ -14,9 +14,10 @@ def _fused_attention_pays():
     TensorFlow has no fused attention kernel: its ``dot_product_attention`` is two
     ``tf.einsum`` calls, which oneDNN runs as a slower ``_MklEinsum``, with the scale
     applied to the (heads x tokens x tokens) logits instead of the 3.5x smaller query
-    (ViT-B/16, batch 32, inference: 3.5% faster written out). JAX and PyTorch lower it
-    to their own kernels (XLA's, and PyTorch's ``scaled_dot_product_attention``), which
-    are faster than the written-out form (ViT-B/16 on JAX: 13% faster fused).
+    (ViT-B/16, batch 32, inference: 2-3.5% faster written out, ViT-Ti/16 batch 1 on a
+    par or faster). JAX and PyTorch lower it to their own kernels (XLA's, and PyTorch's
+    ``scaled_dot_product_attention``), which are faster than a written-out form
+    (ViT-B/16 on JAX: 13% faster fused than the einsum form).
     """
     return keras.config.backend() != "tensorflow"
 
@@ -81,31 +82,34 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # matmul with its bias (see MlpBlock).
         rows = ops.reshape(tokens, (-1, width))
         qkv = ops.reshape(call_inline(self.qkv, rows), (-1, length, 3, self.num_heads, self.head_dim))
-        # Unstacked, not sliced: the gradient of an unstack is one stack, where three
-        # slices each write a zero-filled gradient of the whole qkv tensor, then summed.
-        query, key, value = ops.unstack(qkv, 3, axis=2)  # (batch, length, heads, dim)
         dropout_active = training and self.attention_dropout_rate > 0
         if return_attention_scores or dropout_active or not _fused_attention_pays():
-            out, weights = self._explicit_attention(query, key, value, training)
+            out, weights = self._explicit_attention(qkv, training)
         else:
+            # Unstacked, not sliced: the gradient of an unstack is one stack, where three
+            # slices each write a zero-filled gradient of the whole qkv tensor, then summed.
+            query, key, value = ops.unstack(qkv, 3, axis=2)  # (batch, length, heads, dim)
             out, weights = ops.dot_product_attention(query, key, value), None
         out = ops.reshape(call_inline(self.out, ops.reshape(out, (-1, width))), (-1, length, width))
         return (out, weights) if return_attention_scores else out
 
-    def _explicit_attention(self, query, key, value, training):
-        # Written out so that the weights can be returned and dropped out.
+    def _explicit_attention(self, qkv, training):
+        # Written out so that the weights can be returned and dropped out. Heads go first
+        # in one transpose of the whole qkv tensor, and both products are batched matmuls:
+        # einsums over (batch, length, heads, dim) cost TensorFlow a transpose of each
+        # operand and of the result, ops that batch-1 inference pays for (ViT-Ti/16 6% faster).
+        query, key, value = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)  # (batch, heads, length, dim)
+        key_t = ops.swapaxes(key, -1, -2)
         scale = 1.0 / self.head_dim**0.5
         if keras.backend.standardize_dtype(query.dtype) == "float32" or math.frexp(scale)[0] == 0.5:
             # On the query, 3.5x smaller than the logits, where that rounds no more than
             # scaling the logits: in float32, or by a power of two (head_dim 64: 1/8).
-            logits = ops.einsum("bqhd,bkhd->bhqk", query * ops.cast(scale, query.dtype), key)
-            logits = ops.cast(logits, "float32")
+            logits = ops.cast(ops.matmul(query * ops.cast(scale, query.dtype), key_t), "float32")
         else:
-            logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", query, key), "float32") * scale
-        weights = ops.softmax(logits, axis=-1)
-        weights = ops.cast(weights, query.dtype)
+            logits = ops.cast(ops.matmul(query, key_t), "float32") * scale
+        weights = ops.cast(ops.softmax(logits, axis=-1), query.dtype)
         dropped = call_inline(self.attention_dropout, weights, training=training)
-        return ops.einsum("bhqk,bkhd->bqhd", dropped, value), weights
+        return ops.transpose(ops.matmul(dropped, value), (0, 2, 1, 3)), weights
 
     def get_config(self):
         return composite_config(self, super().get_config())
