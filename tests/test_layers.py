@@ -260,7 +260,8 @@ def test_block_takes_its_policies_from_a_model_wide_map():
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_layer_norm_equals_keras_layer_normalization(policy):
     # keras_vit's LayerNorm is Keras' with a cheaper TensorFlow graph: same weights, same
-    # numbers (to rounding), same output dtype, in both precisions, and in training.
+    # numbers (to rounding), same output dtype, in both precisions, and in training. Only
+    # TensorFlow runs its own form; elsewhere this checks that Keras' call is kept.
     ours, _ = _make("LayerNorm", dtype=policy)
     theirs = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy)
     x = _inputs((2, 5, 8)) * 3.0 + 1.5  # away from zero mean and unit variance
