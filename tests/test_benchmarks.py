@@ -97,9 +97,9 @@ def test_numerics_build_keras_vit_with_a_checkpoint_layouts_gelu_and_epsilon(spe
     # The parent process checks --numerics without Keras: its names are the layouts'.
     assert set(speed_benchmark.NUMERICS) == {"default"} | {n for n, layout in LAYOUTS.items() if layout.numerics}
     arch = speed_benchmark.architectures()["tiny"]
-    name, _, image_size, overrides = speed_benchmark.MODELS["tiny"]
+    model_name, _, image_size, overrides = speed_benchmark.MODELS["tiny"]
     own = speed_benchmark._keras_model(f"keras-vit:{BACKEND}", arch, "default").spec
-    assert own == keras_vit.get_spec(name).replace(image_size=image_size, **overrides)
+    assert own == keras_vit.get_spec(model_name).replace(image_size=image_size, **overrides)
     for name in ("timm", "hf"):
         spec = speed_benchmark._keras_model(f"keras-vit:{BACKEND}", arch, name).spec
         assert spec == own.replace(**LAYOUTS[name].numerics) and not spec.gelu_approximate

@@ -99,14 +99,14 @@ def test_attention_model_returns_every_block(rng):
 
 
 def _reference_attention(layer, x):
-    """Softmax(Q K^T / sqrt(d)) V with the layer's weights, in float64 numpy."""
+    """Softmax(Q K^T / sqrt(d)) V with the layer's weights, in numpy (float64 products)."""
+    from keras_vit.export.verify import softmax
+
     batch, length, width = x.shape
     heads, dim = layer.num_heads, width // layer.num_heads
     qkv = x.astype("float64") @ to_numpy(layer.qkv.kernel) + to_numpy(layer.qkv.bias)
     q, k, v = qkv.reshape(batch, length, 3, heads, dim).transpose(2, 0, 3, 1, 4)
-    logits = q @ k.transpose(0, 1, 3, 2) / np.sqrt(dim)
-    weights = np.exp(logits - logits.max(-1, keepdims=True))
-    weights /= weights.sum(-1, keepdims=True)
+    weights = softmax(q @ k.transpose(0, 1, 3, 2) / np.sqrt(dim))
     out = (weights @ v).transpose(0, 2, 1, 3).reshape(batch, length, width)
     return out @ to_numpy(layer.out.kernel) + to_numpy(layer.out.bias), weights
 

@@ -25,9 +25,8 @@ class LayerNorm(keras.layers.LayerNormalization):
     """
 
     def call(self, inputs):
-        last_axis_only = list(self.axis) in ([-1], [len(inputs.shape) - 1])
-        plain = self.center and self.scale and not self.rms_scaling and last_axis_only
-        if keras.config.backend() != "tensorflow" or not plain:
+        # The backend first: eager PyTorch runs this check on every call.
+        if keras.config.backend() != "tensorflow" or not self._plain(inputs):
             return super().call(inputs)
         # Computed in at least float32, as Keras does, for bfloat16 inputs.
         x = ops.cast(inputs, keras.backend.result_type(inputs.dtype, "float32"))
@@ -35,3 +34,8 @@ class LayerNorm(keras.layers.LayerNormalization):
         inverse = ops.rsqrt(ops.mean(ops.square(centered), axis=-1, keepdims=True) + self.epsilon)
         outputs = centered * inverse * ops.cast(self.gamma, x.dtype) + ops.cast(self.beta, x.dtype)
         return ops.cast(outputs, self.compute_dtype)
+
+    def _plain(self, inputs):
+        """A centred and scaled (not RMS) norm over the last axis only: the form rewritten."""
+        last_axis_only = list(self.axis) in ([-1], [len(inputs.shape) - 1])
+        return self.center and self.scale and not self.rms_scaling and last_axis_only
