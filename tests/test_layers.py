@@ -33,6 +33,7 @@ PUBLIC_LAYERS = sorted(
 CASES = {
     "BottleneckUnit": (dict(filters=4, strides=2, num_groups=4), (2, 8, 8, 8)),
     "ClassToken": ({}, (2, 4, 8)),
+    "Dense": (dict(units=4, activation="gelu"), (2, 5, 8)),
     "DropPath": (dict(rate=0.5, seed=3), (2, 5, 8)),
     "EncoderBlock": (dict(num_heads=2, mlp_dim=16, gelu_approximate=False), (2, 5, 8)),
     # Downsampling with a center crop: both resize matrices and the crop are exercised.
@@ -273,3 +274,71 @@ def test_layer_norm_equals_keras_layer_normalization(policy):
     assert keras.backend.standardize_dtype(got.dtype) == keras.backend.standardize_dtype(want.dtype)
     tolerance = 1e-5 if policy == "float32" else 2e-2
     np.testing.assert_allclose(to_numpy(got).astype("float32"), to_numpy(want).astype("float32"), atol=tolerance)
+
+
+def _linear_kernels(run):
+    """The names of the linear-algebra kernels PyTorch runs in ``run()`` (eager PyTorch only)."""
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        run()
+    return {event.key for event in profile.key_averages() if "linear" in event.key or "mm" in event.key}
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+@pytest.mark.parametrize("activation", [None, "relu", "tanh", "gelu", "gelu_tanh", "sigmoid"])
+def test_dense_equals_keras_dense(policy, activation):
+    # keras_vit's Dense is Keras' with one PyTorch kernel in eager PyTorch: same weights,
+    # same numbers (to rounding), same output dtype, with and without a gradient recorded
+    # (predict: oneDNN's fused linear; a training call: F.linear). On TensorFlow and JAX
+    # this checks that Keras' call is kept. sigmoid has no fused form: F.linear, then it.
+    activation = keras_vit.layers.gelu_tanh if activation == "gelu_tanh" else activation
+    ours = keras_vit.layers.Dense(6, activation=activation, dtype=policy)
+    theirs = keras.layers.Dense(6, activation=activation, dtype=policy)
+    x = _inputs((2, 5, 8))
+    for layer in (ours, theirs):
+        layer.build(x.shape)
+    _randomize(ours)
+    theirs.set_weights(ours.get_weights())
+    tolerance = 1e-5 if policy == "float32" else 3e-2
+    mine, keras_own = _functional(ours, x.shape), _functional(theirs, x.shape)
+    for got, want in ((mine.predict_on_batch(x), keras_own.predict_on_batch(x)), (ours(x, training=True), theirs(x))):
+        assert keras.backend.standardize_dtype(got.dtype) == keras.backend.standardize_dtype(want.dtype)
+        np.testing.assert_allclose(_float32(got), _float32(want), atol=tolerance * np.abs(_float32(want)).max())
+    if keras.config.backend() == "torch":
+        # The kernels that ran, so that a silent fallback to Keras' ops fails.
+        fused = activation != "sigmoid"
+        predicted = _linear_kernels(lambda: mine.predict_on_batch(x))
+        assert ("mkldnn::_linear_pointwise" in predicted) == fused, predicted
+        assert ("aten::linear" in predicted) != fused, predicted
+        assert "aten::linear" in _linear_kernels(lambda: ours(x)), "no F.linear with a gradient recorded"
+
+
+@pytest.mark.skipif(keras.config.backend() != "torch", reason="PyTorch's gradients and export of the torch kernels")
+def test_dense_gradients_and_exported_graph_are_keras_own(rng):
+    import torch
+
+    ours = keras_vit.layers.Dense(6, activation=keras_vit.layers.gelu_tanh)
+    theirs = keras.layers.Dense(6, activation=keras_vit.layers.gelu_tanh)
+    x = torch.tensor(rng.standard_normal((7, 8)).astype("float32"))
+    for layer in (ours, theirs):
+        layer.build(x.shape)
+    _randomize(ours)
+    theirs.set_weights(ours.get_weights())
+    gradients = []
+    for layer in (ours, theirs):
+        (layer(x) ** 2).sum().backward()
+        gradients.append([variable.value.grad.numpy() for variable in layer.trainable_variables])
+    for got, want in zip(*gradients):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+    # A traced graph holds Keras' portable ops, not the eager oneDNN kernel.
+    class Module(torch.nn.Module):
+        def forward(self, x):
+            return ours(x)
+
+    with torch.no_grad():
+        program = torch.export.export(Module(), (x,))
+    targets = {str(node.target) for node in program.graph.nodes if node.op == "call_function"}
+    assert not any("mkldnn" in target for target in targets), targets
+    np.testing.assert_allclose(program.module()(x).numpy(), to_numpy(theirs(x)), rtol=1e-5, atol=1e-6)

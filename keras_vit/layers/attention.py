@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_vit.layers.dense import Dense
 from keras_vit.layers.inline import call_inline, composite_config, sublayer_policy
 
 
@@ -33,7 +34,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     runs (flash attention where the backend has it), except on TensorFlow, which has no
     fused kernel to run (see ``_fused_attention_pays``).
 
-    The two projections are Keras ``Dense`` layers (``qkv`` and ``out``), so
+    The two projections are Keras ``Dense`` layers (``qkv`` and ``out``; see
+    ``keras_vit.layers.Dense``), so
     ``model.quantize("int8" | "float8" | "int4")`` quantizes them, and the quantized
     policies are saved with the layer (see ``dtype_policy_config``).
 
@@ -66,9 +68,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # Made and built here, inside this layer's name scope, so that their paths
         # (".../attention/qkv") are complete: a reloaded quantized layer finds their
         # policies by path (see `sublayer_policy`).
-        self.qkv = keras.layers.Dense(3 * width, use_bias=self.qkv_bias, name="qkv", dtype=sublayer_policy(self, "qkv"))
+        self.qkv = Dense(3 * width, use_bias=self.qkv_bias, name="qkv", dtype=sublayer_policy(self, "qkv"))
         self.qkv.build(input_shape)
-        self.out = keras.layers.Dense(width, name="out", dtype=sublayer_policy(self, "out"))
+        self.out = Dense(width, name="out", dtype=sublayer_policy(self, "out"))
         self.out.build(input_shape)
         self.attention_dropout = keras.layers.Dropout(
             self.attention_dropout_rate, name="attention_dropout", dtype=sublayer_policy(self, "attention_dropout")

@@ -2,21 +2,12 @@
 
 import keras
 
+from keras_vit.layers.activations import gelu_tanh
 from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.dense import Dense
 from keras_vit.layers.inline import call_inline, composite_config, sublayer_policy
 from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.stochastic_depth import DropPath
-
-
-@keras.saving.register_keras_serializable(package="keras_vit")
-def gelu_tanh(x):
-    """GELU's tanh approximation, the form of the original JAX code (flax's ``nn.gelu``).
-
-    >>> import numpy as np
-    >>> round(float(gelu_tanh(np.float32(1.0))), 4)
-    0.8412
-    """
-    return keras.ops.gelu(x, approximate=True)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -30,7 +21,8 @@ class MlpBlock(keras.layers.Layer):
             (flax's ``nn.gelu``) uses, ``False`` for the exact erf form of timm and HF.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
-    ``fc1`` and ``fc2`` are Keras ``Dense`` layers: ``model.quantize(...)`` quantizes them,
+    ``fc1`` and ``fc2`` are Keras ``Dense`` layers (``keras_vit.layers.Dense``, one
+    kernel each in eager PyTorch): ``model.quantize(...)`` quantizes them,
     and ``get_config`` keeps their quantized policies (see ``dtype_policy_config``). The
     GELU is ``fc1``'s activation, and both run on the token rows flattened to 2-D: so
     TensorFlow's graph optimizer (Grappler, without XLA: Keras' default on CPU) fuses the
@@ -53,11 +45,11 @@ class MlpBlock(keras.layers.Layer):
         # Sublayers are made and built here, in this layer's name scope, so that their
         # paths are complete: a reloaded quantized block finds their policies by path.
         activation = gelu_tanh if self.gelu_approximate else "gelu"  # Keras' "gelu" is the exact (erf) form
-        self.fc1 = keras.layers.Dense(
+        self.fc1 = Dense(
             self.mlp_dim, activation=activation, name="fc1", dtype=sublayer_policy(self, "fc1")
         )
         self.fc1.build(input_shape)
-        self.fc2 = keras.layers.Dense(input_shape[-1], name="fc2", dtype=sublayer_policy(self, "fc2"))
+        self.fc2 = Dense(input_shape[-1], name="fc2", dtype=sublayer_policy(self, "fc2"))
         self.fc2.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=sublayer_policy(self, "dropout"))
         # Called through call_inline, so built here: Keras' predict_on_batch runs an extra

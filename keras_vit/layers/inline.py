@@ -4,7 +4,7 @@ import inspect
 
 import keras
 
-_torch_compiler = None
+from keras_vit import torch_eager
 
 
 def _inline_pays():
@@ -14,17 +14,9 @@ def _inline_pays():
     bookkeeping once, at trace time, and the name scopes it opens are what name the ops
     of a traced graph (``block_0/mlp/fc1/Gelu``), which the export's errors map back to layers
     (``unsupported_ops``). ``torch.compile`` and ``torch.export`` trace through
-    ``Layer.__call__`` too; ``torch.compiler.is_compiling()`` is true in both (and
-    constant while tracing) and costs about 0.1 us eagerly.
+    ``Layer.__call__`` too (see ``torch_eager.is_tracing``).
     """
-    global _torch_compiler
-    if keras.config.backend() != "torch":
-        return False
-    if _torch_compiler is None:
-        import torch
-
-        _torch_compiler = torch.compiler
-    return not _torch_compiler.is_compiling()
+    return keras.config.backend() == "torch" and not torch_eager.is_tracing()
 
 
 def call_inline(layer, *args, **kwargs):
