@@ -76,7 +76,7 @@ def linear(inputs, kernel, bias, activation):
     hold Keras' portable ops.
     """
     torch = _import_torch()
-    if torch.compiler.is_compiling() or not isinstance(inputs, torch.Tensor):
+    if is_tracing() or not isinstance(inputs, torch.Tensor):
         return None
     kernel = keras.ops.convert_to_tensor(kernel)
     bias = None if bias is None else keras.ops.convert_to_tensor(bias)

@@ -15,10 +15,10 @@ class Dense(keras.layers.Dense):
     kernels instead (see ``keras_vit.torch_eager.linear``): without a gradient on a CPU,
     oneDNN's fused linear with the activation as its post-op (ViT-Ti/16 inference at
     batch 32 1.3x faster than with Keras' call in float32, 1.17x in bfloat16), otherwise
-    ``F.linear``. The
-    results differ from Keras' by float32 rounding (and in bfloat16 are rounded once
-    instead of three times). Quantized layers, TensorFlow, JAX and traced PyTorch graphs
-    run Keras' own call, and ``model.quantize(...)`` quantizes this layer as Keras' own.
+    ``F.linear``. The results differ from Keras' by float32 rounding (and in bfloat16
+    are rounded once instead of three times). Quantized layers, TensorFlow, JAX and
+    traced PyTorch graphs run Keras' own call, and ``model.quantize(...)`` quantizes this
+    layer as Keras' own.
 
     Example:
     >>> import numpy as np
