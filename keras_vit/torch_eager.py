@@ -35,13 +35,14 @@ def _onednn_post_op(activation):
     """``(post-op, algorithm)`` of oneDNN's fused linear for ``activation``, or None."""
     global _post_ops
     if _post_ops is None:
-        from keras_vit.layers.activations import gelu_tanh
+        from keras_vit.layers.activations import gelu_erf, gelu_tanh
 
         _post_ops = {
             keras.activations.linear: ("none", ""),
             keras.activations.relu: ("relu", ""),
             keras.activations.tanh: ("tanh", ""),
             keras.activations.gelu: ("gelu", "none"),  # Keras' default: the exact (erf) form
+            gelu_erf: ("gelu", "none"),
             gelu_tanh: ("gelu", "tanh"),
         }
     return _post_ops.get(activation)

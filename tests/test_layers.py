@@ -286,13 +286,13 @@ def _linear_kernels(run):
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
-@pytest.mark.parametrize("activation", [None, "relu", "tanh", "gelu", "gelu_tanh", "sigmoid"])
+@pytest.mark.parametrize("activation", [None, "relu", "tanh", "gelu", "gelu_tanh", "gelu_erf", "sigmoid"])
 def test_dense_equals_keras_dense(policy, activation):
     # keras_vit's Dense is Keras' with one PyTorch kernel in eager PyTorch: same weights,
     # same numbers (to rounding), same output dtype, with and without a gradient recorded
     # (predict: oneDNN's fused linear; a training call: F.linear). On TensorFlow and JAX
     # this checks that Keras' call is kept. sigmoid has no fused form: F.linear, then it.
-    activation = keras_vit.layers.gelu_tanh if activation == "gelu_tanh" else activation
+    activation = getattr(keras_vit.layers, activation) if activation in ("gelu_tanh", "gelu_erf") else activation
     ours = keras_vit.layers.Dense(6, activation=activation, dtype=policy)
     theirs = keras.layers.Dense(6, activation=activation, dtype=policy)
     x = _inputs((2, 5, 8))
@@ -312,6 +312,21 @@ def test_dense_equals_keras_dense(policy, activation):
         assert ("mkldnn::_linear_pointwise" in predicted) == fused, predicted
         assert ("aten::linear" in predicted) != fused, predicted
         assert "aten::linear" in _linear_kernels(lambda: ours(x)), "no F.linear with a gradient recorded"
+
+
+@pytest.mark.parametrize("name", ["gelu_tanh", "gelu_erf"])
+def test_gelu_in_bfloat16_rounds_once(name):
+    # Both GELU forms of the MLP, on bfloat16 inputs: bfloat16 out, within one rounding of
+    # the float32 result. On JAX they compute in float32 (XLA's half-precision GELU is
+    # slow), so there the result is that float32 result rounded once, exactly.
+    gelu = getattr(keras_vit.layers, name)
+    x = keras.ops.cast(_inputs((64, 96)) * 3.0, "bfloat16")
+    got = gelu(x)
+    assert keras.backend.standardize_dtype(got.dtype) == "bfloat16"
+    rounded = keras.ops.cast(keras.ops.gelu(keras.ops.cast(x, "float32"), approximate=name == "gelu_tanh"), "bfloat16")
+    if keras.config.backend() == "jax":
+        np.testing.assert_array_equal(_float32(got), _float32(rounded))
+    np.testing.assert_allclose(_float32(got), _float32(rounded), rtol=2**-7, atol=2**-7)
 
 
 @pytest.mark.skipif(keras.config.backend() != "torch", reason="PyTorch's gradients and export of the torch kernels")

@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_vit.layers.activations import gelu_tanh
+from keras_vit.layers.activations import gelu_erf, gelu_tanh
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.dense import Dense
 from keras_vit.layers.inline import call_inline, composite_config, sublayer_policy
@@ -44,7 +44,7 @@ class MlpBlock(keras.layers.Layer):
     def build(self, input_shape):
         # Sublayers are made and built here, in this layer's name scope, so that their
         # paths are complete: a reloaded quantized block finds their policies by path.
-        activation = gelu_tanh if self.gelu_approximate else "gelu"  # Keras' "gelu" is the exact (erf) form
+        activation = gelu_tanh if self.gelu_approximate else gelu_erf
         self.fc1 = Dense(
             self.mlp_dim, activation=activation, name="fc1", dtype=sublayer_policy(self, "fc1")
         )
