@@ -9,56 +9,53 @@ past that, and nothing else in the layers imports PyTorch:
 - ``linear``: a ``Dense`` as one PyTorch kernel (see ``layers.Dense``).
 """
 
+import functools
+
 import keras
 
-_torch = None
-_post_ops = None
-_onednn_dtypes = None
 
+@functools.cache
+def _torch():
+    import torch
 
-def _import_torch():
-    global _torch
-    if _torch is None:
-        import torch
-
-        _torch = torch
-    return _torch
+    return torch
 
 
 def is_tracing():
     """True while ``torch.compile`` or ``torch.export`` traces: ``torch.compiler.is_compiling()``
     is true in both (and constant while tracing), and costs about 0.1 us eagerly."""
-    return _import_torch().compiler.is_compiling()
+    return _torch().compiler.is_compiling()
 
 
-def _onednn_post_op(activation):
-    """``(post-op, algorithm)`` of oneDNN's fused linear for ``activation``, or None."""
-    global _post_ops
-    if _post_ops is None:
-        from keras_vit.layers.activations import gelu_erf, gelu_tanh
+@functools.cache
+def _onednn_post_ops():
+    """activation -> ``(post-op, algorithm)`` of oneDNN's fused linear."""
+    from keras_vit.layers.activations import gelu_erf, gelu_tanh
 
-        _post_ops = {
-            keras.activations.linear: ("none", ""),
-            keras.activations.relu: ("relu", ""),
-            keras.activations.tanh: ("tanh", ""),
-            keras.activations.gelu: ("gelu", "none"),  # Keras' default: the exact (erf) form
-            gelu_erf: ("gelu", "none"),
-            gelu_tanh: ("gelu", "tanh"),
-        }
-    return _post_ops.get(activation)
+    return {
+        keras.activations.linear: ("none", ""),
+        keras.activations.relu: ("relu", ""),
+        keras.activations.tanh: ("tanh", ""),
+        keras.activations.gelu: ("gelu", "none"),  # Keras' default: the exact (erf) form
+        gelu_erf: ("gelu", "none"),
+        gelu_tanh: ("gelu", "tanh"),
+    }
+
+
+@functools.cache
+def _onednn_dtypes():
+    """The dtypes oneDNN's fused linear runs here: none without it, bfloat16 where the CPU has it."""
+    torch = _torch()
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return frozenset()
+    bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return frozenset({torch.float32, torch.bfloat16} if bf16 else {torch.float32})
 
 
 def _onednn_runs(inputs):
-    global _onednn_dtypes
-    torch = _torch
-    if torch.is_grad_enabled() or inputs.device.type != "cpu":
+    if _torch().is_grad_enabled() or inputs.device.type != "cpu":
         return False  # oneDNN's fused linear has no gradient; on GPUs cuBLAS runs F.linear
-    if _onednn_dtypes is None:
-        present = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-        bf16 = present and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-        _onednn_dtypes = {torch.float32} if present else set()
-        _onednn_dtypes |= {torch.bfloat16} if bf16 else set()
-    return inputs.dtype in _onednn_dtypes
+    return inputs.dtype in _onednn_dtypes()
 
 
 def linear(inputs, kernel, bias, activation):
@@ -76,14 +73,14 @@ def linear(inputs, kernel, bias, activation):
     differs from the inputs'. None too while tracing, so that traced and exported graphs
     hold Keras' portable ops.
     """
-    torch = _import_torch()
+    torch = _torch()
     if is_tracing() or not isinstance(inputs, torch.Tensor):
         return None
     kernel = keras.ops.convert_to_tensor(kernel)
     bias = None if bias is None else keras.ops.convert_to_tensor(bias)
     if kernel.dtype != inputs.dtype or (bias is not None and bias.dtype != inputs.dtype):
         return None
-    post_op = _onednn_post_op(activation)
+    post_op = _onednn_post_ops().get(activation)
     if post_op is not None and _onednn_runs(inputs):
         return torch.ops.mkldnn._linear_pointwise(inputs, kernel.t(), bias, post_op[0], [], post_op[1])
     outputs = torch.nn.functional.linear(inputs, kernel.t(), bias)
