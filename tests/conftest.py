@@ -21,6 +21,20 @@ def timm():
     return timm_module
 
 
+# Files written on one backend are read on the next one of this cycle: over the suite's
+# three runs (one per backend) every backend writes once and reads once, with one child
+# process per test instead of two.
+BACKEND_CYCLE = ("tensorflow", "jax", "torch")
+
+
+def next_backend():
+    """The backend that reads what this run writes, in tests of files that cross backends."""
+    import keras
+
+    here = keras.backend.backend()
+    return BACKEND_CYCLE[(BACKEND_CYCLE.index(here) + 1) % len(BACKEND_CYCLE)]
+
+
 # The small Transformer that the model-level tests share (seconds per backend, not minutes).
 TINY_ENCODER = dict(hidden_size=32, num_heads=2, mlp_dim=64)
 
