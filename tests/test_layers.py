@@ -276,6 +276,69 @@ def test_layer_norm_equals_keras_layer_normalization(policy):
     np.testing.assert_allclose(to_numpy(got).astype("float32"), to_numpy(want).astype("float32"), atol=tolerance)
 
 
+def _tensorflow_kernels(function, *args):
+    """The op types TensorFlow runs for a first call of ``function`` (its graph after
+    Grappler and oneDNN's rewrites), from the run metadata."""
+    from tensorflow.python.eager import context
+
+    run_context = context.context()
+    run_context.enable_run_metadata()
+    try:
+        function(*args)
+        metadata = run_context.export_run_metadata()
+    finally:
+        run_context.disable_run_metadata()
+    return {node.op for graph in metadata.function_graphs for part in graph.partition_graphs for node in part.node}
+
+
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="TensorFlow's graph rewrite")
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_layer_norm_is_one_onednn_kernel_in_tensorflow_inference_graphs(policy):
+    # In a tf.function at inference, keras_vit's LayerNorm is written so that Grappler's
+    # remapper fuses it into one _MklLayerNorm (where TensorFlow runs oneDNN on a CPU);
+    # training keeps the centred form, and portable() (the exports) Keras' own ops.
+    # Each equals Keras' LayerNormalization, gradients included.
+    import tensorflow as tf
+
+    from keras_vit import tensorflow_graph
+
+    ours, _ = _make("LayerNorm", dtype=policy)
+    theirs = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy)
+    x = tf.constant(_inputs((2, 5, 8)) * 3.0 + 1.5)
+    ours.build(x.shape)
+    theirs.build(x.shape)
+    _randomize(ours)
+    theirs.set_weights(ours.get_weights())
+    tolerance = 1e-5 if policy == "float32" else 2e-2
+    want = _float32(theirs(x))
+
+    def forward_and_gradient(training):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = ours(x, training=training)
+            loss = tf.reduce_sum(tf.cast(y, "float32") ** 2)
+        return y, tape.gradient(loss, x)
+
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        loss = tf.reduce_sum(tf.cast(theirs(x), "float32") ** 2)
+    want_gradient = to_numpy(tape.gradient(loss, x))
+    for training in (False, True):
+        got, gradient = tf.function(forward_and_gradient)(training)
+        assert got.dtype == theirs(x).dtype
+        np.testing.assert_allclose(_float32(got), want, atol=tolerance)
+        np.testing.assert_allclose(to_numpy(gradient), want_gradient, atol=tolerance * 10)
+
+    inference = _tensorflow_kernels(tf.function(lambda t: ours(t, training=False)), x)
+    training = _tensorflow_kernels(tf.function(lambda t: ours(t, training=True)), x)
+    with tensorflow_graph.portable():
+        portable = _tensorflow_kernels(tf.function(lambda t: ours(t, training=False)), x)
+    fused = "_MklLayerNorm" in inference
+    assert fused == tensorflow_graph._onednn_cpu(), inference
+    for kernels in (training, portable):
+        assert not any("LayerNorm" in op or "BatchNorm" in op for op in kernels), kernels
+
+
 def _linear_kernels(run):
     """The names of the linear-algebra kernels PyTorch runs in ``run()`` (eager PyTorch only)."""
     import torch

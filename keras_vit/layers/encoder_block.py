@@ -45,9 +45,7 @@ class MlpBlock(keras.layers.Layer):
         # Sublayers are made and built here, in this layer's name scope, so that their
         # paths are complete: a reloaded quantized block finds their policies by path.
         activation = gelu_tanh if self.gelu_approximate else gelu_erf
-        self.fc1 = Dense(
-            self.mlp_dim, activation=activation, name="fc1", dtype=sublayer_policy(self, "fc1")
-        )
+        self.fc1 = Dense(self.mlp_dim, activation=activation, name="fc1", dtype=sublayer_policy(self, "fc1"))
         self.fc1.build(input_shape)
         self.fc2 = Dense(input_shape[-1], name="fc2", dtype=sublayer_policy(self, "fc2"))
         self.fc2.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
