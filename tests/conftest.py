@@ -1,6 +1,7 @@
 """Shared test fixtures. The Keras backend comes from KERAS_BACKEND (one process each)."""
 
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -27,12 +28,20 @@ def timm():
 BACKEND_CYCLE = ("tensorflow", "jax", "torch")
 
 
-def next_backend():
-    """The backend that reads what this run writes, in tests of files that cross backends."""
+def run_on_next_backend(script, *args):
+    """Runs ``python -c script *args`` in a child process, from the repository root, on the
+    backend after this run's in ``BACKEND_CYCLE``; returns that backend's name."""
     import keras
 
     here = keras.backend.backend()
-    return BACKEND_CYCLE[(BACKEND_CYCLE.index(here) + 1) % len(BACKEND_CYCLE)]
+    backend = BACKEND_CYCLE[(BACKEND_CYCLE.index(here) + 1) % len(BACKEND_CYCLE)]
+    subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)],
+        check=True,
+        env={**os.environ, "KERAS_BACKEND": backend},
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    return backend
 
 
 # The small Transformer that the model-level tests share (seconds per backend, not minutes).

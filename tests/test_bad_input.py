@@ -33,8 +33,6 @@ from keras_vit.saving import InvalidModelFileError
 from keras_vit.training import distribution as distribution_module
 from keras_vit.training import finetune, make_config, pretrain, run_command_line
 
-BACKENDS = ("tensorflow", "jax", "torch")
-
 
 @dataclasses.dataclass(frozen=True)
 class Case:

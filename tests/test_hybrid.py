@@ -8,16 +8,13 @@ timm's hybrid: ``ResNetV2(preact=False, stem_type='same', StdConv2dSame(eps=1e-8
 reduced to keep the tests quick; widths are the real ones (ResNet 64, ViT-S).
 """
 
-import os
-import subprocess
-import sys
 import textwrap
 from functools import partial
 
 import keras
 import numpy as np
 import pytest
-from conftest import next_backend, randomize_torch, to_numpy
+from conftest import randomize_torch, run_on_next_backend, to_numpy
 from test_checkpoint_parity import images, save_torch_state, torch_logits, write_original_npz
 
 import keras_vit
@@ -250,15 +247,8 @@ def test_saved_hybrid_loads_on_the_next_backend(tmp_path, rng):
     model.save(path)
     np.save(tmp_path / "x.npy", x)
     here = keras.backend.backend()
-    backend = next_backend()
-    out = str(tmp_path / f"{backend}.npy")
-    env = {**os.environ, "KERAS_BACKEND": backend}
-    subprocess.run(
-        [sys.executable, "-c", OTHER_BACKEND_SCRIPT, path, str(tmp_path / "x.npy"), out],
-        check=True,
-        env=env,
-        cwd=os.path.dirname(os.path.dirname(__file__)),
-    )
+    out = tmp_path / "out.npy"
+    backend = run_on_next_backend(OTHER_BACKEND_SCRIPT, path, tmp_path / "x.npy", out)
     np.testing.assert_allclose(np.load(out), expected, atol=1e-5, rtol=0, err_msg=f"{here} -> {backend}")
 
 

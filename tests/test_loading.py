@@ -1,14 +1,11 @@
 """load_weights: formats by content, fresh heads, resampling, and errors that name the key."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import keras
 import numpy as np
 import pytest
-from conftest import next_backend, randomize_torch, to_numpy
+from conftest import randomize_torch, run_on_next_backend, to_numpy
 
 import keras_vit
 
@@ -243,15 +240,8 @@ def test_saved_model_loads_on_the_next_backend(tmp_path, rng, kind):
     np.save(tmp_path / "x.npy", x)
     script = OTHER_BACKEND_SCRIPT.replace("{SMALL!r}", repr(SMALL))
     here = keras.backend.backend()
-    backend = next_backend()
-    out = str(tmp_path / f"{backend}.npy")
-    env = {**os.environ, "KERAS_BACKEND": backend}
-    subprocess.run(
-        [sys.executable, "-c", script, kind, path, str(tmp_path / "x.npy"), out],
-        check=True,
-        env=env,
-        cwd=os.path.dirname(os.path.dirname(__file__)),
-    )
+    out = tmp_path / "out.npy"
+    backend = run_on_next_backend(script, kind, path, tmp_path / "x.npy", out)
     np.testing.assert_allclose(np.load(out), expected, atol=1e-5, rtol=0, err_msg=f"{here} -> {backend}")
 
 

@@ -1,14 +1,11 @@
 """Keras' own quantization on keras-vit models: in memory, saved, and reloaded on every backend."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import keras
 import numpy as np
 import pytest
-from conftest import TINY_ENCODER, next_backend, to_numpy
+from conftest import TINY_ENCODER, run_on_next_backend, to_numpy
 
 import keras_vit
 
@@ -97,15 +94,8 @@ def test_int8_vit_and_hybrid_saved_here_reload_on_the_next_backend(tmp_path, rng
         paths.append(str(tmp_path / f"{options['name']}.keras"))
         keras_vit.save_model(model, paths[-1])
     here = keras.backend.backend()
-    backend = next_backend()
-    out = str(tmp_path / f"{backend}.npz")
-    env = {**os.environ, "KERAS_BACKEND": backend}
-    subprocess.run(
-        [sys.executable, "-c", OTHER_BACKEND_SCRIPT, str(tmp_path / "x.npy"), out, *paths],
-        check=True,
-        env=env,
-        cwd=os.path.dirname(os.path.dirname(__file__)),
-    )
+    out = tmp_path / "out.npz"
+    backend = run_on_next_backend(OTHER_BACKEND_SCRIPT, tmp_path / "x.npy", out, *paths)
     with np.load(out) as outputs:
         for name, want, got in zip(("vit", "hybrid"), expected, (outputs["arr_0"], outputs["arr_1"])):
             # The int8 matmuls accumulate in another order on each backend: float32
