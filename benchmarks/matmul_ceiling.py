@@ -10,7 +10,9 @@ For each Keras backend, in one process each, three rates in GFLOP/s:
                 per block the fused qkv, QK^T, AV, output projection, fc1 and fc2
     model       the whole model's predict_on_batch
 
-Each rate is a best of several timed calls, the two model rates alternating.
+The model and its matmuls take turns over ``--rounds`` rounds in one process; each rate is
+the median over the rounds, and ``model time / matmul time`` is the median of the rounds'
+own ratios, with their min-max.
 
 ``model / matmuls`` near 1 says the non-matmul work (LayerNorm, softmax, GELU, residual adds,
 layout changes) costs next to nothing and the model runs as fast as its matmuls can; the
@@ -23,6 +25,7 @@ K = 768), not the model code.
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 
@@ -80,7 +83,7 @@ def _compiled(chain, inputs, backend, jit_compile):
     return eager
 
 
-def measure(backend, name, image_size, batch, min_seconds):
+def measure(backend, name, image_size, batch, min_seconds, rounds):
     """One backend's row; runs in that backend's process."""
     import numpy as np
 
@@ -96,21 +99,24 @@ def measure(backend, name, image_size, batch, min_seconds):
     run_chain = _compiled(chain, inputs, backend, model.jit_compile)
     images = np.random.default_rng(0).random((batch, image_size, image_size, 3), dtype=np.float32)
     run_model = lambda: model.predict_on_batch(images)  # noqa: E731
-    # Best of several, alternating, as the peak is a best of many: the two are compared
-    # with each other and with the peak, and a slow outlier says nothing about the code.
-    chain_seconds = model_seconds = float("inf")
-    for _ in range(2):
-        chain_seconds = min(chain_seconds, speed_benchmark._best_seconds(run_chain, 1, 2, min_seconds / 2))
-        model_seconds = min(model_seconds, speed_benchmark._best_seconds(run_model, 1, 2, min_seconds / 2))
+    for step in (run_chain, run_model):  # compile, and let the thread pools settle
+        speed_benchmark._timings(step, 1, 1, 0)
+    # The two take turns, one round after another, so that each round's ratio compares calls
+    # made seconds apart: this machine's speed drifts by more than the gaps being measured.
+    seconds, _ = speed_benchmark.interleaved_timings(
+        {"matmuls": run_chain, "model": run_model}, rounds, min_steps=1, min_seconds=min_seconds
+    )
     model_flops = count_flops(name, image_size=image_size) * batch
+    per_round = [m / c * chain_flops / model_flops for m, c in zip(seconds["model"], seconds["matmuls"])]
     return dict(
         backend=backend,
         model=f"{name}@{image_size}",
         batch=batch,
         peak=speed_benchmark._keras_peaks(backend)["float32"],
-        matmuls=chain_flops / chain_seconds / 1e9,
-        model_gflops=model_flops / model_seconds / 1e9,
-        model_over_matmuls_time=model_seconds / chain_seconds * chain_flops / model_flops,
+        matmuls=chain_flops / statistics.median(seconds["matmuls"]) / 1e9,
+        model_gflops=model_flops / statistics.median(seconds["model"]) / 1e9,
+        model_over_matmuls_time=statistics.median(per_round),
+        rounds=per_round,
     )
 
 
@@ -120,11 +126,12 @@ def main(argv=None):
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--backends", default=",".join(speed_benchmark.BACKENDS))
-    parser.add_argument("--min-seconds", type=float, default=10.0, help="time each rate for at least this long")
+    parser.add_argument("--min-seconds", type=float, default=20.0, help="time each rate for at least this long")
+    parser.add_argument("--rounds", type=int, default=8, help="rounds of the two taking turns")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        row = measure(args.worker, args.model, args.image_size, args.batch, args.min_seconds)
+        row = measure(args.worker, args.model, args.image_size, args.batch, args.min_seconds, args.rounds)
         speed_benchmark.print_row(row)
         return [row]
     backends = speed_benchmark._choices(args.backends, speed_benchmark.BACKENDS, "backend")
@@ -143,6 +150,8 @@ def main(argv=None):
             str(args.batch),
             "--min-seconds",
             str(args.min_seconds),
+            "--rounds",
+            str(args.rounds),
         ]
         done = subprocess.run(
             command,
@@ -157,14 +166,14 @@ def main(argv=None):
         rows.extend(got)
     print(
         "| backend | model | batch | peak GFLOP/s | matmuls alone | whole model | model / peak "
-        "| matmuls / peak | model time / matmul time (per FLOP) |"
+        "| matmuls / peak | model time / matmul time (per FLOP) | its min-max over the rounds |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['backend']} | {r['model']} | {r['batch']} | {r['peak']:.0f} | {r['matmuls']:.0f} "
             f"| {r['model_gflops']:.0f} | {r['model_gflops'] / r['peak']:.2f} | {r['matmuls'] / r['peak']:.2f} "
-            f"| {r['model_over_matmuls_time']:.2f} |"
+            f"| {r['model_over_matmuls_time']:.3f} | {min(r['rounds']):.3f}-{max(r['rounds']):.3f} |"
         )
     return rows
 
