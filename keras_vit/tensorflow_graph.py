@@ -85,6 +85,10 @@ def layer_norm(x, gamma, beta, epsilon):
     norm's intermediates, so the remapper leaves it, and the batch norm's own gradient runs.
     """
     tf = _tf()
+    # The remapper fuses only where the input's shape equals the output's. A reshape into
+    # x (the encoder block's tokens from its 2-D rows) would merge with the one below,
+    # and the input would become the rows: this node (it forwards x) keeps x as it is.
+    x = tf.raw_ops.PlaceholderWithDefault(input=x, shape=x.shape)
     shape = tf.shape(x)
     rows = tf.raw_ops.PlaceholderWithDefault(input=tf.reduce_prod(shape[:-1], keepdims=True), shape=[1])
     rows_first = tf.reshape(x, tf.concat([[1], rows, shape[-1:], [1]], axis=0))

@@ -276,8 +276,8 @@ def test_layer_norm_equals_keras_layer_normalization(policy):
     np.testing.assert_allclose(to_numpy(got).astype("float32"), to_numpy(want).astype("float32"), atol=tolerance)
 
 
-def _tensorflow_kernels(function, *args):
-    """The op types TensorFlow runs for a first call of ``function`` (its graph after
+def _tensorflow_nodes(function, *args):
+    """The nodes TensorFlow runs for a first call of ``function`` (its graph after
     Grappler and oneDNN's rewrites), from the run metadata."""
     from tensorflow.python.eager import context
 
@@ -288,7 +288,12 @@ def _tensorflow_kernels(function, *args):
         metadata = run_context.export_run_metadata()
     finally:
         run_context.disable_run_metadata()
-    return {node.op for graph in metadata.function_graphs for part in graph.partition_graphs for node in part.node}
+    return [node for graph in metadata.function_graphs for part in graph.partition_graphs for node in part.node]
+
+
+def _tensorflow_kernels(function, *args):
+    """The op types of ``_tensorflow_nodes``."""
+    return {node.op for node in _tensorflow_nodes(function, *args)}
 
 
 @pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="TensorFlow's graph rewrite")
@@ -337,6 +342,40 @@ def test_layer_norm_is_one_onednn_kernel_in_tensorflow_inference_graphs(policy):
     assert fused == tensorflow_graph._onednn_cpu(), inference
     for kernels in (training, portable):
         assert not any("LayerNorm" in op or "BatchNorm" in op for op in kernels), kernels
+
+
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="TensorFlow's graph rewrite")
+def test_residual_adds_and_norms_fuse_into_onednn_kernels_in_tensorflow_inference_graphs():
+    # Two encoder blocks and a final norm, as in a ViT. The residual stream runs on 2-D
+    # token rows, so Grappler fuses each residual add into the matmul before it (a oneDNN
+    # Add post-op), and each norm is one kernel, the last one too (its input is the
+    # block's rows reshaped into tokens). The result is the eager one.
+    import tensorflow as tf
+
+    from keras_vit import tensorflow_graph
+
+    if not tensorflow_graph._onednn_cpu():
+        pytest.skip("TensorFlow runs oneDNN's fusions on a CPU build with oneDNN only")
+    blocks = [keras_vit.layers.EncoderBlock(num_heads=2, mlp_dim=16) for _ in range(2)]
+    norm = keras_vit.layers.LayerNorm(epsilon=1e-6)
+    x = tf.constant(_inputs((2, 5, 8)))
+
+    def encoder(tokens):
+        for block in blocks:
+            tokens = block(tokens, training=False)
+        return norm(tokens)
+
+    encoder(x)  # builds the layers
+    for layer in (*blocks, norm):
+        _randomize(layer)
+    want = to_numpy(encoder(x))  # eager: Keras' own ops
+    # The layers' nodes: scoped names (ops run eagerly meanwhile, if any, are bare ones).
+    nodes = [n for n in _tensorflow_nodes(tf.function(encoder), x) if "/" in n.name]
+    np.testing.assert_allclose(to_numpy(tf.function(encoder)(x)), want, atol=1e-5)
+    fused_ops = [tuple(op.decode() for op in n.attr["fused_ops"].list.s) for n in nodes if "FusedMatMul" in n.op]
+    assert sorted(fused_ops).count(("BiasAdd", "Add")) == 4, fused_ops  # attention's out and fc2, per block
+    assert [n.op for n in nodes].count("_MklLayerNorm") == 5
+    assert not [n.name for n in nodes if n.op in ("AddV2", "Add", "FusedBatchNormV3", "_MklNativeFusedBatchNormV3")]
 
 
 def _linear_kernels(run):

@@ -55,6 +55,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             timm's default; some timm models have none).
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
+    Call with ``as_rows=True`` for the output as the ``(batch * tokens, width)`` rows that the
+    output projection computes, as ``EncoderBlock`` adds them to its residual stream.
+
     Example:
     >>> import numpy as np
     >>> layer = MultiHeadSelfAttention(num_heads=2)
@@ -87,7 +90,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # Built although it has no weights: see `call_inline`.
         self.attention_dropout.build((None, self.num_heads, input_shape[1], input_shape[1]))
 
-    def call(self, tokens, return_attention_scores=False, training=None):
+    def call(self, tokens, return_attention_scores=False, training=None, as_rows=False):
         length, width = ops.shape(tokens)[1], tokens.shape[2]  # length: a tensor where the graph has none
         # The projections run on 2-D token rows, where TensorFlow's graph optimizer fuses a
         # matmul with its bias (see MlpBlock).
@@ -101,7 +104,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             # slices each write a zero-filled gradient of the whole qkv tensor, then summed.
             query, key, value = ops.unstack(qkv, 3, axis=2)  # (batch, length, heads, dim)
             out, weights = ops.dot_product_attention(query, key, value), None
-        out = ops.reshape(call_inline(self.out, ops.reshape(out, (-1, width))), (-1, length, width))
+        out = call_inline(self.out, ops.reshape(out, (-1, width)))
+        if not as_rows:
+            out = ops.reshape(out, (-1, length, width))
         return (out, weights) if return_attention_scores else out
 
     def _explicit_attention(self, qkv, training):

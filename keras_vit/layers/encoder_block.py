@@ -1,6 +1,7 @@
 """The pre-LayerNorm Transformer encoder block: attention then MLP, each residual."""
 
 import keras
+from keras import ops
 
 from keras_vit.layers.activations import gelu_erf, gelu_tanh
 from keras_vit.layers.attention import MultiHeadSelfAttention
@@ -55,10 +56,11 @@ class MlpBlock(keras.layers.Layer):
         self.dropout.build(input_shape)
 
     def call(self, x, training=None):
-        rows = keras.ops.reshape(x, (-1, x.shape[-1]))  # (batch * tokens, width): see the class docstring
+        # (batch * tokens, width) rows: see the class docstring. Rows in, rows out.
+        rows = x if len(x.shape) == 2 else keras.ops.reshape(x, (-1, x.shape[-1]))
         rows = call_inline(self.dropout, call_inline(self.fc1, rows), training=training)
         rows = call_inline(self.dropout, call_inline(self.fc2, rows), training=training)
-        return keras.ops.reshape(rows, keras.ops.shape(x))
+        return rows if len(x.shape) == 2 else keras.ops.reshape(rows, keras.ops.shape(x))
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -137,21 +139,32 @@ class EncoderBlock(keras.layers.Layer):
             layer.build(input_shape)
 
     def call(self, x, return_attention_scores=False, training=None):
+        # The residual stream runs on the 2-D token rows that the attention's output
+        # projection and fc2 compute: TensorFlow's graph optimizer then fuses each residual
+        # add into the matmul before it (a oneDNN post-op), where a reshape between the two
+        # would stop it.
+        rows = ops.reshape(x, (-1, x.shape[-1]))
         y = call_inline(
             self.attention,
             call_inline(self.norm1, x),
             return_attention_scores=return_attention_scores,
             training=training,
+            as_rows=True,
         )
         y, weights = y if return_attention_scores else (y, None)
-        x = x + self._residual(y, training)
-        mlp = call_inline(self.mlp, call_inline(self.norm2, x), training=training)
-        x = x + self._residual(mlp, training)
+        rows = rows + self._residual(y, x, training)
+        mlp = call_inline(self.mlp, call_inline(self.norm2, rows), training=training)
+        rows = rows + self._residual(mlp, x, training)
+        x = ops.reshape(rows, (-1, *x.shape[1:]) if None not in x.shape[1:] else ops.shape(x))
         return (x, weights) if return_attention_scores else x
 
-    def _residual(self, branch, training):
+    def _residual(self, branch, x, training):
         branch = call_inline(self.dropout, branch, training=training)
-        return call_inline(self.drop_path, branch, training=training)
+        if not training or self.drop_path_rate == 0:
+            return branch
+        # Stochastic depth drops whole images: on the (batch, tokens, width) view.
+        dropped = call_inline(self.drop_path, ops.reshape(branch, ops.shape(x)), training=training)
+        return ops.reshape(dropped, (-1, x.shape[-1]))
 
     def get_config(self):
         return composite_config(self, super().get_config())
