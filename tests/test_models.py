@@ -165,6 +165,19 @@ def test_inline_dropout_is_active_only_in_training(rng):
     assert not np.allclose(inference, to_numpy(block(x, training=True)))
 
 
+def test_stochastic_depth_drops_whole_images_of_the_residual_stream(rng):
+    # The block adds its branches to 2-D token rows; stochastic depth must still drop a
+    # branch for a whole image (every token of it), never token by token.
+    from keras_vit.layers import EncoderBlock
+
+    block = EncoderBlock(num_heads=2, mlp_dim=32, drop_path_rate=0.5)
+    x = rng.standard_normal((32, 5, 16)).astype("float32")
+    unchanged = np.all(to_numpy(block(x, training=True)) == x, axis=-1)  # (image, token)
+    both_dropped, something_kept = unchanged.all(axis=1), ~unchanged.any(axis=1)
+    assert np.all(both_dropped | something_kept), unchanged
+    assert both_dropped.any() and something_kept.any()
+
+
 def test_inline_call_of_a_quantized_layer_takes_the_full_path(rng):
     from keras_vit.layers.inline import call_inline
 

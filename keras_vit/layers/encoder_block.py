@@ -34,6 +34,8 @@ class MlpBlock(keras.layers.Layer):
     >>> import numpy as np
     >>> tuple(MlpBlock(16)(np.zeros((1, 3, 8), "float32")).shape)
     (1, 3, 8)
+    >>> tuple(MlpBlock(16)(np.zeros((3, 8), "float32")).shape)  # token rows stay rows
+    (3, 8)
     """
 
     def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, **kwargs):
@@ -57,10 +59,10 @@ class MlpBlock(keras.layers.Layer):
 
     def call(self, x, training=None):
         # (batch * tokens, width) rows: see the class docstring. Rows in, rows out.
-        rows = x if len(x.shape) == 2 else keras.ops.reshape(x, (-1, x.shape[-1]))
+        rows = x if len(x.shape) == 2 else ops.reshape(x, (-1, x.shape[-1]))
         rows = call_inline(self.dropout, call_inline(self.fc1, rows), training=training)
         rows = call_inline(self.dropout, call_inline(self.fc2, rows), training=training)
-        return rows if len(x.shape) == 2 else keras.ops.reshape(rows, keras.ops.shape(x))
+        return rows if len(x.shape) == 2 else ops.reshape(rows, ops.shape(x))
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -155,7 +157,7 @@ class EncoderBlock(keras.layers.Layer):
         rows = rows + self._residual(y, x, training)
         mlp = call_inline(self.mlp, call_inline(self.norm2, rows), training=training)
         rows = rows + self._residual(mlp, x, training)
-        x = ops.reshape(rows, (-1, *x.shape[1:]) if None not in x.shape[1:] else ops.shape(x))
+        x = ops.reshape(rows, ops.shape(x))
         return (x, weights) if return_attention_scores else x
 
     def _residual(self, branch, x, training):
