@@ -45,7 +45,19 @@ set before the row's first model.
     python benchmarks/speed_benchmark.py --engines keras-vit:torch-compiled,keras-vit:torch,timm,timm-compile \
         --models vit_ti16@224,vit_b16@224 --modes infer_b1,infer_b32 --precisions float32
 
-The table goes to stdout, the rows to --csv (default saved_models/benchmarks/speed.csv).
+On a GPU (a CUDA build of PyTorch, JAX with CUDA), every engine runs there by itself:
+Keras places its models on the accelerator, the benchmark puts the PyTorch peers and every
+engine's inputs there (no host copy is timed), times steps to their end (CUDA
+synchronised), measures the peak with an 8192x8192 product and the device memory PyTorch
+allocated. The ``attention`` column says which attention kernel each row ran (PyTorch's
+fused flash or memory-efficient kernel, cuDNN's fused attention under JAX, or written out):
+
+    python benchmarks/speed_benchmark.py \
+        --engines keras-vit:jax,keras-vit:torch,keras-vit:torch-compiled,timm,timm-compile \
+        --models vit_b16@224 --modes infer_b256,train_b256 --precisions mixed_bfloat16,float32
+
+The table goes to stdout, the rows to --csv (default saved_models/benchmarks/speed.csv), each
+row as soon as it is measured.
 """
 
 import argparse
@@ -56,6 +68,8 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,7 +85,16 @@ PRECISIONS = ("float32", "mixed_bfloat16")
 # --numerics: keras-vit's own defaults, or the numerics of a checkpoint layout
 # (keras_vit.checkpoints.layouts; named here so the parent checks it without Keras).
 NUMERICS = ("default", "original", "timm", "hf")
-MODES = {"infer_b1": ("infer", 1), "infer_b32": ("infer", 32), "train_b32": ("train", 32)}
+MODES = {
+    "infer_b1": ("infer", 1),
+    "infer_b32": ("infer", 32),
+    "train_b32": ("train", 32),
+    # On a GPU batch 32 leaves ViT-B/16 a few milliseconds of work, where launch and
+    # transfer overheads count: timm's benchmark uses 256.
+    "infer_b256": ("infer", 256),
+    "train_b256": ("train", 256),
+}
+DEFAULT_MODES = ("infer_b1", "infer_b32", "train_b32")
 COLUMNS = (
     "engine",
     "model",
@@ -85,9 +108,11 @@ COLUMNS = (
     "peak_gflops_per_s",
     "fraction_of_peak",
     "peak_rss_mb",
+    "peak_device_mb",
+    "attention",
     "note",
 )
-CSV_COLUMNS = COLUMNS + ("ms_per_repeat", "process", "numerics")
+CSV_COLUMNS = COLUMNS + ("ms_per_repeat", "process", "numerics", "device")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,44 +236,78 @@ def _best_seconds(step, warmup, min_steps, min_seconds):
     return min(_timings(step, warmup, min_steps, min_seconds))
 
 
-def _matmul_peak(matmul, n=2048, min_seconds=2.0):
+def _matmul_peak(matmul, n, min_seconds=2.0):
     # The best of many calls, not the median: a peak is what the hardware can do, and a
     # median taken while the thread pool warms up reads low (seen here: 120 vs 160 GFLOP/s).
     return 2 * n**3 / _best_seconds(matmul, warmup=3, min_steps=1, min_seconds=min_seconds) / 1e9
 
 
-def _keras_peaks(backend):
+def device_kind(backend):
+    """Where a process's framework computes: ``"cpu"``, else its accelerator (``"cuda"``,
+    ``"gpu"``, ``"tpu"``). Keras puts a model there by itself; the PyTorch peers and the
+    inputs are put there by the benchmark."""
+    if backend == "torch":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if backend == "jax":
+        import jax
+
+        return jax.devices()[0].platform
+    import tensorflow as tf
+
+    return "gpu" if tf.config.list_physical_devices("GPU") else "cpu"
+
+
+def _peak_size(device):
+    # 2048 fills a CPU's caches and cores; an accelerator needs a larger product to reach its peak.
+    return 2048 if device == "cpu" else 8192
+
+
+def _keras_peaks(backend, device):
     import numpy as np
 
-    a = np.random.default_rng(0).normal(size=(2048, 2048)).astype("float32")
+    n = _peak_size(device)
+    a = np.random.default_rng(0).normal(size=(n, n)).astype("float32")
     peaks = {}
     for dtype in ("float32", "bfloat16"):
         if backend == "tensorflow":
             import tensorflow as tf
 
             x = tf.cast(tf.constant(a), dtype)
-            peaks[dtype] = _matmul_peak(lambda: tf.linalg.matmul(x, x).numpy())
-        elif backend == "jax":
+            peaks[dtype] = _matmul_peak(lambda: tf.linalg.matmul(x, x).numpy(), n)
+        else:
             import jax
             import jax.numpy as jnp
 
             x = jnp.asarray(a, dtype=dtype)
             f = jax.jit(jnp.matmul)
-            peaks[dtype] = _matmul_peak(lambda: f(x, x).block_until_ready())
-        else:
-            peaks[dtype] = _torch_peaks()[dtype]
+            peaks[dtype] = _matmul_peak(lambda: f(x, x).block_until_ready(), n)
     return peaks
 
 
-def _torch_peaks():
+def _torch_peaks(device):
     import torch
 
-    peaks = {}
+    n, peaks = _peak_size(device), {}
     for dtype in (torch.float32, torch.bfloat16):
-        x = torch.randn(2048, 2048, dtype=dtype)
+        x = torch.randn(n, n, dtype=dtype, device=device)
+
+        def matmul():
+            torch.matmul(x, x)
+            _torch_sync(device)
+
         with torch.no_grad():
-            peaks[str(dtype).split(".")[1]] = _matmul_peak(lambda: torch.matmul(x, x))
+            peaks[str(dtype).split(".")[1]] = _matmul_peak(matmul, n)
     return peaks
+
+
+def _torch_sync(device):
+    """Waits for the device's queued kernels: a CUDA step returns before it has run."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
 
 
 def _keras_vit_numerics(numerics):
@@ -283,7 +342,7 @@ def _keras_model(engine, arch, numerics):
     return model
 
 
-def _keras_steps(engine, arch, precision, batch, numerics):
+def _keras_steps(engine, arch, precision, batch, numerics, device):
     import keras
     import numpy as np
 
@@ -296,11 +355,15 @@ def _keras_steps(engine, arch, precision, batch, numerics):
     x = rng.uniform(-1, 1, size=(batch, arch.image_size, arch.image_size, 3)).astype("float32")
     y = rng.integers(0, 1000, size=(batch,))
     if engine == COMPILED:
-        return (*_compiled_steps(model, x, y), model)
+        return (*_compiled_steps(model, x, y, device), model)
+    if device != "cpu":
+        # On an accelerator the inputs wait there, as the PyTorch peers' do: a copy from the
+        # host at every step would be timed too (ViT-B/16's batch of 256 is 154 MB).
+        x, y = keras.ops.convert_to_tensor(x), keras.ops.convert_to_tensor(y)
     return (lambda: model.predict_on_batch(x)), (lambda: model.train_on_batch(x, y)), model
 
 
-def _compiled_steps(model, x, y):
+def _compiled_steps(model, x, y, device):
     """keras-vit's compiled torch path: ``compile_for_inference``, and a train step compiled
     from ``export_program(training=True)`` with torch's AdamW, as the timm rows train."""
     import torch
@@ -309,10 +372,15 @@ def _compiled_steps(model, x, y):
     from keras_vit.export.torch_program import export_program
 
     predict = keras_vit.compile_for_inference(model)
-    x, y = torch.from_numpy(x), torch.from_numpy(y)
+    x, y = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
     graph = export_program(model, training=True).module()
     forward = torch.compile(graph)
     optimizer = torch.optim.AdamW([p for p in graph.parameters() if p.requires_grad], lr=1e-4)
+
+    def infer():
+        out = predict(x)
+        _torch_sync(device)
+        return out
 
     def train():
         # The model ends in float32 under mixed_bfloat16 too (its head's policy).
@@ -322,7 +390,7 @@ def _compiled_steps(model, x, y):
         optimizer.zero_grad(set_to_none=True)
         return loss.item()
 
-    return (lambda: predict(x)), train
+    return infer, train
 
 
 def _torch_model(engine, arch):
@@ -346,15 +414,15 @@ def _torch_model(engine, arch):
     )
 
 
-def _torch_steps(engine, arch, precision, batch, numerics):
+def _torch_steps(engine, arch, precision, batch, numerics, device):
     del numerics  # keras-vit's alone
     import torch
 
-    model = _torch_model(engine, arch)
+    model = _torch_model(engine, arch).to(device)
     forward = torch.compile(model) if engine == "timm-compile" else model
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "mixed_bfloat16")
-    x = torch.rand(batch, 3, arch.image_size, arch.image_size) * 2 - 1
-    y = torch.randint(0, 1000, (batch,))
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "mixed_bfloat16")
+    x = (torch.rand(batch, 3, arch.image_size, arch.image_size) * 2 - 1).to(device)
+    y = torch.randint(0, 1000, (batch,)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def logits(out):
@@ -363,7 +431,9 @@ def _torch_steps(engine, arch, precision, batch, numerics):
     def infer():
         model.eval()
         with torch.inference_mode(), autocast:
-            return logits(forward(x))
+            out = logits(forward(x))
+        _torch_sync(device)
+        return out
 
     def train():
         model.train()
@@ -377,6 +447,53 @@ def _torch_steps(engine, arch, precision, batch, numerics):
     return infer, train, model
 
 
+# The attention kernels a step ran, by the name of the op (PyTorch) or custom call (JAX).
+_TORCH_ATTENTION = {
+    "aten::_scaled_dot_product_flash_attention": "flash",
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash (cpu)",
+    "aten::_scaled_dot_product_efficient_attention": "memory-efficient",
+    "aten::_scaled_dot_product_cudnn_attention": "cudnn",
+    "aten::_scaled_dot_product_attention_math": "math",
+}
+
+
+def attention_kernels(backend, engine, step, model, kind, input_shape):
+    """Which attention a row's step runs: a fused kernel's name, or ``"written-out"`` (a
+    softmax between two matmuls); ``"-"`` where it is not read (TensorFlow).
+
+    PyTorch: the ops one more ``step()`` dispatches, from the profiler (compiled graphs
+    too: Inductor calls the fused attention as an ATen op). JAX: the custom calls of the
+    model's lowered forward pass (inference) or its gradient (training), where
+    ``keras.ops.dot_product_attention`` becomes cuDNN's fused attention on a GPU.
+    """
+    if backend == "torch":
+        import torch
+
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+            step()
+        names = {event.name for event in profile.events()}
+        found = sorted({label for op, label in _TORCH_ATTENTION.items() if op in names})
+        return "+".join(found) or ("written-out" if names & {"aten::softmax", "aten::_softmax"} else "?")
+    if backend != "jax" or not engine.startswith("keras"):
+        return "-"
+    import jax
+
+    trainable = [v.value for v in model.trainable_variables]
+    others = [v.value for v in model.non_trainable_variables]
+    x = jax.ShapeDtypeStruct(input_shape, "float32")
+
+    def forward(trainable, x):
+        return model.stateless_call(trainable, others, x, training=kind == "train")[0]
+
+    if kind == "train":
+        text = jax.jit(jax.grad(lambda t, x: forward(t, x).astype("float32").sum())).lower(trainable, x).as_text()
+    else:
+        text = jax.jit(forward).lower(trainable, x).as_text()
+    if "__cudnn$fmha" in text:
+        return "cudnn flash" + (" (+backward)" if "Backward" in text else "")
+    return "flash (pallas)" if "flash" in text.lower() else "written-out"
+
+
 def _backend(engine):
     """The Keras backend of an engine's process: its own for Keras engines, else torch."""
     return engine.split(":")[1].split("-")[0] if engine.startswith("keras") else "torch"
@@ -387,7 +504,8 @@ def run_engines(engines, models, precisions, modes, quick, min_seconds=2.0, repe
     import keras_vit.inspect
 
     backend = _backend(engines[0])
-    peaks = _keras_peaks(backend) if backend != "torch" else _torch_peaks()
+    device = device_kind(backend)
+    peaks = _keras_peaks(backend, device) if backend != "torch" else _torch_peaks(device)
     if any(not e.startswith("keras") for e in engines):
         import torch
 
@@ -415,22 +533,30 @@ def run_engines(engines, models, precisions, modes, quick, min_seconds=2.0, repe
                         peak_gflops_per_s=_significant(peak),
                         note="",
                         process=os.getpid(),
+                        device=device,
                         # keras-vit's --numerics; a peer computes its own
                         numerics=numerics if engine.startswith("keras-vit") else "",
                     )
                     try:
-                        before = _rss_mb()
+                        before, before_device = _rss_mb(), _reset_device_peak(backend, device)
                         _reset_peak_rss()
                         make = _keras_steps if engine.startswith("keras") else _torch_steps
-                        infer, train, model = make(engine, arch, precision, batch, numerics)
+                        infer, train, model = make(engine, arch, precision, batch, numerics, device)
                         held.append(model)
                         step = infer if kind == "infer" else train
                         for _ in range(timing["warmup"] + (2 if batch == 1 and not quick else 0)):
                             step()
                         row["peak_rss_mb"] = round(_peak_rss_mb() - before + base_rss)
+                        row["peak_device_mb"] = _device_peak_mb(backend, device, before_device)
                         steps[engine] = step
                     except Exception as error:  # noqa: BLE001  (a peer that fails here is a row, not a crash)
                         row["note"] = _note(error)
+                        continue
+                    try:
+                        shape = (batch, arch.image_size, arch.image_size, 3)
+                        row["attention"] = attention_kernels(backend, engine, step, model, kind, shape)
+                    except Exception as error:  # noqa: BLE001  (the probe is a column; the row stands)
+                        row["attention"] = f"unread ({type(error).__name__})"
                 per_repeat, errors = interleaved_timings(
                     steps, 2 if quick else repeats, timing["min_steps"], timing["min_seconds"]
                 )
@@ -452,6 +578,27 @@ def run_engines(engines, models, precisions, modes, quick, min_seconds=2.0, repe
                 yield from rows.values()
                 del held, steps
                 _release(any(e.startswith("keras") for e in engines))
+
+
+def _reset_device_peak(backend, device):
+    """The device memory allocated now, the peak counter reset (PyTorch on CUDA; else None)."""
+    if backend != "torch" or device != "cuda":
+        return None
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    return torch.cuda.memory_allocated()
+
+
+def _device_peak_mb(backend, device, before):
+    """The rise of the device's peak allocation over ``before``, in MB (PyTorch on CUDA: the
+    other engines' models stay allocated in the shared process, so only the rise is the row's)."""
+    if before is None:
+        return None
+    import torch
+
+    return round((torch.cuda.max_memory_allocated() - before) / 2**20)
 
 
 def _note(error):
@@ -487,6 +634,7 @@ def print_row(row):
 
 
 def worker_rows(stdout):
+    """The rows in a worker's whole output (see ``print_row``)."""
     return [json.loads(line[4:]) for line in stdout.splitlines() if line.startswith("ROW ")]
 
 
@@ -530,23 +678,36 @@ def _worker_env(engines):
 
 
 def run_all(args):
+    """Runs each process group's worker; every row is written to ``--csv`` as it arrives, so
+    a run stopped part-way (a time limit, a crash) keeps the rows measured before."""
     rows = []
     for engines in process_groups(args.engines):
         print(f"# {', '.join(engines)} ...", file=sys.stderr, flush=True)
-        done = subprocess.run(
-            _worker_command(engines, args),
-            env=_worker_env(engines),
-            capture_output=True,
-            text=True,
-            timeout=args.engine_timeout,
-        )
-        got = worker_rows(done.stdout)
-        if done.returncode != 0 and not got:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            note = f"engine failed: {tail[0][:160]}"
-            got = [dict(engine=engine, model="*", precision="*", mode="*", note=note) for engine in engines]
-        rows.extend(got)
+        returncode, tail = _run_worker(engines, args, lambda row: (rows.append(row), write_csv(rows, args.csv)))
+        if returncode != 0:
+            note = f"engine process failed (exit {returncode}): {tail[:160]}"
+            rows.extend(dict(engine=engine, model="*", precision="*", mode="*", note=note) for engine in engines)
     return rows
+
+
+def _run_worker(engines, args, on_row):
+    """Streams a worker's rows to ``on_row``; returns its exit status and last line of output."""
+    with tempfile.TemporaryFile("w+") as errors:
+        process = subprocess.Popen(
+            _worker_command(engines, args), env=_worker_env(engines), stdout=subprocess.PIPE, stderr=errors, text=True
+        )
+        timer = threading.Timer(args.engine_timeout, process.kill)
+        timer.start()
+        try:
+            for line in process.stdout:
+                if line.startswith("ROW "):
+                    on_row(json.loads(line[4:]))
+            process.wait()
+        finally:
+            timer.cancel()
+        errors.seek(0)
+        lines = errors.read().strip().splitlines()
+    return process.returncode, (lines[-1] if lines else "no output")
 
 
 def _cell(value):
@@ -634,7 +795,9 @@ def parse_args(argv=None):
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--models", default="vit_ti16@224,vit_s16@224,vit_b16@224,vit_b16@384")
     parser.add_argument("--precisions", default=",".join(PRECISIONS))
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument(
+        "--modes", default=",".join(DEFAULT_MODES), help=f"of {', '.join(MODES)} (the last two: for a GPU)"
+    )
     parser.add_argument("--quick", action="store_true", help="the tiny model and a few steps (a smoke run)")
     parser.add_argument("--csv", default=os.path.join(ROOT, "saved_models", "benchmarks", "speed.csv"))
     parser.add_argument("--min-seconds", type=float, default=2.0, help="time each row for at least this long")

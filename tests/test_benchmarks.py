@@ -45,7 +45,7 @@ def test_quick_mode_measures_every_row_beside_the_peers(speed_benchmark, tmp_pat
     rows = speed_benchmark.main(["--quick", "--engines", ",".join(engines), "--csv", str(csv_path)])
     printed = capsys.readouterr().out
 
-    expected = set(itertools.product(engines, speed_benchmark.PRECISIONS, speed_benchmark.MODES))
+    expected = set(itertools.product(engines, speed_benchmark.PRECISIONS, speed_benchmark.DEFAULT_MODES))
     assert {(r["engine"], r["precision"], r["mode"]) for r in rows} == expected
     flops = count_flops("vit_ti16", image_size=32, depth=2)
     for row in rows:
