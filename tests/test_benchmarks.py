@@ -3,6 +3,7 @@
 import csv
 import importlib
 import itertools
+import json
 import os
 import statistics
 import sys
@@ -57,6 +58,11 @@ def test_quick_mode_measures_every_row_beside_the_peers(speed_benchmark, tmp_pat
         assert row["fraction_of_peak"] == pytest.approx(row["gflops_per_s"] / row["peak_gflops_per_s"], rel=0.02)
         assert 0 < row["fraction_of_peak"] < 2  # a tiny model is far from peak, but it is measured
         assert row["peak_gflops_per_s"] > 1
+    # Which attention each row ran: keras-vit's as the layer chooses on this CPU (PyTorch's
+    # fused kernel, else written out), a peer's as it ran; TensorFlow's graphs are not read.
+    own = {"torch": "flash (cpu)", "jax": "written-out", "tensorflow": "-"}[BACKEND]
+    assert {r["attention"] for r in rows if r["engine"] == f"keras-vit:{BACKEND}"} == {own}
+    assert all(r["attention"] in {"-", "written-out", "flash (cpu)", "memory-efficient", "math"} for r in rows), rows
     assert f"keras-hub:{BACKEND}" in printed and "speedup" in printed and "numerics: default" in printed
     with open(csv_path) as f:
         written = list(csv.DictReader(f))
@@ -90,6 +96,23 @@ def test_quick_mode_compiled_torch_rows_interleaved_with_timm(speed_benchmark, t
     }
     _assert_paired_by_round(speedups)
     assert "spread" in printed and speed_benchmark.COMPILED in printed
+
+
+def test_rows_reach_the_csv_as_they_arrive_and_a_stopped_worker_is_a_note(speed_benchmark, tmp_path, monkeypatch):
+    # A worker that hands over one row, complains, then hangs past --engine-timeout: its row is
+    # in the CSV already, the worker is killed, and the run says so in a row of its own.
+    csv_path = tmp_path / "speed.csv"
+    row = dict(engine="timm", model="tiny", precision="float32", mode="infer_b1", images_per_s=1.0, note="")
+    script = f"import sys, time; print('ROW ' + {json.dumps(json.dumps(row))}, flush=True); "
+    script += "print('out of memory', file=sys.stderr, flush=True); time.sleep(60)"
+    monkeypatch.setattr(speed_benchmark, "_worker_command", lambda engines, args: [sys.executable, "-c", script])
+    args = speed_benchmark.parse_args(["--engines", "timm", "--csv", str(csv_path), "--engine-timeout", "3"])
+    rows = speed_benchmark.run_all(args)
+    with open(csv_path) as f:
+        written = list(csv.DictReader(f))
+    assert [(r["engine"], r["mode"], r["images_per_s"]) for r in written] == [("timm", "infer_b1", "1.0")]
+    assert rows[0] == row and len(rows) == 2
+    assert rows[1]["engine"] == "timm" and "exit -9" in rows[1]["note"] and "out of memory" in rows[1]["note"]
 
 
 def test_numerics_build_keras_vit_with_a_checkpoint_layouts_gelu_and_epsilon(speed_benchmark):

@@ -131,6 +131,32 @@ def test_fused_and_explicit_attention_equal_the_formula(rng, policy, head_dim):
     np.testing.assert_allclose(to_numpy(weights).astype("float64"), want_weights, atol=tolerance / 5)
 
 
+@pytest.mark.parametrize("length, training", [(9, True), (8, True), (9, False), (9, None)])
+def test_flash_attention_is_declined_only_where_jax_gpus_have_no_backward_pass(rng, monkeypatch, length, training):
+    # JAX's cuDNN attention has no backward pass at an odd token count: there (JAX on a GPU,
+    # training) the layer asks Keras for XLA's attention, instead of letting Keras try cuDNN's
+    # in every block, log a traceback and fall back. Everywhere else Keras chooses (None).
+    import keras_vit.layers.attention as attention_module
+    from keras_vit.layers import MultiHeadSelfAttention
+
+    monkeypatch.setattr(attention_module, "_jax_platform", lambda: "gpu")  # as JAX on a GPU says
+    monkeypatch.setattr(attention_module, "_fused_attention_pays", lambda: True)
+    asked, fused = [], keras.ops.dot_product_attention
+
+    def spy(*args, flash_attention=None, **kwargs):
+        asked.append(flash_attention)
+        return fused(*args, flash_attention=flash_attention, **kwargs)
+
+    monkeypatch.setattr(attention_module.ops, "dot_product_attention", spy)
+    layer = MultiHeadSelfAttention(num_heads=2)
+    x = rng.standard_normal((2, length, 8)).astype("float32")
+    out = to_numpy(layer(x, training=training))
+    declined = keras.backend.backend() == "jax" and bool(training) and length % 2 == 1
+    assert asked == [False if declined else None]
+    want, _ = _reference_attention(layer, x)
+    np.testing.assert_allclose(out, want, atol=1e-5 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_inline_sublayer_calls_equal_full_keras_calls(rng, monkeypatch, policy):
     # The encoder block runs its parts through call_inline; Keras' own __call__ must give

@@ -24,12 +24,28 @@ def _fused_attention_pays():
     1.14x, and batch 1 on a par.
     """
     backend = keras.config.backend()
-    return backend == "torch" or (backend == "jax" and not _on_cpu())
+    return backend == "torch" or (backend == "jax" and _jax_platform() != "cpu")
+
+
+def _flash_attention(length, training):
+    """``keras.ops.dot_product_attention``'s ``flash_attention``: None (Keras chooses), or
+    False on JAX on a GPU in training at an odd token count (a class token and a square
+    grid: 197 at 224/16).
+
+    There cuDNN's fused attention has no backward pass (JAX 0.11.2 with cuDNN 9.19 on an
+    H100: "Unsupported sequence length Q 197, KV 197"; 196 and 256 tokens take it forward
+    and backward). Keras would try it in every block, log the error with its traceback,
+    and run XLA's attention; this asks for XLA's directly. Inference keeps cuDNN's.
+    """
+    if keras.config.backend() == "jax" and training and length % 2 and _jax_platform() in ("gpu", "cuda"):
+        return False
+    return None
 
 
 @functools.cache
-def _on_cpu():
-    return keras.distribution.list_devices()[0].lower().startswith("cpu")
+def _jax_platform():
+    """``"cpu"``, ``"gpu"`` or ``"tpu"``: where JAX computes."""
+    return keras.distribution.list_devices()[0].split(":")[0].lower()
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -41,7 +57,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     three, and it is timm's ``qkv`` layout transposed. When no attention weights are asked
     for and no attention dropout is active, the fused ``keras.ops.dot_product_attention``
     runs (flash attention where the backend has it), except on TensorFlow and on JAX on a
-    CPU, where the written-out form is faster (see ``_fused_attention_pays``).
+    CPU, where the written-out form is faster (see ``_fused_attention_pays``; on a GPU
+    the benchmark's ``attention`` column shows which kernel runs, and ``_flash_attention``
+    where JAX's cannot).
 
     The two projections are Keras ``Dense`` layers (``qkv`` and ``out``; see
     ``keras_vit.layers.Dense``), so
@@ -103,7 +121,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             # Unstacked, not sliced: the gradient of an unstack is one stack, where three
             # slices each write a zero-filled gradient of the whole qkv tensor, then summed.
             query, key, value = ops.unstack(qkv, 3, axis=2)  # (batch, length, heads, dim)
-            out, weights = ops.dot_product_attention(query, key, value), None
+            flash = _flash_attention(query.shape[1], training)
+            out, weights = ops.dot_product_attention(query, key, value, flash_attention=flash), None
         out = call_inline(self.out, ops.reshape(out, (-1, width)))
         if not as_rows:
             out = ops.reshape(out, (-1, length, width))
