@@ -264,7 +264,12 @@ def _peak_size(device):
     return 2048 if device == "cpu" else 8192
 
 
-def _keras_peaks(backend, device):
+def framework_peaks(backend, device=None):
+    """``{"float32": GFLOP/s, "bfloat16": GFLOP/s}``: the framework's matmul peak on ``device``
+    (default: where it computes, ``device_kind``)."""
+    device = device or device_kind(backend)
+    if backend == "torch":
+        return _torch_peaks(device)
     import numpy as np
 
     n = _peak_size(device)
@@ -505,7 +510,7 @@ def run_engines(engines, models, precisions, modes, quick, min_seconds=2.0, repe
 
     backend = _backend(engines[0])
     device = device_kind(backend)
-    peaks = _keras_peaks(backend, device) if backend != "torch" else _torch_peaks(device)
+    peaks = framework_peaks(backend, device)
     if any(not e.startswith("keras") for e in engines):
         import torch
 
