@@ -469,7 +469,8 @@ def attention_kernels(backend, engine, step, model, kind, input_shape):
     PyTorch: the ops one more ``step()`` dispatches, from the profiler (compiled graphs
     too: Inductor calls the fused attention as an ATen op). JAX: the custom calls of the
     model's lowered forward pass (inference) or its gradient (training), where
-    ``keras.ops.dot_product_attention`` becomes cuDNN's fused attention on a GPU.
+    ``keras.ops.dot_product_attention`` becomes cuDNN's fused attention on a GPU (a
+    ``__cudnn$fmha`` call) and a Pallas kernel on a TPU.
     """
     if backend == "torch":
         import torch
@@ -496,7 +497,7 @@ def attention_kernels(backend, engine, step, model, kind, input_shape):
         text = jax.jit(forward).lower(trainable, x).as_text()
     if "__cudnn$fmha" in text:
         return "cudnn flash" + (" (+backward)" if "Backward" in text else "")
-    return "flash (pallas)" if "flash" in text.lower() else "written-out"
+    return "pallas (tpu)" if "tpu_custom_call" in text else "written-out"  # TPU: Keras' splash attention
 
 
 def _backend(engine):
