@@ -47,7 +47,16 @@ FLOAT_TOLERANCE = 1e-4
 # worst measured) does not flake with another seed, and still fails for real defects (a
 # missing softmax or wrong pre-processing moves probabilities by 0.1 to 1).
 FLOAT16_TOLERANCE = 2e-2
-MIN_INT8_TOP1_AGREEMENT = 0.98
+# Top-1 agreement with the float model on the test split. Dynamic-range int8 quantises the
+# weights only: measured 0.983-1.000. Full-integer int8 quantises every activation too
+# (LayerNorm, softmax and GELU among them), and how far that moves a model depends on the
+# model trained: 0.986-1.000 on an AMD EPYC, and on an Intel Xeon with AMX, whose oneDNN
+# kernels train slightly other weights, 0.969 (tensorflow's tiny ViT), 0.986 and 0.994.
+# A real defect (wrong pre-processing, a lost scale) falls far below either bound, and
+# an image the float model is sure of (top-1 probability >= 0.9) must keep its class in
+# both (the disagreements measured had 0.45-0.72).
+MIN_INT8_TOP1_AGREEMENT = {"tflite_dynamic_int8": 0.98, "tflite_int8": 0.95}
+CONFIDENT = 0.9
 MIN_TEST_ACCURACY = 0.9
 # Enough for >90% test accuracy (measured: ViT ~95% after 25 epochs, the hybrid ~98% after 6).
 EPOCHS = {"vit_ti16": 25, "r26_vit_s32": 6}
@@ -257,7 +266,10 @@ def test_int8_keeps_float_top1_on_test_split(exported, name):
     print(
         f"{BACKEND} {exported['name']} {name}: top-1 agreement with float {agreement:.4f} on {len(images)} test images"
     )
-    assert agreement >= MIN_INT8_TOP1_AGREEMENT, agreement
+    assert agreement >= MIN_INT8_TOP1_AGREEMENT[name], agreement
+    confident = exported["reference"].max(-1) >= CONFIDENT
+    # (48 to 317 of the 359 test images, measured: the check has cases to fail on)
+    assert confident.sum() >= 20 and (got[confident] == expected[confident]).all()
 
 
 def test_onnx_matches_keras_at_two_batch_sizes(exported):
