@@ -1,17 +1,24 @@
-"""The seam between the layers and PyTorch, for eager PyTorch only.
+"""The seam between the layers and PyTorch.
 
 The layers are written in ``keras.ops``. In eager PyTorch Keras runs each op as its own
-kernel, and a ``Dense`` is three: matmul, bias add, activation. Two things here reach
-past that, and nothing else in the layers imports PyTorch:
+kernel, and a ``Dense`` is three: matmul, bias add, activation. These reach past that,
+and nothing else in the layers imports PyTorch:
 
 - ``is_tracing``: whether ``torch.compile`` or ``torch.export`` is tracing, where the
-  layers keep Keras' own ops and name scopes (see ``layers.inline``);
-- ``linear``: a ``Dense`` as one PyTorch kernel (see ``layers.Dense``).
+  layers keep Keras' own ops and name scopes (see ``layers.inline``), except inside
+  ``kernels_in_graph()``, where ``linear`` and ``attention`` keep their kernels;
+- ``linear``: a ``Dense`` as one PyTorch kernel (see ``layers.Dense``);
+- ``store_transposed``: a ``Dense`` kernel kept in the memory order those kernels read;
+- ``attention``: PyTorch's fused attention on the strided views of the ``qkv`` product.
 """
 
+import contextlib
 import functools
+import threading
 
 import keras
+
+_STATE = threading.local()  # kernels_in_graph's flag, per thread
 
 
 @functools.cache
@@ -25,6 +32,51 @@ def is_tracing():
     """True while ``torch.compile`` or ``torch.export`` traces: ``torch.compiler.is_compiling()``
     is true in both (and constant while tracing), and costs about 0.1 us eagerly."""
     return _torch().compiler.is_compiling()
+
+
+@contextlib.contextmanager
+def kernels_in_graph():
+    """While active, traced graphs keep ``linear``'s and ``attention``'s CPU kernels.
+
+    Outside it a traced graph holds Keras' portable ops, as a saved ``.pt2`` file must,
+    to run on any PyTorch build and device. A graph compiled in this process for this
+    CPU (``compile_for_inference``) gains from them: Inductor fuses element-wise work
+    but runs each matmul as ``addmm`` (its oneDNN lowering wants frozen weights), then
+    the activation as its own pass; ViT-B/16's fc1 with the tanh GELU takes 130 ms as
+    one oneDNN kernel against 134 + 30 as two. The fused linear enters the graph as the
+    opaque op ``keras_vit::fused_linear`` (``_fused_linear_op``), so such a graph needs
+    keras-vit imported to run.
+    """
+    _onednn_dtypes()  # computed now, not recorded into the graph being traced
+    previous = getattr(_STATE, "kernels", False)
+    _STATE.kernels = True
+    try:
+        yield
+    finally:
+        _STATE.kernels = previous
+
+
+def _keras_ops_only():
+    """True while tracing outside ``kernels_in_graph()``: run Keras' portable ops."""
+    return is_tracing() and not getattr(_STATE, "kernels", False)
+
+
+@functools.cache
+def _fused_linear_op():
+    """oneDNN's fused linear as a custom op that Inductor calls as it is."""
+    torch = _torch()
+
+    @torch.library.custom_op("keras_vit::fused_linear", mutates_args=())
+    def fused_linear(
+        inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, attr: str, algorithm: str
+    ) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(inputs, weight, bias, attr, [], algorithm)
+
+    @fused_linear.register_fake
+    def _(inputs, weight, bias, attr, algorithm):
+        return inputs.new_empty((*inputs.shape[:-1], weight.shape[0]))
+
+    return fused_linear
 
 
 @functools.cache
@@ -52,36 +104,89 @@ def _onednn_dtypes():
     return frozenset({torch.float32, torch.bfloat16} if bf16 else {torch.float32})
 
 
-def _onednn_runs(inputs):
-    if _torch().is_grad_enabled() or inputs.device.type != "cpu":
-        return False  # oneDNN's fused linear has no gradient; on GPUs cuBLAS runs F.linear
+def _onednn_runs(inputs, weight, activation):
+    """Whether oneDNN's fused linear is the faster kernel for this product.
+
+    Not with a gradient (it has none) or on a GPU (cuBLAS runs ``F.linear``), and only on
+    the ``(out, in)`` weight in row-major order: given the transposed view of a row-major
+    kernel, oneDNN reorders it at every call (on an Intel Xeon with AMX, ViT-B/16's fc1
+    at batch 32 took 206 ms instead of 121). In float32 without an activation, MKL's
+    ``addmm`` (bias included) is 5-7% faster at ViT-B/16's shapes there; with an
+    activation, or in bfloat16, the fused kernel is (fc1 with the exact GELU 121 ms
+    against 134; bfloat16 qkv 9.5 against 10.8).
+    """
+    if _torch().is_grad_enabled() or inputs.device.type != "cpu" or not weight.is_contiguous():
+        return False
+    if inputs.dtype == _torch().float32 and activation is keras.activations.linear:
+        return False
     return inputs.dtype in _onednn_dtypes()
 
 
+def store_transposed(variable):
+    """Keeps a 2-D ``(in, out)`` kernel's values in column-major order, in place.
+
+    Same shape, values and checkpoints (``assign`` copies into this order); only the
+    memory order changes, so that ``kernel.t()`` is the row-major ``(out, in)`` matrix
+    oneDNN's fused linear needs (``_onednn_runs``), PyTorch's ``nn.Linear`` layout.
+
+    Example (torch backend):
+    >>> import keras
+    >>> kernel = keras.Variable(keras.ops.reshape(keras.ops.arange(6.0), (2, 3)))
+    >>> if keras.config.backend() == "torch":
+    ...     store_transposed(kernel)
+    ...     print(kernel.value.t().is_contiguous(), kernel.value.tolist())
+    ... else:
+    ...     print(True, [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]])
+    True [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    """
+    parameter = variable.value
+    parameter.data = parameter.data.t().contiguous().t()
+
+
 def linear(inputs, kernel, bias, activation):
-    """``activation(inputs @ kernel + bias)`` in one PyTorch kernel, or None to run Keras' ops.
+    """``activation(inputs @ kernel + bias)`` in one or two PyTorch kernels, or None to run
+    Keras' ops.
 
     Where no gradient is recorded on a CPU (``predict``, ``torch.no_grad()``), the matmul,
-    its bias and the activation run as oneDNN's fused linear: the bias and the
-    activation are applied to the float32 accumulator, so in bfloat16 the result rounds
-    once, not three times. ViT-B/16's fc1 (6304 x 768 x 3072) takes 166 ms instead of
-    Keras' 247 in float32 and 95 instead of 138 in bfloat16; with the tanh GELU, whose
-    PyTorch kernel is slow on CPUs, the gain is largest. Elsewhere (a gradient recorded,
-    a GPU), ``torch.nn.functional.linear`` adds the bias inside the matmul (4-6% faster
-    per layer in float32 training here). ``kernel`` and ``bias`` are the layer's, read
-    in its autocast scope: None (Keras' ops, with their type promotion) where their dtype
-    differs from the inputs'. None too while tracing, so that traced and exported graphs
-    hold Keras' portable ops.
+    its bias and the activation run as oneDNN's fused linear where that is faster
+    (``_onednn_runs``): the bias and the activation are applied to the float32
+    accumulator, so in bfloat16 the result rounds once, not three times. Elsewhere
+    ``torch.nn.functional.linear`` adds the bias inside the matmul, then the activation
+    runs. ``kernel`` and ``bias`` are the layer's, read in its autocast scope: None
+    (Keras' ops, with their type promotion) where their dtype differs from the inputs'.
+    None too while tracing (outside ``kernels_in_graph()``), so that traced and exported
+    graphs hold Keras' portable ops.
     """
     torch = _torch()
-    if is_tracing() or not isinstance(inputs, torch.Tensor):
+    if _keras_ops_only() or not isinstance(inputs, torch.Tensor):
         return None
     kernel = keras.ops.convert_to_tensor(kernel)
     bias = None if bias is None else keras.ops.convert_to_tensor(bias)
     if kernel.dtype != inputs.dtype or (bias is not None and bias.dtype != inputs.dtype):
         return None
+    weight = kernel.t()
     post_op = _onednn_post_ops().get(activation)
-    if post_op is not None and _onednn_runs(inputs):
-        return torch.ops.mkldnn._linear_pointwise(inputs, kernel.t(), bias, post_op[0], [], post_op[1])
-    outputs = torch.nn.functional.linear(inputs, kernel.t(), bias)
+    if post_op is not None and _onednn_runs(inputs, weight, activation):
+        if is_tracing():
+            return _fused_linear_op()(inputs, weight, bias, *post_op)
+        return torch.ops.mkldnn._linear_pointwise(inputs, weight, bias, post_op[0], [], post_op[1])
+    outputs = torch.nn.functional.linear(inputs, weight, bias)
     return outputs if activation is keras.activations.linear else activation(outputs)
+
+
+def attention(query, key, value):
+    """``keras.ops.dot_product_attention(query, key, value)`` on a CPU, without its copies;
+    None elsewhere (a GPU, tracing outside ``kernels_in_graph()``, not torch tensors) to
+    run Keras' op.
+
+    Inputs are ``(batch, tokens, heads, dim)`` views into one ``qkv`` product. On a CPU,
+    Keras makes each of them contiguous before ``scaled_dot_product_attention`` and the
+    result comes back in heads-first order, which the output projection then copies
+    again: 4 copies per block, 3% of ViT-B/16's inference. PyTorch's CPU kernel reads
+    the strided views as they are and writes its result tokens-first, as timm calls it.
+    """
+    torch = _torch()
+    if _keras_ops_only() or not isinstance(query, torch.Tensor) or query.device.type != "cpu":
+        return None
+    heads_first = [tensor.transpose(1, 2) for tensor in (query, key, value)]
+    return torch.nn.functional.scaled_dot_product_attention(*heads_first).transpose(1, 2)

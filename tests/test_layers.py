@@ -392,8 +392,8 @@ def _linear_kernels(run):
 def test_dense_equals_keras_dense(policy, activation):
     # keras_vit's Dense is Keras' with one PyTorch kernel in eager PyTorch: same weights,
     # same numbers (to rounding), same output dtype, with and without a gradient recorded
-    # (predict: oneDNN's fused linear; a training call: F.linear). On TensorFlow and JAX
-    # this checks that Keras' call is kept. sigmoid has no fused form: F.linear, then it.
+    # (predict: oneDNN's fused linear where it is faster; a training call: F.linear). On
+    # TensorFlow and JAX this checks that Keras' call is kept. sigmoid has no fused form.
     activation = getattr(keras_vit.layers, activation) if activation in ("gelu_tanh", "gelu_erf") else activation
     ours = keras_vit.layers.Dense(6, activation=activation, dtype=policy)
     theirs = keras.layers.Dense(6, activation=activation, dtype=policy)
@@ -408,8 +408,17 @@ def test_dense_equals_keras_dense(policy, activation):
         assert keras.backend.standardize_dtype(got.dtype) == keras.backend.standardize_dtype(want.dtype)
         np.testing.assert_allclose(_float32(got), _float32(want), atol=tolerance * np.abs(_float32(want)).max())
     if keras.config.backend() == "torch":
-        # The kernels that ran, so that a silent fallback to Keras' ops fails.
-        fused = activation != "sigmoid"
+        import torch
+
+        from keras_vit import torch_eager
+
+        # The kernel keeps the memory order PyTorch's linear kernels read, through assign.
+        assert ours.kernel.value.t().is_contiguous() and not theirs.kernel.value.t().is_contiguous()
+        # The kernels that ran, so that a silent fallback to Keras' ops fails: oneDNN's fused
+        # linear with an activation, or in bfloat16 (where this CPU has it); F.linear else.
+        compute = {"float32": torch.float32, "mixed_bfloat16": torch.bfloat16}[policy]
+        fused = activation != "sigmoid" and (activation is not None or policy != "float32")
+        fused = fused and compute in torch_eager._onednn_dtypes()
         predicted = _linear_kernels(lambda: mine.predict_on_batch(x))
         assert ("mkldnn::_linear_pointwise" in predicted) == fused, predicted
         assert ("aten::linear" in predicted) != fused, predicted

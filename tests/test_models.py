@@ -131,6 +131,28 @@ def test_fused_and_explicit_attention_equal_the_formula(rng, policy, head_dim):
     np.testing.assert_allclose(to_numpy(weights).astype("float64"), want_weights, atol=tolerance / 5)
 
 
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="PyTorch's attention kernel, called on a CPU")
+@pytest.mark.parametrize("training", [False, True])
+def test_torch_attention_reads_the_qkv_product_without_copies(rng, training):
+    # Keras' dot_product_attention copies query, key and value into contiguous tensors on a
+    # CPU, and its heads-first result is copied again for the output projection. The layer
+    # hands PyTorch the strided views instead: one fused kernel, no copy, the same numbers.
+    import torch
+
+    from keras_vit.layers import MultiHeadSelfAttention
+
+    layer = MultiHeadSelfAttention(num_heads=2)
+    x = torch.tensor(rng.standard_normal((2, 9, 8)).astype("float32"))
+    layer.build(x.shape)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        out = layer(x, training=training)
+    ops = {event.key for event in profile.key_averages()}
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in ops, ops
+    assert not ops & {"aten::clone", "aten::contiguous"}, ops  # (addmm's own copy_ of its bias remains)
+    want, _ = _reference_attention(layer, to_numpy(x))
+    np.testing.assert_allclose(to_numpy(out), want, atol=1e-5 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("length, training", [(9, True), (8, True), (9, False), (9, None)])
 def test_flash_attention_is_declined_only_where_jax_gpus_have_no_backward_pass(rng, monkeypatch, length, training):
     # JAX's cuDNN attention has no backward pass at an odd token count: there (JAX on a GPU,
@@ -152,7 +174,8 @@ def test_flash_attention_is_declined_only_where_jax_gpus_have_no_backward_pass(r
     x = rng.standard_normal((2, length, 8)).astype("float32")
     out = to_numpy(layer(x, training=training))
     declined = keras.backend.backend() == "jax" and bool(training) and length % 2 == 1
-    assert asked == [False if declined else None]
+    # On a CPU the torch backend's layer calls PyTorch's attention itself (torch_eager.attention).
+    assert asked == ([] if keras.backend.backend() == "torch" else [False if declined else None])
     want, _ = _reference_attention(layer, x)
     np.testing.assert_allclose(out, want, atol=1e-5 * np.abs(want).max())
 

@@ -59,6 +59,31 @@ def test_compiled_inference_equals_the_model_at_any_batch_size_and_follows_its_w
 
 
 @torch_only
+def test_compiled_graph_keeps_this_cpus_kernels_and_the_exported_one_is_portable(rng):
+    # compile_for_inference traces with the eager seam's CPU kernels (torch_eager.
+    # kernels_in_graph): the MLP's fc1 with its GELU as one oneDNN op, and attention on the
+    # strided query, key and value (no copies before it). export_program, whose graph may be
+    # saved and run anywhere, holds only ATen ops.
+    from keras_vit import torch_eager
+
+    model = _model()
+
+    def calls(program):
+        return [node for node in program.graph.nodes if node.op == "call_function"]
+
+    portable = [str(node.target) for node in calls(export_program(model))]
+    assert not [t for t in portable if "keras_vit" in t or "mkldnn" in t], portable
+    compiled = calls(keras_vit.compile_for_inference(model).program)
+    targets = [str(node.target) for node in compiled]
+    onednn = keras.ops.convert_to_tensor(0.0).dtype in torch_eager._onednn_dtypes()
+    assert targets.count("keras_vit.fused_linear.default") == (TINY["depth"] if onednn else 0), targets
+    attention = [node for node in compiled if str(node.target) == "aten.scaled_dot_product_attention.default"]
+    assert len(attention) == TINY["depth"], targets
+    # Its query, key and value are views of the qkv product (a transpose each), not copies.
+    assert {str(arg.target) for node in attention for arg in node.args[:3]} == {"aten.transpose.int"}
+
+
+@torch_only
 def test_training_graph_trains_the_keras_model(rng):
     import torch
 

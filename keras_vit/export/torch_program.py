@@ -226,14 +226,19 @@ class CompiledInference:
     """``compile_for_inference``'s callable: images -> the model's outputs, compiled.
 
     Attributes:
-        program: the ``torch.export.ExportedProgram`` it compiles (``export_program``).
+        program: the ``torch.export.ExportedProgram`` it compiles: ``export_program``'s,
+            traced with this CPU's kernels (``torch_eager.kernels_in_graph``), so it runs
+            where keras-vit is imported; save ``export_program(model)`` for a portable one.
         image_shape: the ``(height, width, channels)`` it takes.
     """
 
     def __init__(self, model, mode=None, options=None):
         import torch
 
-        self.program = export_program(model)
+        from keras_vit import torch_eager
+
+        with torch_eager.kernels_in_graph():
+            self.program = export_program(model)
         self.image_shape = _image_shape(model)
         self._dtype = getattr(torch, keras.backend.standardize_dtype(model.inputs[0].dtype))
         self._device = _device(model)

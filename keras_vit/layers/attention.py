@@ -6,6 +6,7 @@ import math
 import keras
 from keras import ops
 
+from keras_vit import torch_eager
 from keras_vit.layers.dense import Dense
 from keras_vit.layers.inline import call_inline, composite_config, sublayer_policy
 
@@ -121,8 +122,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             # Unstacked, not sliced: the gradient of an unstack is one stack, where three
             # slices each write a zero-filled gradient of the whole qkv tensor, then summed.
             query, key, value = ops.unstack(qkv, 3, axis=2)  # (batch, length, heads, dim)
-            flash = _flash_attention(query.shape[1], training)
-            out, weights = ops.dot_product_attention(query, key, value, flash_attention=flash), None
+            weights = None
+            out = torch_eager.attention(query, key, value) if keras.config.backend() == "torch" else None
+            if out is None:
+                flash = _flash_attention(query.shape[1], training)
+                out = ops.dot_product_attention(query, key, value, flash_attention=flash)
         out = call_inline(self.out, ops.reshape(out, (-1, width)))
         if not as_rows:
             out = ops.reshape(out, (-1, length, width))

@@ -13,9 +13,9 @@ class Dense(keras.layers.Dense):
     Keras runs them as three kernels on every backend; TensorFlow's graph optimizer and
     XLA fuse them again, eager PyTorch does not. There this layer calls PyTorch's linear
     kernels instead (see ``keras_vit.torch_eager.linear``): without a gradient on a CPU,
-    oneDNN's fused linear with the activation as its post-op (ViT-Ti/16 inference at
-    batch 32 1.3x faster than with Keras' call in float32, 1.17x in bfloat16), otherwise
-    ``F.linear``. The results differ from Keras' by float32 rounding (and in bfloat16
+    oneDNN's fused linear with the activation as its post-op where that is faster,
+    otherwise ``F.linear``; it keeps its kernel in the memory order they read
+    (``torch_eager.store_transposed``). The results differ from Keras' by float32 rounding (and in bfloat16
     are rounded once instead of three times). Quantized layers, TensorFlow, JAX and
     traced PyTorch graphs run Keras' own call, and ``model.quantize(...)`` quantizes this
     layer as Keras' own.
@@ -28,6 +28,11 @@ class Dense(keras.layers.Dense):
     >>> bool(np.allclose(keras.ops.convert_to_numpy(ours(x)), keras.ops.convert_to_numpy(keras_own(x)), atol=1e-5))
     True
     """
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        if keras.config.backend() == "torch" and not self.quantization_mode:
+            torch_eager.store_transposed(self._kernel)  # the order PyTorch's linear kernels read
 
     def call(self, inputs, training=None):
         # The backend first: eager PyTorch runs this check on every call.
