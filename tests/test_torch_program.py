@@ -34,10 +34,15 @@ def _images(rng, batch):
 
 
 @torch_only
-def test_compiled_inference_equals_the_model_at_any_batch_size_and_follows_its_weights(rng):
+@pytest.mark.parametrize("kernels", [True, False])  # the graph with this CPU's kernels, or the portable one
+def test_compiled_inference_equals_the_model_at_any_batch_size_and_follows_its_weights(rng, monkeypatch, kernels):
     import torch
     from torch._dynamo.utils import counters
 
+    from keras_vit.export import torch_program
+
+    # The tiny model's batches are all below the work where the kernels pay: move the line.
+    monkeypatch.setattr(torch_program, "_KERNELS_MIN_FLOPS", 0 if kernels else float("inf"))
     model = _model()
     predict = keras_vit.compile_for_inference(model)
     graphs = counters["stats"]["unique_graphs"]
@@ -49,6 +54,7 @@ def test_compiled_inference_equals_the_model_at_any_batch_size_and_follows_its_w
         assert isinstance(got, torch.Tensor) and tuple(got.shape) == (batch, 5)
         np.testing.assert_allclose(to_numpy(got), to_numpy(model(images, training=False)), atol=TOLERANCE)
     assert counters["stats"]["unique_graphs"] - graphs <= 3
+    assert sorted(predict._graphs) == (["kernels"] if kernels else ["kernels", "portable"])
     # The weights are the model's own tensors, not a copy: an update shows without compiling again.
     head = model.get_layer("head")
     head.bias.assign(to_numpy(head.bias) + 1.0)

@@ -222,13 +222,29 @@ def write_pt2(model, path, *, top_k=5, normalization="vit", outputs_probabilitie
     return path
 
 
+# Forward FLOPs of a batch below which the portable graph is the faster one: there the
+# fused linear (a custom op: ~35 us a call) costs more than it saves. Measured on an Intel
+# Xeon, float32, in one process: ViT-Ti/16 at batch 1 (1.3 GFLOPs) 15.8 ms with the
+# kernels against 15.1 without; ViT-S/16 at batch 1 (4.6) and Ti/16 at batch 4 (5.0) gain.
+_KERNELS_MIN_FLOPS = 2.5e9
+
+
+def _flops_per_image(model):
+    """A keras-vit model's forward FLOPs per image; None for another Keras model."""
+    from keras_vit.inspect.cost import count_flops
+    from keras_vit.models.vit import VisionTransformer
+
+    return count_flops(model) if isinstance(model, VisionTransformer) else None
+
+
 class CompiledInference:
     """``compile_for_inference``'s callable: images -> the model's outputs, compiled.
 
     Attributes:
-        program: the ``torch.export.ExportedProgram`` it compiles: ``export_program``'s,
-            traced with this CPU's kernels (``torch_eager.kernels_in_graph``), so it runs
-            where keras-vit is imported; save ``export_program(model)`` for a portable one.
+        program: the ``torch.export.ExportedProgram`` it compiles for all but the smallest
+            batches: ``export_program``'s, traced with this CPU's kernels
+            (``torch_eager.kernels_in_graph``), so it runs where keras-vit is imported;
+            save ``export_program(model)`` for a portable one.
         image_shape: the ``(height, width, channels)`` it takes.
     """
 
@@ -240,9 +256,21 @@ class CompiledInference:
         with torch_eager.kernels_in_graph():
             self.program = export_program(model)
         self.image_shape = _image_shape(model)
+        self._model = model
+        self._flops = _flops_per_image(model)
         self._dtype = getattr(torch, keras.backend.standardize_dtype(model.inputs[0].dtype))
         self._device = _device(model)
-        self._compiled = torch.compile(self.program.module(), mode=mode, options=options)
+        self._compile = functools.partial(torch.compile, mode=mode, options=options)
+        self._graphs = {"kernels": self._compile(self.program.module())}
+
+    def _graph(self, batch):
+        """The compiled graph for ``batch`` images: with this CPU's kernels, or for a batch
+        below ``_KERNELS_MIN_FLOPS`` the portable one (exported at its first use)."""
+        if self._flops is None or batch * self._flops >= _KERNELS_MIN_FLOPS:
+            return self._graphs["kernels"]
+        if "portable" not in self._graphs:
+            self._graphs["portable"] = self._compile(export_program(self._model).module())
+        return self._graphs["portable"]
 
     def __call__(self, images):
         import torch
@@ -257,7 +285,7 @@ class CompiledInference:
             images = torch.from_numpy(np.asarray(images))
         images = images.to(device=self._device, dtype=self._dtype)
         with torch.no_grad():
-            return self._compiled(images)
+            return self._graph(shape[0])(images)
 
 
 def compile_for_inference(model, mode=None, options=None):
@@ -269,9 +297,15 @@ def compile_for_inference(model, mode=None, options=None):
     fuses the element-wise work around the matrix products. Measured on ViT-Ti/16 at batch
     1 it runs at timm's speed, 1.4x the eager Keras model (README, Performance).
 
+    On a CPU the graph keeps the eager layers' kernels (``torch_eager.kernels_in_graph``):
+    oneDNN's linear with its activation fused, and attention on the strided query, key
+    and value. ViT-B/16 at batch 32 in float32 runs 1.05x timm eager's speed with them,
+    0.95x without. For a batch of under ``_KERNELS_MIN_FLOPS`` of work (ViT-Ti/16 at
+    batch 1) the portable graph, Keras' ATen ops alone, is faster and runs instead.
+
     The first call compiles (seconds for a small model, ~20 s for ViT-B/16 on 2 CPU
     cores). The graph has a symbolic batch size, and torch.compile's automatic dynamic
-    shapes make at most three compiled graphs of it: one for the first batch size, one for
+    shapes make at most three compiled graphs of each: one for the first batch size, one for
     batch 1 (which torch always specialises), and one that serves every other size.
 
     The outputs equal the Keras model's within float32 rounding (the fused kernels sum in
