@@ -8,7 +8,7 @@ and nothing else in the layers imports PyTorch:
   layers keep Keras' own ops and name scopes (see ``layers.inline``), except inside
   ``kernels_in_graph()``, where ``linear`` and ``attention`` keep their kernels;
 - ``linear``: a ``Dense`` as one PyTorch kernel (see ``layers.Dense``);
-- ``store_transposed``: a ``Dense`` kernel kept in the memory order those kernels read;
+- ``order_kernel``: a ``Dense`` kernel kept in the memory order those kernels read;
 - ``attention``: PyTorch's fused attention on the strided views of the ``qkv`` product.
 """
 
@@ -104,43 +104,54 @@ def _onednn_dtypes():
     return frozenset({torch.float32, torch.bfloat16} if bf16 else {torch.float32})
 
 
-def _onednn_runs(inputs, weight, activation):
+def _onednn_runs(inputs, activation):
     """Whether oneDNN's fused linear is the faster kernel for this product.
 
-    Not with a gradient (it has none) or on a GPU (cuBLAS runs ``F.linear``), and only on
-    the ``(out, in)`` weight in row-major order: given the transposed view of a row-major
-    kernel, oneDNN reorders it at every call (on an Intel Xeon with AMX, ViT-B/16's fc1
-    at batch 32 took 206 ms instead of 121). In float32 without an activation, MKL's
-    ``addmm`` (bias included) is 5-7% faster at ViT-B/16's shapes there; with an
-    activation, or in bfloat16, the fused kernel is (fc1 with the exact GELU 121 ms
-    against 134; bfloat16 qkv 9.5 against 10.8).
+    Not with a gradient (it has none) or on a GPU (cuBLAS runs ``F.linear``). On an Intel
+    Xeon with AMX, in float32 without an activation, MKL's ``addmm`` (bias included) is
+    5-7% faster at ViT-B/16's shapes; with an activation, or in bfloat16, the fused
+    kernel is (fc1 with the exact GELU 121 ms against 134 at batch 32; bfloat16 qkv 9.5
+    against 10.8).
     """
-    if _torch().is_grad_enabled() or inputs.device.type != "cpu" or not weight.is_contiguous():
+    if _torch().is_grad_enabled() or inputs.device.type != "cpu":
         return False
     if inputs.dtype == _torch().float32 and activation is keras.activations.linear:
         return False
     return inputs.dtype in _onednn_dtypes()
 
 
-def store_transposed(variable):
-    """Keeps a 2-D ``(in, out)`` kernel's values in column-major order, in place.
+# Kernels of at least this many weights are kept column-major (``order_kernel``).
+_COLUMN_MAJOR_MIN_WEIGHTS = 2**19
 
-    Same shape, values and checkpoints (``assign`` copies into this order); only the
-    memory order changes, so that ``kernel.t()`` is the row-major ``(out, in)`` matrix
-    oneDNN's fused linear needs (``_onednn_runs``), PyTorch's ``nn.Linear`` layout.
+
+def order_kernel(variable):
+    """Keeps a large 2-D ``(in, out)`` kernel's values column-major, in place.
+
+    oneDNN's fused linear reads the ``(out, in)`` weight ``kernel.t()``. Given the view of
+    a row-major kernel, it reorders the weight at every call: on an Intel Xeon with AMX at
+    batch 32, ViT-B/16's fc1 (768 x 3072, tanh GELU) took 206 ms instead of 121, ViT-L/16's
+    fc2 259 instead of 135. Column-major, ``kernel.t()`` is the row-major matrix (the
+    layout of ``nn.Linear``) and nothing is reordered. Below ``_COLUMN_MAJOR_MIN_WEIGHTS``
+    the reorder is cheap and the kernel stays row-major, which MKL's small products
+    prefer: ViT-Ti/16's (192 x 768) compiled batch-1 graph ran 4% slower column-major.
+    Shape, values and checkpoints are the same either way (``assign`` copies into this
+    order).
 
     Example (torch backend):
     >>> import keras
-    >>> kernel = keras.Variable(keras.ops.reshape(keras.ops.arange(6.0), (2, 3)))
+    >>> large, small = keras.Variable(keras.ops.ones((1024, 512))), keras.Variable(keras.ops.ones((2, 3)))
     >>> if keras.config.backend() == "torch":
-    ...     store_transposed(kernel)
-    ...     print(kernel.value.t().is_contiguous(), kernel.value.tolist())
+    ...     order_kernel(large)
+    ...     order_kernel(small)
+    ...     print(large.value.t().is_contiguous(), small.value.is_contiguous())
     ... else:
-    ...     print(True, [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]])
-    True [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    ...     print(True, True)
+    True True
     """
-    parameter = variable.value
-    parameter.data = parameter.data.t().contiguous().t()
+    rows, columns = variable.shape
+    if rows * columns >= _COLUMN_MAJOR_MIN_WEIGHTS:
+        parameter = variable.value
+        parameter.data = parameter.data.t().contiguous().t()
 
 
 def linear(inputs, kernel, bias, activation):
@@ -166,7 +177,7 @@ def linear(inputs, kernel, bias, activation):
         return None
     weight = kernel.t()
     post_op = _onednn_post_ops().get(activation)
-    if post_op is not None and _onednn_runs(inputs, weight, activation):
+    if post_op is not None and _onednn_runs(inputs, activation):
         if is_tracing():
             return _fused_linear_op()(inputs, weight, bias, *post_op)
         return torch.ops.mkldnn._linear_pointwise(inputs, weight, bias, post_op[0], [], post_op[1])

@@ -15,7 +15,7 @@ class Dense(keras.layers.Dense):
     kernels instead (see ``keras_vit.torch_eager.linear``): without a gradient on a CPU,
     oneDNN's fused linear with the activation as its post-op where that is faster,
     otherwise ``F.linear``; it keeps its kernel in the memory order they read
-    (``torch_eager.store_transposed``). The results differ from Keras' by float32 rounding (and in bfloat16
+    (``torch_eager.order_kernel``). The results differ from Keras' by float32 rounding (and in bfloat16
     are rounded once instead of three times). Quantized layers, TensorFlow, JAX and
     traced PyTorch graphs run Keras' own call, and ``model.quantize(...)`` quantizes this
     layer as Keras' own.
@@ -32,7 +32,7 @@ class Dense(keras.layers.Dense):
     def build(self, input_shape):
         super().build(input_shape)
         if keras.config.backend() == "torch" and not self.quantization_mode:
-            torch_eager.store_transposed(self._kernel)  # the order PyTorch's linear kernels read
+            torch_eager.order_kernel(self._kernel)  # the order PyTorch's linear kernels read
 
     def call(self, inputs, training=None):
         # The backend first: eager PyTorch runs this check on every call.
