@@ -8,7 +8,7 @@ and nothing else in the layers imports PyTorch:
   layers keep Keras' own ops and name scopes (see ``layers.inline``), except inside
   ``kernels_in_graph()``, where ``linear`` and ``attention`` keep their kernels;
 - ``linear``: a ``Dense`` as one PyTorch kernel (see ``layers.Dense``);
-- ``order_kernel``: a ``Dense`` kernel kept in the memory order those kernels read;
+- ``order_kernel``: a ``Dense`` kernel kept in the memory order that inference or training reads;
 - ``attention``: PyTorch's fused attention on the strided views of the ``qkv`` product.
 """
 
@@ -120,22 +120,25 @@ def _onednn_runs(inputs, activation):
     return inputs.dtype in _onednn_dtypes()
 
 
-# Kernels of at least this many weights are kept column-major (``order_kernel``).
+# Kernels of at least this many weights are kept column-major at inference (``order_kernel``).
 _COLUMN_MAJOR_MIN_WEIGHTS = 2**19
 
 
-def order_kernel(variable):
-    """Keeps a large 2-D ``(in, out)`` kernel's values column-major, in place.
+def order_kernel(variable, inference=True):
+    """Keeps a large 2-D ``(in, out)`` kernel column-major for inference, row-major for
+    training, in place (a copy, only when the order changes).
 
-    oneDNN's fused linear reads the ``(out, in)`` weight ``kernel.t()``. Given the view of
-    a row-major kernel, it reorders the weight at every call: on an Intel Xeon with AMX at
-    batch 32, ViT-B/16's fc1 (768 x 3072, tanh GELU) took 206 ms instead of 121, ViT-L/16's
-    fc2 259 instead of 135. Column-major, ``kernel.t()`` is the row-major matrix (the
-    layout of ``nn.Linear``) and nothing is reordered. Below ``_COLUMN_MAJOR_MIN_WEIGHTS``
-    the reorder is cheap and the kernel stays row-major, which MKL's small products
-    prefer: ViT-Ti/16's (192 x 768) compiled batch-1 graph ran 4% slower column-major.
-    Shape, values and checkpoints are the same either way (``assign`` copies into this
-    order).
+    oneDNN's fused linear (inference) reads the ``(out, in)`` weight ``kernel.t()``. Given
+    the view of a row-major kernel it takes a much slower path at some shapes: on an Intel
+    Xeon with AMX at batch 32, ViT-B/16's fc1 (768 x 3072, tanh GELU) took 206 ms instead
+    of 121, ViT-L/16's fc2 259 instead of 135. Column-major, ``kernel.t()`` is the
+    row-major matrix (the layout of ``nn.Linear``) and that path is not taken. Training
+    wants row-major: the optimizer's slots are row-major, and PyTorch's element-wise
+    updates over tensors of two orders run a strided path (ViT-B/16 bfloat16 training
+    16% slower). Below ``_COLUMN_MAJOR_MIN_WEIGHTS`` the kernel stays row-major, which
+    MKL's small products prefer (ViT-Ti/16's compiled batch-1 graph ran 4% slower
+    column-major). Shape, values and checkpoints are the same in either order
+    (``assign`` copies into the current one).
 
     Example (torch backend):
     >>> import keras
@@ -144,14 +147,30 @@ def order_kernel(variable):
     ...     order_kernel(large)
     ...     order_kernel(small)
     ...     print(large.value.t().is_contiguous(), small.value.is_contiguous())
+    ...     order_kernel(large, inference=False)
+    ...     print(large.value.is_contiguous())
     ... else:
     ...     print(True, True)
+    ...     print(True)
     True True
+    True
     """
-    rows, columns = variable.shape
-    if rows * columns >= _COLUMN_MAJOR_MIN_WEIGHTS:
-        parameter = variable.value
-        parameter.data = parameter.data.t().contiguous().t()
+    # The stored tensor: inside a mixed-precision layer ``variable.value`` is a cast copy.
+    parameter = variable._value
+    rows, columns = parameter.shape
+    if rows * columns < _COLUMN_MAJOR_MIN_WEIGHTS or parameter.t().is_contiguous() == inference:
+        return
+    with _torch().no_grad():
+        parameter.data = parameter.data.t().contiguous().t() if inference else parameter.data.contiguous()
+
+
+def order_kernels(model):
+    """``order_kernel`` for inference on every keras-vit ``Dense`` of ``model`` (before tracing)."""
+    from keras_vit.layers.dense import Dense
+
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        if isinstance(layer, Dense) and not layer.quantization_mode:
+            order_kernel(layer._kernel)
 
 
 def linear(inputs, kernel, bias, activation):
@@ -171,6 +190,8 @@ def linear(inputs, kernel, bias, activation):
     torch = _torch()
     if _keras_ops_only() or not isinstance(inputs, torch.Tensor):
         return None
+    if not is_tracing() and isinstance(kernel, keras.Variable):
+        order_kernel(kernel, inference=not torch.is_grad_enabled())
     kernel = keras.ops.convert_to_tensor(kernel)
     bias = None if bias is None else keras.ops.convert_to_tensor(bias)
     if kernel.dtype != inputs.dtype or (bias is not None and bias.dtype != inputs.dtype):

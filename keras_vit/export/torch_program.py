@@ -253,6 +253,7 @@ class CompiledInference:
 
         from keras_vit import torch_eager
 
+        torch_eager.order_kernels(model)  # the graph reads the weights in the order they have now
         with torch_eager.kernels_in_graph():
             self.program = export_program(model)
         self.image_shape = _image_shape(model)
