@@ -190,8 +190,8 @@ def linear(inputs, kernel, bias, activation):
     torch = _torch()
     if _keras_ops_only() or not isinstance(inputs, torch.Tensor):
         return None
-    if not is_tracing() and isinstance(kernel, keras.Variable):
-        order_kernel(kernel, inference=not torch.is_grad_enabled())
+    if not is_tracing() and isinstance(kernel, keras.Variable) and keras.backend.is_float_dtype(kernel.dtype):
+        order_kernel(kernel, inference=not torch.is_grad_enabled())  # not a quantized int kernel
     kernel = keras.ops.convert_to_tensor(kernel)
     bias = None if bias is None else keras.ops.convert_to_tensor(bias)
     if kernel.dtype != inputs.dtype or (bias is not None and bias.dtype != inputs.dtype):
