@@ -11,26 +11,21 @@ is here, and nothing else in the layers imports TensorFlow:
   this TensorFlow (SavedModel, LiteRT, ONNX: see ``export.serving``).
 """
 
-import contextlib
 import functools
-import threading
 
-_portable = threading.local()
+from keras_vit.scoped_flag import ScopedFlag
+
+_PORTABLE = ScopedFlag()
 
 
-@contextlib.contextmanager
 def portable():
-    """Inside, ``fuses_layer_norm`` is False: graphs traced here hold Keras' own ops.
+    """A ``with`` block inside which ``fuses_layer_norm`` is False: graphs traced there
+    hold Keras' own ops.
 
     An exported graph runs where this remapper may not (TensorFlow without oneDNN, a GPU,
     LiteRT's and ONNX's converters, which know no training-mode batch norm).
     """
-    outer = getattr(_portable, "on", False)
-    _portable.on = True
-    try:
-        yield
-    finally:
-        _portable.on = outer
+    return _PORTABLE.on()
 
 
 @functools.cache
@@ -62,7 +57,7 @@ def fuses_layer_norm(inputs):
     kernel's ranks), and outside ``portable``."""
     tf = _tf()
     return (
-        not getattr(_portable, "on", False)
+        not _PORTABLE
         and tf.inside_function()
         and _onednn_cpu()
         and inputs.dtype == tf.float32

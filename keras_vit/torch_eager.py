@@ -14,11 +14,12 @@ and nothing else in the layers imports PyTorch:
 
 import contextlib
 import functools
-import threading
 
 import keras
 
-_STATE = threading.local()  # kernels_in_graph's flag, per thread
+from keras_vit.scoped_flag import ScopedFlag
+
+_KERNELS_IN_GRAPH = ScopedFlag()
 
 
 @functools.cache
@@ -48,17 +49,13 @@ def kernels_in_graph():
     keras-vit imported to run.
     """
     _onednn_dtypes()  # computed now, not recorded into the graph being traced
-    previous = getattr(_STATE, "kernels", False)
-    _STATE.kernels = True
-    try:
+    with _KERNELS_IN_GRAPH.on():
         yield
-    finally:
-        _STATE.kernels = previous
 
 
 def _keras_ops_only():
     """True while tracing outside ``kernels_in_graph()``: run Keras' portable ops."""
-    return is_tracing() and not getattr(_STATE, "kernels", False)
+    return is_tracing() and not _KERNELS_IN_GRAPH
 
 
 @functools.cache
@@ -188,9 +185,10 @@ def linear(inputs, kernel, bias, activation):
     graphs hold Keras' portable ops.
     """
     torch = _torch()
-    if _keras_ops_only() or not isinstance(inputs, torch.Tensor):
+    tracing = is_tracing()
+    if (tracing and not _KERNELS_IN_GRAPH) or not isinstance(inputs, torch.Tensor):
         return None
-    if not is_tracing() and isinstance(kernel, keras.Variable) and keras.backend.is_float_dtype(kernel.dtype):
+    if not tracing and isinstance(kernel, keras.Variable) and keras.backend.is_float_dtype(kernel.dtype):
         order_kernel(kernel, inference=not torch.is_grad_enabled())  # not a quantized int kernel
     kernel = keras.ops.convert_to_tensor(kernel)
     bias = None if bias is None else keras.ops.convert_to_tensor(bias)
@@ -199,7 +197,7 @@ def linear(inputs, kernel, bias, activation):
     weight = kernel.t()
     post_op = _onednn_post_ops().get(activation)
     if post_op is not None and _onednn_runs(inputs, activation):
-        if is_tracing():
+        if tracing:
             return _fused_linear_op()(inputs, weight, bias, *post_op)
         return torch.ops.mkldnn._linear_pointwise(inputs, weight, bias, post_op[0], [], post_op[1])
     outputs = torch.nn.functional.linear(inputs, weight, bias)
