@@ -205,18 +205,20 @@ def linear(inputs, kernel, bias, activation):
 
 
 def attention(query, key, value):
-    """``keras.ops.dot_product_attention(query, key, value)`` on a CPU, without its copies;
-    None elsewhere (a GPU, tracing outside ``kernels_in_graph()``, not torch tensors) to
-    run Keras' op.
+    """``keras.ops.dot_product_attention(query, key, value)`` as PyTorch's own fused
+    attention on the strided views; None (tracing outside ``kernels_in_graph()``, not
+    torch tensors) to run Keras' op.
 
     Inputs are ``(batch, tokens, heads, dim)`` views into one ``qkv`` product. On a CPU,
     Keras makes each of them contiguous before ``scaled_dot_product_attention`` and the
     result comes back in heads-first order, which the output projection then copies
     again: 4 copies per block, 3% of ViT-B/16's inference. PyTorch's CPU kernel reads
     the strided views as they are and writes its result tokens-first, as timm calls it.
+    On a GPU Keras forces flash attention wherever it can run; PyTorch's own choice, which
+    timm runs, is cuDNN's on an H100 or H200.
     """
     torch = _torch()
-    if _keras_ops_only() or not isinstance(query, torch.Tensor) or query.device.type != "cpu":
+    if _keras_ops_only() or not isinstance(query, torch.Tensor):
         return None
     heads_first = [tensor.transpose(1, 2) for tensor in (query, key, value)]
     return torch.nn.functional.scaled_dot_product_attention(*heads_first).transpose(1, 2)
