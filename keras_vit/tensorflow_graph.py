@@ -7,6 +7,8 @@ is here, and nothing else in the layers imports TensorFlow:
 
 - ``layer_norm``: a last-axis LayerNorm as the subgraph the remapper turns into one
   ``_MklLayerNorm`` kernel (see ``layers.LayerNorm``);
+- ``fuses_activation``: whether the remapper fuses a ``Dense``'s activation into its
+  matmul, which decides the GELU's precision (see ``layers.activations``);
 - ``portable``: a scope in which the layers keep Keras' own ops, for graphs that leave
   this TensorFlow (SavedModel, LiteRT, ONNX: see ``export.serving``).
 """
@@ -51,18 +53,39 @@ def _onednn_cpu():
     return onednn and not tf.config.list_logical_devices("GPU")
 
 
+def _remapper_runs():
+    """Whether the graph being built is one that Grappler's oneDNN remapper rewrites:
+    inside a ``tf.function`` on a oneDNN CPU, outside ``portable``."""
+    return not _PORTABLE and _tf().inside_function() and _onednn_cpu()
+
+
+def _records_gradient():
+    """Whether a gradient tape records the ops being built. TensorFlow answers this only
+    in a private module: where that is gone, False."""
+    try:
+        from tensorflow.python.eager import record
+
+        return bool(record.could_possibly_record())
+    except (ImportError, AttributeError):
+        return False
+
+
+def fuses_activation():
+    """Whether a ``Dense``'s activation built now fuses into its matmul as a oneDNN post-op.
+
+    The remapper fuses a 2-D matmul, its bias add and a known activation (Relu, Tanh,
+    both GELU forms as ``tf.nn.gelu`` writes them, ...) into one kernel, in an inference
+    graph: where a gradient is recorded, the bias add's output is kept for the
+    gradient and the remapper leaves the subgraph as it is.
+    """
+    return _remapper_runs() and not _records_gradient()
+
+
 def fuses_layer_norm(inputs):
     """Whether ``layer_norm`` becomes one kernel for ``inputs``: inside a ``tf.function``
     on a oneDNN CPU, in float32 (``LayerNorm`` computes in it), of rank 2 or 3 (the
     kernel's ranks), and outside ``portable``."""
-    tf = _tf()
-    return (
-        not _PORTABLE
-        and tf.inside_function()
-        and _onednn_cpu()
-        and inputs.dtype == tf.float32
-        and len(inputs.shape) in (2, 3)
-    )
+    return _remapper_runs() and inputs.dtype == _tf().float32 and len(inputs.shape) in (2, 3)
 
 
 def layer_norm(x, gamma, beta, epsilon):

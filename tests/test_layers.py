@@ -449,16 +449,66 @@ def test_dense_keeps_a_large_kernel_column_major_for_inference_and_row_major_for
 @pytest.mark.parametrize("name", ["gelu_tanh", "gelu_erf"])
 def test_gelu_in_bfloat16_rounds_once(name):
     # Both GELU forms of the MLP, on bfloat16 inputs: bfloat16 out, within one rounding of
-    # the float32 result. On JAX they compute in float32 (XLA's half-precision GELU is
-    # slow), so there the result is that float32 result rounded once, exactly.
+    # the float32 result. On JAX, and on TensorFlow outside a graph that fuses them into
+    # a matmul (here: eager), they compute in float32 (half-precision GELU is slow there),
+    # so the result is that float32 result rounded once, exactly.
     gelu = getattr(keras_vit.layers, name)
     x = keras.ops.cast(_inputs((64, 96)) * 3.0, "bfloat16")
     got = gelu(x)
     assert keras.backend.standardize_dtype(got.dtype) == "bfloat16"
     rounded = keras.ops.cast(keras.ops.gelu(keras.ops.cast(x, "float32"), approximate=name == "gelu_tanh"), "bfloat16")
-    if keras.config.backend() == "jax":
+    if keras.config.backend() in ("jax", "tensorflow"):
         np.testing.assert_array_equal(_float32(got), _float32(rounded))
     np.testing.assert_allclose(_float32(got), _float32(rounded), rtol=2**-7, atol=2**-7)
+
+
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="TensorFlow's graph rewrite")
+@pytest.mark.parametrize("name, fused_op", [("gelu_tanh", "GeluApproximate"), ("gelu_erf", "GeluExact")])
+def test_bfloat16_gelu_fuses_at_tensorflow_inference_and_computes_in_float32_where_a_gradient_is_recorded(
+    name, fused_op, rng
+):
+    # At inference the GELU stays TensorFlow's bfloat16 op, which Grappler fuses into the
+    # matmul (a oneDNN post-op); where a gradient is recorded nothing fuses, and the GELU
+    # and its gradient compute in float32 (TensorFlow's bfloat16 element-wise ops are slow).
+    import tensorflow as tf
+
+    from keras_vit import tensorflow_graph
+
+    if not tensorflow_graph._onednn_cpu():
+        pytest.skip("TensorFlow runs oneDNN's fusions on a CPU build with oneDNN only")
+    gelu = getattr(keras_vit.layers, name)
+    ours = keras_vit.layers.Dense(16, activation=gelu, dtype="mixed_bfloat16", name=f"ours_{name}")
+    theirs = keras.layers.Dense(16, activation="gelu", dtype="mixed_bfloat16")
+    x = tf.constant(rng.standard_normal((6, 8)).astype("float32") * 2.0)
+    for layer in (ours, theirs):
+        layer.build(x.shape)
+    theirs.set_weights(ours.get_weights())
+
+    def forward_and_gradient(layer):
+        def run(t):
+            with tf.GradientTape() as tape:
+                tape.watch(t)
+                y = layer(t)
+                loss = tf.reduce_sum(tf.cast(y, "float32") ** 2)
+            return y, tape.gradient(loss, t)
+
+        return run
+
+    # The layer's nodes (the run metadata may hold other tests' graphs too).
+    inference = [n for n in _tensorflow_nodes(tf.function(lambda t: ours(t)), x) if ours.name in n.name]
+    fused = [tuple(op.decode() for op in n.attr["fused_ops"].list.s) for n in inference if "FusedMatMul" in n.op]
+    assert fused == [("BiasAdd", fused_op)], fused
+    training = [n for n in _tensorflow_nodes(tf.function(forward_and_gradient(ours)), x) if ours.name in n.name]
+    transcendental = {(n.op, tf.as_dtype(n.attr["T"].type).name) for n in training if n.op in ("Tanh", "Erf", "Erfc")}
+    assert transcendental and {dtype for _, dtype in transcendental} == {"float32"}, transcendental
+
+    y, gradient = tf.function(forward_and_gradient(ours))(x)
+    assert y.dtype == tf.bfloat16
+    np.testing.assert_allclose(_float32(y), _float32(tf.function(lambda t: ours(t))(x)), rtol=2**-7, atol=2**-7)
+    if name == "gelu_erf":  # Keras' "gelu" is the exact form
+        want_y, want_gradient = tf.function(forward_and_gradient(theirs))(x)
+        np.testing.assert_allclose(_float32(y), _float32(want_y), rtol=2**-7, atol=2**-7)
+        np.testing.assert_allclose(to_numpy(gradient), to_numpy(want_gradient), rtol=2e-2, atol=5e-2)
 
 
 @pytest.mark.skipif(keras.config.backend() != "torch", reason="PyTorch's gradients and export of the torch kernels")
