@@ -425,20 +425,23 @@ def test_dense_equals_keras_dense(policy, activation):
 
 @pytest.mark.skipif(keras.config.backend() != "torch", reason="the memory order of PyTorch's kernels")
 def test_dense_keeps_a_large_kernel_column_major_for_inference_and_row_major_for_training(rng):
-    # A large kernel is stored column-major, the order oneDNN's fused linear reads without
-    # a slow path (torch_eager.order_kernel); a small one stays row-major. Loading values
-    # (assign) keeps the order, a call with a gradient recorded turns it row-major (the
-    # optimizer's slots' order) and inference back, and the values never change.
+    # A large kernel is built row-major, as Keras makes it (no copy while building and
+    # loading), turns column-major at the first inference call, the order oneDNN's fused
+    # linear reads without a slow path (torch_eager.order_kernel); a small one stays
+    # row-major. A call with a gradient recorded turns it row-major (the optimizer's
+    # slots' order) and inference back, and the values never change.
     large, small = keras_vit.layers.Dense(1024, activation="gelu"), keras_vit.layers.Dense(6)
     large.build((None, 512))
     small.build((None, 8))
     values = [rng.standard_normal(v.shape).astype("float32") * 0.05 for v in large.weights]
     large.set_weights(values)
-    assert large.kernel.value.t().is_contiguous() and small.kernel.value.is_contiguous()
-    np.testing.assert_array_equal(to_numpy(large.kernel), values[0])
+    assert large.kernel.value.is_contiguous()
     x = rng.standard_normal((3, 512)).astype("float32")
     want = keras.ops.gelu(x @ values[0] + values[1], approximate=False)
     np.testing.assert_allclose(to_numpy(_functional(large, x.shape).predict_on_batch(x)), to_numpy(want), atol=1e-4)
+    _functional(small, (3, 8)).predict_on_batch(x[:, :8])
+    assert large.kernel.value.t().is_contiguous() and small.kernel.value.is_contiguous()
+    np.testing.assert_array_equal(to_numpy(large.kernel), values[0])
     np.testing.assert_allclose(to_numpy(large(x, training=True)), to_numpy(want), atol=1e-4)
     assert large.kernel.value.is_contiguous()
     np.testing.assert_array_equal(to_numpy(large.kernel), values[0])

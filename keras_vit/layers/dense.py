@@ -29,11 +29,6 @@ class Dense(keras.layers.Dense):
     True
     """
 
-    def build(self, input_shape):
-        super().build(input_shape)
-        if keras.config.backend() == "torch" and not self.quantization_mode:
-            torch_eager.order_kernel(self._kernel)  # the order PyTorch's linear kernels read
-
     def call(self, inputs, training=None):
         # The backend first: eager PyTorch runs this check on every call.
         if keras.config.backend() == "torch":
