@@ -37,7 +37,8 @@ def is_tracing():
 
 @contextlib.contextmanager
 def kernels_in_graph():
-    """While active, traced graphs keep ``linear``'s and ``attention``'s CPU kernels.
+    """While active, traced graphs keep ``linear``'s kernels (oneDNN's on a CPU) and
+    ``attention``'s (PyTorch's fused attention on the strided views).
 
     Outside it a traced graph holds Keras' portable ops, as a saved ``.pt2`` file must,
     to run on any PyTorch build and device. A graph compiled in this process for this
