@@ -136,7 +136,8 @@ def order_kernel(variable, inference=True):
     16% slower). Below ``_COLUMN_MAJOR_MIN_WEIGHTS`` the kernel stays row-major, which
     MKL's small products prefer (ViT-Ti/16's compiled batch-1 graph ran 4% slower
     column-major). Shape, values and checkpoints are the same in either order
-    (``assign`` copies into the current one).
+    (``assign`` copies into the current one). A quantized (integer) kernel is Keras' to
+    read as it is, and stays.
 
     Example (torch backend):
     >>> import keras
@@ -153,6 +154,8 @@ def order_kernel(variable, inference=True):
     True True
     True
     """
+    if not keras.backend.is_float_dtype(variable.dtype):
+        return
     # The stored tensor: inside a mixed-precision layer ``variable.value`` is a cast copy.
     parameter = variable._value
     rows, columns = parameter.shape
@@ -189,8 +192,8 @@ def linear(inputs, kernel, bias, activation):
     tracing = is_tracing()
     if (tracing and not _KERNELS_IN_GRAPH) or not isinstance(inputs, torch.Tensor):
         return None
-    if not tracing and isinstance(kernel, keras.Variable) and keras.backend.is_float_dtype(kernel.dtype):
-        order_kernel(kernel, inference=not torch.is_grad_enabled())  # not a quantized int kernel
+    if not tracing and isinstance(kernel, keras.Variable):
+        order_kernel(kernel, inference=not torch.is_grad_enabled())
     kernel = keras.ops.convert_to_tensor(kernel)
     bias = None if bias is None else keras.ops.convert_to_tensor(bias)
     if kernel.dtype != inputs.dtype or (bias is not None and bias.dtype != inputs.dtype):

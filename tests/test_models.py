@@ -174,7 +174,7 @@ def test_flash_attention_is_declined_only_where_jax_gpus_have_no_backward_pass(r
     x = rng.standard_normal((2, length, 8)).astype("float32")
     out = to_numpy(layer(x, training=training))
     declined = keras.backend.backend() == "jax" and bool(training) and length % 2 == 1
-    # On a CPU the torch backend's layer calls PyTorch's attention itself (torch_eager.attention).
+    # The torch backend's layer calls PyTorch's attention itself (torch_eager.attention).
     assert asked == ([] if keras.backend.backend() == "torch" else [False if declined else None])
     want, _ = _reference_attention(layer, x)
     np.testing.assert_allclose(out, want, atol=1e-5 * np.abs(want).max())
