@@ -153,6 +153,68 @@ def test_torch_attention_reads_the_qkv_product_without_copies(rng, training):
     np.testing.assert_allclose(to_numpy(out), want, atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="PyTorch's attention, trained on a CPU")
+@pytest.mark.parametrize("chunk_images", [1, 2, 8])  # one image, an uneven last chunk, all at once
+def test_torch_bfloat16_attention_backward_is_written_out_and_as_exact_as_flash(rng, monkeypatch, chunk_images):
+    # In bfloat16 training on a CPU the forward pass is PyTorch's flash kernel and the
+    # backward pass keras-vit's own, in chunks of the batch: the same output, and gradients
+    # as close to a float64 reference as PyTorch's flash backward's. float32 keeps PyTorch's.
+    import torch
+
+    from keras_vit import torch_eager
+
+    batch, tokens, heads, dim = 5, 11, 2, 8
+    monkeypatch.setattr(torch_eager, "_ATTENTION_CHUNK_BYTES", chunk_images * heads * tokens * tokens * 4)
+    qkv = torch.tensor(rng.standard_normal((batch, tokens, 3, heads, dim)))
+    grad_out = torch.tensor(rng.standard_normal((batch, tokens, heads, dim)))
+
+    def sdpa(qkv):
+        return torch.nn.functional.scaled_dot_product_attention(*(t.transpose(1, 2) for t in qkv.unbind(2))).transpose(
+            1, 2
+        )
+
+    def run(attend, dtype):
+        leaf = qkv.detach().to(dtype).requires_grad_()
+        out = attend(leaf)
+        out.backward(grad_out.to(dtype))
+        return out, leaf.grad.double(), out.grad_fn.name()
+
+    ours, grad, name = run(torch_eager.attention, torch.bfloat16)
+    flash, flash_grad, _ = run(sdpa, torch.bfloat16)
+    _, want, _ = run(sdpa, torch.float64)
+    assert name == "FlashWithExplicitBackwardBackward", name
+    assert torch.equal(ours, flash)
+    error, flash_error = (grad - want).abs(), (flash_grad - want).abs()
+    assert error.max() <= 2**-7 * want.abs().max(), (error.max(), want.abs().max())  # bfloat16's rounding
+    assert error.mean() <= 1.25 * flash_error.mean(), (error.mean(), flash_error.mean())
+    _, grad32, name32 = run(torch_eager.attention, torch.float32)
+    assert name32 != name
+    np.testing.assert_allclose(grad32.numpy(), want.numpy(), atol=1e-5)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="PyTorch's attention, trained on a CPU")
+def test_torch_bfloat16_attention_layer_trains_through_the_written_out_backward(rng):
+    # The whole layer in mixed_bfloat16: its weights' gradients through the written-out
+    # backward equal float32's, to bfloat16's precision.
+    import torch
+
+    from keras_vit.layers import MultiHeadSelfAttention
+
+    x = torch.tensor(rng.standard_normal((3, 9, 16)).astype("float32"))
+    grads = {}
+    for policy in ("float32", "mixed_bfloat16"):
+        keras.utils.set_random_seed(0)
+        layer = MultiHeadSelfAttention(num_heads=2, dtype=policy)
+        layer.build(x.shape)
+        out = layer(x, training=True)
+        (out.float() ** 2).sum().backward()
+        grads[policy] = [to_numpy(w.value.grad).astype("float64") for w in layer.trainable_weights]
+        if policy == "mixed_bfloat16":
+            assert out.grad_fn is not None
+    for got, want in zip(grads["mixed_bfloat16"], grads["float32"]):
+        np.testing.assert_allclose(got, want, atol=0.03 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("length, training", [(9, True), (8, True), (9, False), (9, None)])
 def test_flash_attention_is_declined_only_where_jax_gpus_have_no_backward_pass(rng, monkeypatch, length, training):
     # JAX's cuDNN attention has no backward pass at an odd token count: there (JAX on a GPU,

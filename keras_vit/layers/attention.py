@@ -119,12 +119,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if return_attention_scores or dropout_active or not _fused_attention_pays():
             out, weights = self._explicit_attention(qkv, training)
         else:
-            # Unstacked, not sliced: the gradient of an unstack is one stack, where three
-            # slices each write a zero-filled gradient of the whole qkv tensor, then summed.
-            query, key, value = ops.unstack(qkv, 3, axis=2)  # (batch, length, heads, dim)
             weights = None
-            out = torch_eager.attention(query, key, value) if keras.config.backend() == "torch" else None
+            out = torch_eager.attention(qkv) if keras.config.backend() == "torch" else None
             if out is None:
+                # Unstacked, not sliced: the gradient of an unstack is one stack, where three
+                # slices each write a zero-filled gradient of the whole qkv tensor, then summed.
+                query, key, value = ops.unstack(qkv, 3, axis=2)  # (batch, length, heads, dim)
                 flash = _flash_attention(query.shape[1], training)
                 out = ops.dot_product_attention(query, key, value, flash_attention=flash)
         out = call_inline(self.out, ops.reshape(out, (-1, width)))
