@@ -254,9 +254,11 @@ def _explicit_backward_pays(qkv):
     fit ``_ATTENTION_CHUNK_BYTES`` (up to 577 tokens, 384 pixels at patch 16, at 12 heads).
 
     Measured forward and backward of one block's attention on an Intel Xeon with AMX, one
-    process taking turns: 1.48x (1.38-1.52) PyTorch's at ViT-B/16's shapes at batch 32,
-    1.28x (1.10-1.44) at ViT-Ti/16's. In float32 it was slower (0.73-0.81x), and there
-    the flash kernel stays.
+    process taking turns: 1.42-1.48x PyTorch's at ViT-B/16's shapes at batch 32, 1.28x at
+    Ti/16's, 1.13-1.34x at S/16's and L/16's, 1.04-1.22x at 401 and 577 tokens; whole
+    training steps 1.11x (Ti/16) and 1.15x (B/16). In float32 it was slower (0.73-0.81x),
+    and there the flash kernel stays. It makes more passes over memory than flash's tiles:
+    on a machine busy with other processes it lost (0.49x at B/16's shapes).
     """
     torch = _torch()
     if not (qkv.requires_grad and torch.is_grad_enabled()) or is_tracing():
