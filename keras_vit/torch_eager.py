@@ -240,8 +240,17 @@ def attention(qkv):
         return None
     if _explicit_backward_pays(qkv):
         return _flash_with_explicit_backward().apply(qkv)
-    heads_first = [tensor.transpose(1, 2) for tensor in qkv.unbind(2)]
-    return torch.nn.functional.scaled_dot_product_attention(*heads_first).transpose(1, 2)
+    return torch.nn.functional.scaled_dot_product_attention(*_heads_first(qkv)).transpose(1, 2)
+
+
+def _heads_first(qkv):
+    """Query, key and value as ``(batch, heads, tokens, dim)`` views of ``qkv``."""
+    return [tensor.transpose(1, 2) for tensor in qkv.unbind(2)]
+
+
+def _image_score_bytes(heads, tokens):
+    """The bytes of one image's float32 ``(heads, tokens, tokens)`` attention scores."""
+    return heads * tokens * tokens * 4
 
 
 # ``_attention_backward`` computes at most this many bytes of float32 scores at once.
@@ -266,7 +275,7 @@ def _explicit_backward_pays(qkv):
     if qkv.device.type != "cpu" or qkv.dtype != torch.bfloat16:
         return False
     _, tokens, _, heads, _ = qkv.shape
-    return heads * tokens * tokens * 4 <= _ATTENTION_CHUNK_BYTES
+    return _image_score_bytes(heads, tokens) <= _ATTENTION_CHUNK_BYTES
 
 
 @functools.cache
@@ -277,8 +286,7 @@ def _flash_with_explicit_backward():
     class FlashWithExplicitBackward(torch.autograd.Function):
         @staticmethod
         def forward(ctx, qkv):
-            query, key, value = (tensor.transpose(1, 2) for tensor in qkv.unbind(2))
-            out, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value)
+            out, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*_heads_first(qkv))
             ctx.save_for_backward(qkv, out, logsumexp)
             return out.transpose(1, 2)
 
@@ -308,12 +316,12 @@ def _attention_backward(qkv, out, logsumexp, grad_out):
     ``(batch, heads, tokens)``.
     """
     torch = _torch()
-    query, key, value = (tensor.transpose(1, 2) for tensor in qkv.unbind(2))
+    query, key, value = _heads_first(qkv)
     batch, heads, tokens, dim = query.shape
     scale = dim**-0.5
     grad = torch.empty(qkv.shape, dtype=qkv.dtype, device=qkv.device)
-    grad_query, grad_key, grad_value = (tensor.transpose(1, 2) for tensor in grad.unbind(2))
-    chunk = min(batch, max(1, _ATTENTION_CHUNK_BYTES // (heads * tokens * tokens * 4)))
+    grad_query, grad_key, grad_value = _heads_first(grad)
+    chunk = min(batch, max(1, _ATTENTION_CHUNK_BYTES // _image_score_bytes(heads, tokens)))
     workspace = _attention_workspace(chunk, heads, tokens, dim, qkv.dtype)
     for start in range(0, batch, chunk):
         rows = slice(start, min(start + chunk, batch))

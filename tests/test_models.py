@@ -164,7 +164,9 @@ def test_torch_bfloat16_attention_backward_is_written_out_and_as_exact_as_flash(
     from keras_vit import torch_eager
 
     batch, tokens, heads, dim = 5, 11, 2, 8
-    monkeypatch.setattr(torch_eager, "_ATTENTION_CHUNK_BYTES", chunk_images * heads * tokens * tokens * 4)
+    monkeypatch.setattr(
+        torch_eager, "_ATTENTION_CHUNK_BYTES", chunk_images * torch_eager._image_score_bytes(heads, tokens)
+    )
     qkv = torch.tensor(rng.standard_normal((batch, tokens, 3, heads, dim)))
     grad_out = torch.tensor(rng.standard_normal((batch, tokens, heads, dim)))
 
