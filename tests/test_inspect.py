@@ -135,15 +135,23 @@ def test_attention_maps_equal_timms_explicit_attention_and_predict_stays_fused(t
     assert ours.shape == (3, 2, 2, 25, 25)
     np.testing.assert_allclose(ours, np.stack(captured), atol=1e-5, rtol=0)
     np.testing.assert_allclose(inspect.attention_maps(model, x, blocks=[-1])[0], captured[-1], atol=1e-5, rtol=0)
-    explicit = []
+    explicit, heads_first = [], []
     attention_class = keras_vit.layers.MultiHeadSelfAttention
-    original = attention_class._explicit_attention
+    original, original_heads_first = attention_class._explicit_attention, attention_class._heads_first_attention
     monkeypatch.setattr(attention_class, "_explicit_attention", lambda *a: explicit.append(1) or original(*a))
+    monkeypatch.setattr(
+        attention_class, "_heads_first_attention", lambda *a: heads_first.append(1) or original_heads_first(*a)
+    )
     model.predict(x, verbose=0)
     # The model's own graph runs the fused attention where it is the faster one, and the
-    # written-out one elsewhere (see attention._fused_attention_pays).
-    assert bool(explicit) == (not keras_vit.layers.attention._fused_attention_pays())
-    assert bool(explicit) == (keras.config.backend() in ("tensorflow", "jax"))  # this CPU-only suite
+    # written-out one elsewhere (see attention._fused_attention_pays): on tensorflow's
+    # oneDNN CPU, with the qkv product heads first (see tensorflow_graph.heads_first_projection).
+    from keras_vit import tensorflow_graph
+
+    projects = keras.config.backend() == "tensorflow" and tensorflow_graph._onednn_cpu()
+    assert bool(heads_first) == projects
+    assert bool(explicit or heads_first) == (not keras_vit.layers.attention._fused_attention_pays())
+    assert bool(explicit or heads_first) == (keras.config.backend() in ("tensorflow", "jax"))  # this CPU-only suite
     explicit.clear()
     model.attention_model()(x)
     assert explicit  # (and the count would see the explicit one)

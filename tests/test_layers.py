@@ -282,6 +282,8 @@ def _tensorflow_nodes(function, *args):
     from tensorflow.python.eager import context
 
     run_context = context.context()
+    # The metadata also holds every function instantiated since the last export: drop those.
+    run_context.export_run_metadata()
     run_context.enable_run_metadata()
     try:
         function(*args)
@@ -376,6 +378,63 @@ def test_residual_adds_and_norms_fuse_into_onednn_kernels_in_tensorflow_inferenc
     assert sorted(fused_ops).count(("BiasAdd", "Add")) == 4, fused_ops  # attention's out and fc2, per block
     assert [n.op for n in nodes].count("_MklLayerNorm") == 5
     assert not [n.name for n in nodes if n.op in ("AddV2", "Add", "FusedBatchNormV3", "_MklNativeFusedBatchNormV3")]
+
+
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="TensorFlow's graph rewrite")
+@pytest.mark.parametrize("qkv_bias", [True, False])
+@pytest.mark.parametrize("num_heads", [2, 3])  # head_dim 4 (scale 1/2) and 3 (not a power of two)
+def test_attention_projects_heads_first_in_tensorflow_inference_graphs(qkv_bias, num_heads):
+    # In a float32 inference graph on a oneDNN CPU the query, key and value come out of one
+    # batched matmul, heads first, with the bias as its post-op and the query's scale in
+    # its kernel; graphs that record a gradient, portable() (the exports), bfloat16 and a
+    # quantized projection keep the 2-D matmul. Each equals Keras' own ops, run eagerly.
+    import tensorflow as tf
+
+    from keras_vit import tensorflow_graph
+
+    if not tensorflow_graph._onednn_cpu():
+        pytest.skip("TensorFlow runs oneDNN's fusions on a CPU build with oneDNN only")
+    x = tf.constant(_inputs((2, 5, 3 * num_heads)))
+
+    def kernels(layer, gradient=False):
+        def run(t):
+            if not gradient:
+                return layer(t, training=False)
+            with tf.GradientTape() as tape:
+                tape.watch(t)
+                y = layer(t, training=True)
+            return tape.gradient(tf.reduce_sum(y), t)
+
+        return [n.op for n in _tensorflow_nodes(tf.function(run), x) if "/" in n.name]
+
+    for policy in ("float32", "mixed_bfloat16", "int8"):
+        layer = keras_vit.layers.MultiHeadSelfAttention(
+            num_heads=num_heads, qkv_bias=qkv_bias, dtype="float32" if policy == "int8" else policy
+        )
+        layer.build(x.shape)
+        _randomize(layer)
+        if policy == "int8":
+            layer.qkv.quantize("int8")
+        want = _float32(layer(x, training=False))  # eager: Keras' ops
+        tolerance = 3e-2 if policy == "mixed_bfloat16" else 1e-5
+        for training in (False, True):
+            got = _float32(tf.function(lambda t, training=training: layer(t, training=training))(x))
+            np.testing.assert_allclose(got, want, atol=tolerance * np.abs(want).max())
+        inference = kernels(layer)
+        if policy == "float32":
+            # the heads-first product (with the bias: fused), the two attention products, and
+            # the output projection the one 2-D matmul
+            assert inference.count("_MklFusedBatchMatMulV2") == int(qkv_bias), inference
+            assert inference.count("_MklBatchMatMulV2") == 3 - int(qkv_bias), inference
+            assert inference.count("_MklNativeFusedMatMul") == 1 and "_MklMatMul" not in inference, inference
+            assert "AddV2" not in inference, inference  # the bias is a post-op
+            with tensorflow_graph.portable():
+                portable = kernels(layer)
+            assert portable.count("_MklBatchMatMulV2") == 2, portable
+            for graph in (kernels(layer, gradient=True), portable):
+                assert "_MklFusedBatchMatMulV2" not in graph, graph
+        else:
+            assert "_MklFusedBatchMatMulV2" not in inference and inference.count("_MklBatchMatMulV2") <= 2, inference
 
 
 def _linear_kernels(run):
