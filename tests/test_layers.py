@@ -394,7 +394,8 @@ def test_attention_projects_heads_first_in_tensorflow_inference_graphs(qkv_bias,
 
     if not tensorflow_graph._onednn_cpu():
         pytest.skip("TensorFlow runs oneDNN's fusions on a CPU build with oneDNN only")
-    x = tf.constant(_inputs((2, 5, 3 * num_heads)))
+    # 4 x 9 token rows, at least 4 per unit of width: where the heads-first product pays
+    x = tf.constant(_inputs((4, 9, 3 * num_heads)))
 
     def kernels(layer, gradient=False):
         def run(t):
@@ -431,8 +432,16 @@ def test_attention_projects_heads_first_in_tensorflow_inference_graphs(qkv_bias,
             with tensorflow_graph.portable():
                 portable = kernels(layer)
             assert portable.count("_MklBatchMatMulV2") == 2, portable
-            for graph in (kernels(layer, gradient=True), portable):
-                assert "_MklFusedBatchMatMulV2" not in graph, graph
+            few_rows = [n.op for n in _tensorflow_nodes(tf.function(lambda t: layer(t, training=False)), x[:, :2])]
+            for graph in (kernels(layer, gradient=True), portable, few_rows):
+                assert "_MklFusedBatchMatMulV2" not in graph and "Merge" not in graph, graph
+            # Batch size unknown: both, chosen at run time.
+            unknown = tf.function(
+                lambda t: layer(t, training=False), input_signature=[tf.TensorSpec((None, *x.shape[1:]))]
+            )
+            either = [n.op for n in _tensorflow_nodes(unknown, x)]
+            assert "Merge" in either and either.count("_MklFusedBatchMatMulV2") == int(qkv_bias), either
+            np.testing.assert_allclose(_float32(unknown(x)), want, atol=tolerance * np.abs(want).max())
         else:
             assert "_MklFusedBatchMatMulV2" not in inference and inference.count("_MklBatchMatMulV2") <= 2, inference
 

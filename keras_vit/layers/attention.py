@@ -113,27 +113,38 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def call(self, tokens, return_attention_scores=False, training=None, as_rows=False):
         length, width = ops.shape(tokens)[1], tokens.shape[2]  # length: a tensor where the graph has none
-        dropout_active = training and self.attention_dropout_rate > 0
-        if not (return_attention_scores or dropout_active) and tensorflow_graph.projects_heads_first(self.qkv):
-            out = self._heads_first_attention(tokens)
-            return self._project_out(out, length, width, as_rows)
-        # The projections run on 2-D token rows, where TensorFlow's graph optimizer fuses a
-        # matmul with its bias (see MlpBlock).
-        rows = ops.reshape(tokens, (-1, width))
-        qkv = ops.reshape(call_inline(self.qkv, rows), (-1, length, 3, self.num_heads, self.head_dim))
-        if return_attention_scores or dropout_active or not _fused_attention_pays():
-            out, weights = self._explicit_attention(qkv, training)
+        weights = None
+        if return_attention_scores or (training and self.attention_dropout_rate > 0):
+            out, weights = self._explicit_attention(self._qkv(tokens, length, width), training)
+        elif tensorflow_graph.projects_heads_first(self.qkv):
+            out = tensorflow_graph.where_heads_first_pays(
+                tokens,
+                lambda: self._heads_first_attention(tokens),
+                lambda: self._attention(self._qkv(tokens, length, width), training),
+            )
         else:
-            weights = None
-            out = torch_eager.attention(qkv) if keras.config.backend() == "torch" else None
-            if out is None:
-                # Unstacked, not sliced: the gradient of an unstack is one stack, where three
-                # slices each write a zero-filled gradient of the whole qkv tensor, then summed.
-                query, key, value = ops.unstack(qkv, 3, axis=2)  # (batch, length, heads, dim)
-                flash = _flash_attention(query.shape[1], training)
-                out = ops.dot_product_attention(query, key, value, flash_attention=flash)
+            out = self._attention(self._qkv(tokens, length, width), training)
         out = self._project_out(out, length, width, as_rows)
         return (out, weights) if return_attention_scores else out
+
+    def _qkv(self, tokens, length, width):
+        # The projections run on 2-D token rows, where TensorFlow's graph optimizer fuses a
+        # matmul with its bias (see MlpBlock). (batch, length, 3, heads, dim)
+        rows = ops.reshape(tokens, (-1, width))
+        return ops.reshape(call_inline(self.qkv, rows), (-1, length, 3, self.num_heads, self.head_dim))
+
+    def _attention(self, qkv, training):
+        # Without the weights: the fused op where it is the faster one.
+        if not _fused_attention_pays():
+            return self._explicit_attention(qkv, training)[0]
+        out = torch_eager.attention(qkv) if keras.config.backend() == "torch" else None
+        if out is None:
+            # Unstacked, not sliced: the gradient of an unstack is one stack, where three
+            # slices each write a zero-filled gradient of the whole qkv tensor, then summed.
+            query, key, value = ops.unstack(qkv, 3, axis=2)  # (batch, length, heads, dim)
+            flash = _flash_attention(query.shape[1], training)
+            out = ops.dot_product_attention(query, key, value, flash_attention=flash)
+        return out
 
     def _project_out(self, heads, length, width, as_rows):
         # heads: (batch, length, heads, dim)
