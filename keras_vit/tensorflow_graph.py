@@ -2,14 +2,14 @@
 
 The layers are written in ``keras.ops``. On TensorFlow without XLA (Keras' default on a
 CPU) Grappler's remapper rewrites a few known subgraphs into single oneDNN kernels, and
-its patterns are written in TensorFlow ops that ``keras.ops`` does not emit. One of them
-is here, and nothing else in the layers imports TensorFlow:
+its patterns are written in TensorFlow ops that ``keras.ops`` does not emit. Those the
+layers use are here, and nothing else in the layers imports TensorFlow:
 
 - ``layer_norm``: a last-axis LayerNorm as the subgraph the remapper turns into one
   ``_MklLayerNorm`` kernel (see ``layers.LayerNorm``);
 - ``heads_first_projection``: attention's query, key and value projection, its bias and
-  the split into heads as one ``_MklFusedBatchMatMulV2`` kernel (see
-  ``layers.MultiHeadSelfAttention``);
+  the split into heads as one ``_MklFusedBatchMatMulV2`` kernel, where that pays
+  (``where_heads_first_pays``; see ``layers.MultiHeadSelfAttention``);
 - ``fuses_activation``: whether the remapper fuses a ``Dense``'s activation into its
   matmul, which decides the GELU's precision (see ``layers.activations``);
 - ``portable``: a scope in which the layers keep Keras' own ops, for graphs that leave

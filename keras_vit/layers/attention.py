@@ -61,8 +61,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     CPU, where the written-out form is faster (see ``_fused_attention_pays``; on a GPU
     the benchmark's ``attention`` column shows which kernel runs, and ``_flash_attention``
     where JAX's cannot). TensorFlow's float32 inference graphs on a oneDNN CPU compute the
-    ``qkv`` product heads first as one batched matmul (see
-    ``tensorflow_graph.heads_first_projection``).
+    ``qkv`` product heads first as one batched matmul where there are enough token rows
+    (see ``tensorflow_graph.heads_first_projection``).
 
     The two projections are Keras ``Dense`` layers (``qkv`` and ``out``; see
     ``keras_vit.layers.Dense``), so
