@@ -114,18 +114,22 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def call(self, tokens, return_attention_scores=False, training=None, as_rows=False):
         length, width = ops.shape(tokens)[1], tokens.shape[2]  # length: a tensor where the graph has none
         weights = None
+
+        def attend():  # without the weights, from the 2-D qkv product
+            return self._attention(self._qkv(tokens, length, width), training)
+
         if return_attention_scores or (training and self.attention_dropout_rate > 0):
             out, weights = self._explicit_attention(self._qkv(tokens, length, width), training)
         elif tensorflow_graph.projects_heads_first(self.qkv):
-            out = tensorflow_graph.where_heads_first_pays(
-                tokens,
-                lambda: self._heads_first_attention(tokens),
-                lambda: self._attention(self._qkv(tokens, length, width), training),
-            )
+            out = tensorflow_graph.where_heads_first_pays(tokens, lambda: self._heads_first_attention(tokens), attend)
         else:
-            out = self._attention(self._qkv(tokens, length, width), training)
+            out = attend()
         out = self._project_out(out, length, width, as_rows)
         return (out, weights) if return_attention_scores else out
+
+    @property
+    def _query_scale(self):
+        return 1.0 / self.head_dim**0.5
 
     def _qkv(self, tokens, length, width):
         # The projections run on 2-D token rows, where TensorFlow's graph optimizer fuses a
@@ -158,7 +162,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # qkv product and no multiply. ViT-B/16 at batch 32: 1.023x as fast (0.98-1.04).
         with keras.name_scope(self.qkv.name):  # the layer's own scope, as its call would open
             query, key, value = tensorflow_graph.heads_first_projection(
-                tokens, self.qkv.kernel, self.qkv.bias, self.num_heads, 1.0 / self.head_dim**0.5
+                tokens, self.qkv.kernel, self.qkv.bias, self.num_heads, self._query_scale
             )
         weights = ops.softmax(ops.matmul(query, ops.swapaxes(key, -1, -2)), axis=-1)
         return ops.transpose(ops.matmul(weights, value), (1, 2, 0, 3))
@@ -170,7 +174,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # operand and of the result, ops that batch-1 inference pays for (ViT-Ti/16 6% faster).
         query, key, value = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)  # (batch, heads, length, dim)
         key_t = ops.swapaxes(key, -1, -2)
-        scale = 1.0 / self.head_dim**0.5
+        scale = self._query_scale
         if keras.backend.standardize_dtype(query.dtype) == "float32" or math.frexp(scale)[0] == 0.5:
             # On the query, 3.5x smaller than the logits, where that rounds no more than
             # scaling the logits: in float32, or by a power of two (head_dim 64: 1/8).
