@@ -11,6 +11,22 @@ from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.stochastic_depth import DropPath
 
 
+def dropout_rows(dropout, rows, tokens, training):
+    """``dropout`` of 2-D token rows, drawn over the ``(batch, tokens, ...)`` view of the
+    3-D ``tokens`` they came from (None: over the rows as they are).
+
+    Under XLA a random mask over rows whose count comes from a reshape made the whole
+    training step much slower than the same mask over the tokens' shape; where nothing
+    is dropped the rows stay as they are.
+    """
+    if not training or dropout.rate == 0 or tokens is None:
+        return call_inline(dropout, rows, training=training)
+    width = rows.shape[-1]
+    shape = ops.shape(tokens)
+    dropped = call_inline(dropout, ops.reshape(rows, (shape[0], shape[1], width)), training=training)
+    return ops.reshape(dropped, (-1, width))
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MlpBlock(keras.layers.Layer):
     """Dense -> GELU -> dropout -> Dense -> dropout, the paper's MLP (eq. 3).
@@ -60,9 +76,10 @@ class MlpBlock(keras.layers.Layer):
     def call(self, x, training=None):
         # (batch * tokens, width) rows: see the class docstring. Rows in, rows out.
         rows = x if len(x.shape) == 2 else ops.reshape(x, (-1, x.shape[-1]))
-        rows = call_inline(self.dropout, call_inline(self.fc1, rows), training=training)
-        rows = call_inline(self.dropout, call_inline(self.fc2, rows), training=training)
-        return rows if len(x.shape) == 2 else ops.reshape(rows, ops.shape(x))
+        tokens = None if len(x.shape) == 2 else x
+        rows = dropout_rows(self.dropout, call_inline(self.fc1, rows), tokens, training)
+        rows = dropout_rows(self.dropout, call_inline(self.fc2, rows), tokens, training)
+        return rows if tokens is None else ops.reshape(rows, ops.shape(x))
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -155,13 +172,17 @@ class EncoderBlock(keras.layers.Layer):
         )
         y, weights = y if return_attention_scores else (y, None)
         rows = rows + self._residual(y, x, training)
-        mlp = call_inline(self.mlp, call_inline(self.norm2, rows), training=training)
+        mlp = call_inline(self.norm2, rows)
+        if training and self.dropout_rate > 0:  # the MLP's dropouts over the tokens' view
+            mlp = ops.reshape(call_inline(self.mlp, ops.reshape(mlp, ops.shape(x)), training=training), ops.shape(rows))
+        else:
+            mlp = call_inline(self.mlp, mlp, training=training)
         rows = rows + self._residual(mlp, x, training)
         x = ops.reshape(rows, ops.shape(x))
         return (x, weights) if return_attention_scores else x
 
     def _residual(self, branch, x, training):
-        branch = call_inline(self.dropout, branch, training=training)
+        branch = dropout_rows(self.dropout, branch, x, training)
         if not training or self.drop_path_rate == 0:
             return branch
         # Stochastic depth drops whole images: on the (batch, tokens, width) view.
