@@ -10,6 +10,10 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# The shared helpers live in helpers.py; these two are named here too, for the test files
+# that import them from conftest.
+from helpers import randomize_torch, to_numpy  # noqa: E402, F401
+
 
 @pytest.fixture(scope="session")
 def timm():
@@ -60,24 +64,3 @@ def _seeded():
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
-
-
-def to_numpy(x):
-    import keras
-
-    return keras.ops.convert_to_numpy(x)
-
-
-def randomize_torch(module, seed=0):
-    """Fills every parameter with random values, so that zero or one inits hide nothing."""
-    import torch
-
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            noise = torch.randn(p.shape, generator=generator)
-            if p.ndim == 1 and "norm" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.1 * noise)  # normalisation scales near one
-            else:
-                p.copy_(0.05 * noise)
-    return module

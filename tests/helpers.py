@@ -1,0 +1,155 @@
+"""Helpers the tests share (tests import this module, never each other).
+
+A comparison that cannot fail is a defect: a model left at its initial weights has a zero
+classifier (``head_zero_init=True``), so its logits are exactly 0 and its probabilities
+uniform whatever its other weights and inputs are, and two such models agree however
+wrong one of them is. ``randomize_keras`` (and ``randomize_torch`` with
+``informative=True``, for a peer whose weights are then loaded into keras-vit) give a
+model weights under which every layer's output carries information and stays near unit
+size, so that a defect anywhere reaches the logits; ``assert_close_to_scale`` compares
+outputs relative to their size and refuses expected values that carry no information.
+"""
+
+import math
+
+import numpy as np
+
+# Standard deviation of the class token and the position embeddings: of the order of the
+# patch embeddings they are added to (unit size for unit-size pixels), so neither drowns
+# the other.
+TOKEN_STD = 0.5
+# Biases: small, but not zero (a bias that is dropped or loaded into the wrong place must
+# change the outputs).
+BIAS_STD = 0.05
+# Normalisation gains: near one, not one (a gain that is dropped must change the outputs).
+GAIN_STD = 0.1
+
+
+def to_numpy(x):
+    import keras
+
+    return keras.ops.convert_to_numpy(x)
+
+
+def images(rng, size, batch=2):
+    """``batch`` images of ``size`` (an int or ``(height, width)``), uniform in [-1, 1]."""
+    h, w = (size, size) if isinstance(size, int) else size
+    return rng.uniform(-1, 1, (batch, h, w, 3)).astype("float32")
+
+
+def log_softmax(logits, axis=-1):
+    """The log-probabilities of ``logits``, in float64."""
+    logits = np.asarray(logits, np.float64)
+    shifted = logits - logits.max(axis=axis, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+
+
+def _fan_in(shape):
+    """Inputs per output of a Keras kernel: every axis but the last ((in, out) for a
+    Dense layer, (kh, kw, in, out) for a convolution)."""
+    return max(1, math.prod(shape[:-1]))
+
+
+def randomize_keras(model, seed=0):
+    """Gives every trainable float weight of a Keras model an informative random value
+    (in place; returns the model): kernels N(0, 1/fan-in) (the classifier head included,
+    so logits are near unit size and never all zero), normalisation gains 1 + 0.1 N(0, 1),
+    biases and shifts 0.05 N(0, 1), class tokens and position embeddings 0.5 N(0, 1).
+
+    Non-trainable weights (a fixed sin-cos table, a seed generator's state) and integer
+    ones (a quantised kernel) keep their values: quantise after randomising.
+    """
+    rng = np.random.default_rng(seed)
+    for variable in model.trainable_weights:
+        if not any(kind in str(variable.dtype) for kind in ("float", "bfloat")):
+            continue
+        shape = tuple(variable.shape)
+        name = variable.path.rsplit("/", 1)[-1]
+        noise = rng.standard_normal(shape)
+        if name == "gamma" or (name == "scale" and len(shape) == 1):
+            value = 1.0 + GAIN_STD * noise
+        elif name in ("beta", "bias") or len(shape) <= 1:
+            value = BIAS_STD * noise
+        elif name == "kernel":
+            value = noise / math.sqrt(_fan_in(shape))
+        else:  # a class token, a position table, a mask token: added to unit-size tokens
+            value = TOKEN_STD * noise
+        variable.assign(value.astype(str(variable.dtype)))
+    return model
+
+
+def randomize_torch(module, seed=0, informative=False):
+    """Fills every parameter of a torch module with random values, so that zero or one
+    inits hide nothing (in place; returns the module).
+
+    By default (``informative=False``, what the older parity tests were calibrated with)
+    normalisation scales are 1 + 0.1 N(0, 1) and every other parameter 0.05 N(0, 1), so
+    activations shrink layer by layer. ``informative=True`` scales as ``randomize_keras``:
+    weights N(0, 1/fan-in) (torch's (out, in, ...) layout), biases 0.05 N(0, 1), class
+    token and position embeddings 0.5 N(0, 1), so outputs stay near unit size.
+    """
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            noise = torch.randn(p.shape, generator=generator)
+            if p.ndim == 1 and "norm" in name and name.endswith("weight"):
+                p.copy_(1.0 + GAIN_STD * noise)  # normalisation scales near one
+            elif not informative:
+                p.copy_(0.05 * noise)
+            elif p.ndim <= 1:
+                p.copy_(BIAS_STD * noise)
+            elif name.endswith("weight"):  # (out, in, kh, kw) or (out, in)
+                p.copy_(noise / math.sqrt(max(1, math.prod(p.shape[1:]))))
+            else:  # cls_token, pos_embed, reg_token
+                p.copy_(TOKEN_STD * noise)
+    return module
+
+
+def torch_logits(model, x, **kwargs):
+    """A torch model's outputs (``.logits`` for HF models) on channels-last numpy images."""
+    import torch
+
+    with torch.no_grad():
+        out = model(torch.from_numpy(x.transpose(0, 3, 1, 2)), **kwargs)
+    return (out.logits if hasattr(out, "logits") else out).numpy()
+
+
+def save_torch_state(state_dict, path):
+    """Writes a state dict as safetensors (by the file's extension) or with ``torch.save``."""
+    import torch
+
+    if path.endswith(".safetensors"):
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in state_dict.items()}, path)
+    else:
+        torch.save(state_dict, path)
+    return path
+
+
+def assert_informative(expected, what="the expected values"):
+    """Fails when ``expected`` cannot tell a right answer from a wrong one: not finite,
+    all zero, or one value everywhere (a zero head's logits, uniform probabilities)."""
+    expected = np.asarray(expected, np.float64)
+    assert expected.size and np.isfinite(expected).all(), f"{what} are not all finite"
+    assert np.abs(expected).max() > 0, f"{what} are all zero: a comparison with them cannot fail"
+    assert np.ptp(expected) > 0, f"{what} are all {expected.flat[0]}: a comparison with them cannot fail"
+
+
+def assert_close_to_scale(actual, expected, rtol, err_msg=""):
+    """Asserts ``max |actual - expected| <= rtol * max |expected|``: a tolerance relative to
+    the outputs' size, so the same ``rtol`` is as strict for logits of 0.1 as of 100.
+    ``expected`` must be informative (``assert_informative``)."""
+    actual = np.asarray(actual, np.float64)
+    expected = np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape, f"shapes differ: {actual.shape} vs {expected.shape}. {err_msg}"
+    assert_informative(expected)
+    scale = np.abs(expected).max()
+    difference = np.abs(actual - expected).max()
+    assert difference <= rtol * scale, (
+        f"max |actual - expected| = {difference:.3g} > {rtol:g} x max |expected| = {rtol * scale:.3g} "
+        f"(max |expected| = {scale:.3g}). {err_msg}"
+    )
+    return difference / scale
