@@ -12,12 +12,14 @@ import difflib
 import inspect
 import numbers
 import re
+import sys
 import types
 import typing
 
 from keras_vit import quiet
 from keras_vit.checks import CommandLineParser
 from keras_vit.models.spec import ViTSpec
+from keras_vit.training.errors import RecipeInputError
 
 
 @dataclasses.dataclass
@@ -211,10 +213,6 @@ def run_command_line(recipe, argv, default_preset, prog=None, doc=None):
     values, and what the recipe finds before its first step) is one line on stderr and exit
     status 2; anything later is a bug and keeps its traceback. ``prog`` and the first
     paragraph of ``doc`` head ``--help``."""
-    import sys
-
-    from keras_vit.training.run import RecipeInputError
-
     try:
         config = parse_args(argv, default_preset, prog, doc)
     except ValueError as error:

@@ -24,16 +24,8 @@ from keras_vit.saving import load_model, save_model
 from keras_vit.training.checkpointing import BestModel, RunBackup
 from keras_vit.training.config import OBJECTIVES
 from keras_vit.training.distribution import check_strategy, distribution_scope
+from keras_vit.training.errors import MissingInputFileError, RecipeInputError
 from keras_vit.training.optimizers import make_optimizer
-
-
-class RecipeInputError(ValueError):
-    """Bad input to a recipe (config, dataset, files, devices), found before its first
-    training step; the command lines answer it with one line and exit status 2."""
-
-
-class MissingInputFileError(RecipeInputError, FileNotFoundError):
-    """A file the recipe needs (``--init_from``) is not there."""
 
 
 @contextlib.contextmanager
