@@ -6,7 +6,8 @@ import os
 
 import numpy as np
 import pytest
-from conftest import TINY_ENCODER, randomize_torch, to_numpy
+from conftest import TINY_ENCODER
+from helpers import assert_close_to_scale, randomize_keras, randomize_torch, to_numpy
 from http_server import FileServer, download_env, unused_url
 from test_checkpoint_parity import TOL, torch_logits, write_original_npz
 
@@ -240,11 +241,26 @@ def test_papers_in21k_file_loads_its_pre_logits(mirror):
 
 
 def tiny_labelled():
+    """A two-class model with its own pre-processing and informative weights (its initial
+    zero head would classify every image as [0.5, 0.5], whatever was saved or dropped)."""
     preprocessing = ImagePreprocessing.from_normalization("imagenet", 16, crop_mode="center", crop_fraction=0.875)
-    return keras_vit.create_model(
+    return randomize_keras(keras_vit.create_model(
         "vit_ti16", image_size=16, num_classes=2, depth=1, class_names=["cat", "dog"], preprocessing=preprocessing,
         **TINY_ENCODER,
-    )  # fmt: skip
+    ))  # fmt: skip
+
+
+def photos():
+    """Three real photos of different sizes (classify takes a list of any sizes)."""
+    import skimage.data
+
+    return [skimage.data.chelsea(), skimage.data.astronaut(), skimage.data.coffee()]
+
+
+def assert_classifies_alike(loaded, model):
+    """The two models' log-probabilities of three photos agree, relative to their size."""
+    raw = photos()
+    assert_close_to_scale(np.log(loaded.classify(raw)), np.log(model.classify(raw)), 1e-5)
 
 
 def test_pre_processing_and_class_names_are_saved_with_the_model(tmp_path):
@@ -253,8 +269,7 @@ def test_pre_processing_and_class_names_are_saved_with_the_model(tmp_path):
     loaded = keras_vit.load_model(path)
     assert loaded.class_names == ("cat", "dog")
     assert loaded.preprocessing.get_config() == model.preprocessing.get_config()
-    raw = photo()[None]
-    np.testing.assert_allclose(loaded.classify(raw), model.classify(raw), atol=1e-6)
+    assert_classifies_alike(loaded, model)
     bigger = keras_vit.load_model(path, image_size=32)
     assert bigger.preprocessing.get_config()["image_size"] in ((32, 32), [32, 32])
     assert bigger.class_names == ("cat", "dog")
@@ -264,8 +279,14 @@ def test_local_preset_round_trip_adapts_and_is_verified(tmp_path):
     model = tiny_labelled()
     folder = keras_vit.save_preset(model, tmp_path / "pets", description="two pets")
     loaded = keras_vit.create_model(folder)
-    raw = photo()
-    np.testing.assert_allclose(loaded.classify(raw), model.classify(raw), atol=1e-6)
+    # What the preset must carry: the weights, the pre-processing and the class names.
+    saved = {variable.path: to_numpy(variable) for variable in model.weights}
+    assert sorted(variable.path for variable in loaded.weights) == sorted(saved)
+    for variable in loaded.weights:
+        np.testing.assert_array_equal(to_numpy(variable), saved[variable.path], err_msg=variable.path)
+    assert loaded.preprocessing is not None
+    assert loaded.preprocessing.get_config() == model.preprocessing.get_config()
+    assert_classifies_alike(loaded, model)
     assert loaded.class_names == ("cat", "dog")
     adapted = keras_vit.create_model(folder, image_size=32, num_classes=3)
     assert adapted.input_shape == (None, 32, 32, 3) and adapted.class_names is None
