@@ -14,7 +14,15 @@ import os
 import shutil
 import uuid
 
+import keras
+
 from keras_vit import checks
+from keras_vit.checkpoints import load_weights
+from keras_vit.checkpoints.loader import trained_numerics
+from keras_vit.checkpoints.readers import sniff_container, unsafe_keras_message
+from keras_vit.models.deferred_init import deferred_initialization, initialize_unloaded
+from keras_vit.models.registry import create_model, get_spec
+from keras_vit.models.vit import VisionTransformer, resized_preprocessing
 
 
 class InvalidModelFileError(ValueError):
@@ -242,8 +250,6 @@ def check_model_file(path, model_name=None):
     ...     print("is not a model file" in str(error))
     True
     """
-    from keras_vit.checkpoints.readers import sniff_container
-
     path = os.fspath(path)
     if not os.path.isfile(path):
         what = "a folder" if os.path.isdir(path) else "nothing"
@@ -263,8 +269,6 @@ def check_model_file(path, model_name=None):
             "into: model_name=... (--model NAME, one of keras_vit.list_models())."
         )
     if model_name:
-        from keras_vit.models import get_spec
-
         get_spec(model_name)  # unknown names fail here, with suggestions
     return container
 
@@ -309,34 +313,26 @@ def load_model(path, model_name=None, image_size=None, num_classes=None, safe_mo
     >>> load_model(path, image_size=32).input_shape  # position embeddings resampled
     (None, 32, 32, 3)
     """
-    import keras
-
-    import keras_vit  # registers the custom layers for deserialisation
-    from keras_vit.checkpoints import load_weights
-
     container = check_model_file(path, model_name)
     if container == "keras":
         try:
+            # Keras finds keras-vit's classes by their registered names (the imports above register them).
             model = keras.saving.load_model(path, compile=False, safe_mode=safe_mode)
         except ValueError as error:
             if "safe_mode" not in str(error):
                 raise
-            from keras_vit.checkpoints.readers import unsafe_keras_message
-
             raise InvalidModelFileError(unsafe_keras_message(path)) from None
         size = None if image_size is None else checks.pair(image_size)
         if size is None or tuple(model.input_shape[1:3]) == size:
             return model
-        if not isinstance(model, keras_vit.VisionTransformer):
+        if not isinstance(model, VisionTransformer):
             raise InvalidModelFileError(
                 f"image_size={image_size} differs from the model's {model.input_shape[1:3]}, and "
                 f"only keras-vit models can be rebuilt at another size; {path} holds a "
                 f"{type(model).__name__}. Leave image_size unset."
             )
-        from keras_vit.models.vit import resized_preprocessing
-
         spec = model.spec.replace(image_size=size)
-        resized = keras_vit.VisionTransformer(
+        resized = VisionTransformer(
             spec,
             dtype=model.dtype_policy,
             preprocessing=resized_preprocessing(model.preprocessing, size),
@@ -345,15 +341,11 @@ def load_model(path, model_name=None, image_size=None, num_classes=None, safe_mo
         )
         load_weights(resized, path, safe_mode=safe_mode)
         return resized
-    from keras_vit.checkpoints.loader import trained_numerics
-
     # Built with the numerics the checkpoint was trained with, unless the caller says otherwise.
-    hybrid = keras_vit.get_spec(model_name).resnet is not None
+    hybrid = get_spec(model_name).resnet is not None
     options = {**trained_numerics(path, hybrid), **model_options} if container != "keras_weights" else model_options
-    from keras_vit.models.deferred_init import deferred_initialization, initialize_unloaded
-
     with deferred_initialization():  # the file's weights replace them: not drawn at random
-        model = keras_vit.create_model(model_name, image_size, num_classes, **options)
+        model = create_model(model_name, image_size, num_classes, **options)
     if container == "keras_weights":
         model.load_weights(path)
         initialize_unloaded(model, [v.path for v in model.weights])

@@ -1,4 +1,9 @@
-"""Named models: ``create_model("vit_b16", ...)``, ``get_spec(name)`` and ``list_models()``."""
+"""Named architectures: ``get_spec(name)``, ``list_models()`` and ``create_model(name, ...)``.
+
+These know the variants only, and build with weights drawn at random. Presets, local preset
+folders and weights files are resolved a floor above, by ``keras_vit.create_model``
+(``keras_vit.factory``), which builds through ``create_model`` here.
+"""
 
 import difflib
 import fnmatch
@@ -6,22 +11,17 @@ import fnmatch
 from keras_vit.models.variants import VARIANTS
 from keras_vit.models.vit import VisionTransformer
 
+# Arguments of the model itself; every other option (image_size and num_classes too) is the spec's.
+MODEL_ARGUMENTS = ("name", "preprocessing", "class_names")
 
-def list_models(pattern="*", pretrained=False):
-    """Names accepted by ``create_model``, sorted, filtered by a shell-style pattern.
 
-    With ``pretrained=True``, the presets: published checkpoints named ``<model>.<tag>``
-    (``keras_vit.get_preset(name).card()`` describes one).
+def list_models(pattern="*"):
+    """Architecture names, sorted, filtered by a shell-style pattern (``keras_vit.list_models``
+    also lists the presets).
 
     >>> list_models("vit_b*")
     ['vit_b14', 'vit_b16', 'vit_b32', 'vit_b8']
-    >>> list_models("vit_b16.*384", pretrained=True)
-    ['vit_b16.augreg_in21k_ft_in1k_384', 'vit_b16.orig_in21k_ft_in1k_384']
     """
-    if pretrained:
-        from keras_vit.presets.catalog import list_presets
-
-        return list_presets(pattern)
     return sorted(name for name in VARIANTS if fnmatch.fnmatch(name, pattern))
 
 
@@ -39,42 +39,20 @@ def get_spec(name):
         raise ValueError(f"Unknown model name {name!r}.{hint} Known names: keras_vit.list_models().") from None
 
 
-def create_model(name, image_size=None, num_classes=None, *, weights=None, dtype=None, **options):
-    """Builds a named ViT or hybrid ResNet+ViT as a functional ``keras.Model``, optionally pretrained.
+def create_model(name, image_size=None, num_classes=None, *, dtype=None, **options):
+    """A named architecture as a functional ``VisionTransformer``, its weights drawn at random.
 
-    Args:
-        name: one of ``list_models()``: ``"vit_{ti,s,b,l,h}{8,14,16,32}"`` (size and patch)
-            or a hybrid such as ``"r50_vit_b16"``; or a preset, ``"<model>.<tag>"`` from
-            ``list_models(pretrained=True)`` (e.g. ``"vit_b16.augreg2_in21k_ft_in1k"``);
-            or the path of a local preset folder (``keras_vit.save_preset``) or ``.keras`` file.
-        image_size: input side or ``(height, width)``, divisible by the total stride
-            (default: the variant's 224, or the preset's own). Pretrained position
-            embeddings are resampled to it.
-        num_classes: classifier outputs (default: the variant's 1000, or the preset's own);
-            another count than the weights' keeps a fresh head, to fine-tune.
-        weights: a preset tag of ``name`` (``"augreg2_in21k_ft_in1k"``), a checkpoint path
-            or URL (the original ``.npz``, timm, HF or keras-vit files). Downloads are cached
-            (``KERAS_VIT_HOME``; ``KERAS_VIT_MIRROR`` and ``KERAS_VIT_OFFLINE`` as in
-            ``keras_vit.presets.download``). The model gets the numerics the weights were
-            trained with (their layout's), unless ``options`` say otherwise.
-        dtype: the Keras dtype policy, e.g. ``"mixed_bfloat16"`` (default: the global one).
-        **options: any field of ``ViTSpec`` (``pooling``, ``representation_size``,
-            ``dropout_rate``, ``layer_norm_epsilon``, ``gelu_approximate``, ...), the
-            hybrid's ResNet fields as ``resnet_<field>``, the model's ``name``,
-            ``preprocessing`` or ``class_names``. Architecture fields may be overridden
-            too, e.g. ``depth=2`` for a quick test.
+    The arguments are ``keras_vit.create_model``'s but ``weights``: ``name`` is one of
+    ``list_models()``, ``options`` are ``ViTSpec`` fields or the model's ``name``,
+    ``preprocessing`` and ``class_names``. For presets and weights, use ``keras_vit.create_model``.
 
     Example:
     >>> model = create_model("vit_ti16", image_size=32, num_classes=10, depth=1)
     >>> model.output_shape
     (None, 10)
     """
-    from keras_vit.presets import pretrained
-
-    # The model's own arguments; everything else (image_size and num_classes too) is the spec's.
-    own = {k: options.pop(k) for k in ("name", "preprocessing", "class_names") if k in options}
+    if "weights" in options:
+        raise ValueError("keras_vit.models.create_model builds an architecture; keras_vit.create_model loads weights.")
+    own = {k: options.pop(k) for k in MODEL_ARGUMENTS if k in options}
     options.update({k: v for k, v in dict(image_size=image_size, num_classes=num_classes).items() if v is not None})
-    model = pretrained.build(name, weights, dtype, options, own)
-    if model is not None:
-        return model
     return VisionTransformer(get_spec(name).replace(**options), dtype=dtype, **{"name": name, **own})

@@ -11,7 +11,13 @@ file's size and SHA-256, checked on every load, so a changed or truncated model 
 import json
 import os
 
+import keras
+
+from keras_vit.checkpoints import load_weights
+from keras_vit.models.vit import VisionTransformer, resized_preprocessing
 from keras_vit.presets.download import file_sha256
+from keras_vit.saving import StagedWrites, load_model
+from keras_vit.version import __version__
 
 PRESET_FILE = "preset.json"
 MODEL_FILE = "model.keras"
@@ -44,12 +50,7 @@ def save_preset(model, path, *, description="", overwrite=False):
     >>> keras_vit.create_model(folder).class_names
     ('cat', 'dog')
     """
-    import keras
-
-    import keras_vit
-    from keras_vit.saving import StagedWrites
-
-    if not isinstance(model, keras_vit.VisionTransformer):
+    if not isinstance(model, VisionTransformer):
         raise ValueError(f"Expected a keras_vit.VisionTransformer; got a {type(model).__name__}.")
     path = os.fspath(path)
     with StagedWrites({"preset": path}, overwrite=overwrite) as staging:
@@ -68,7 +69,7 @@ def save_preset(model, path, *, description="", overwrite=False):
             "num_classes": model.spec.num_classes,
             "has_class_names": model.class_names is not None,
             "files": {MODEL_FILE: _file_facts(model_path)},
-            "keras_vit_version": keras_vit.__version__,
+            "keras_vit_version": __version__,
             "keras_version": keras.__version__,
             "saved_on_backend": keras.backend.backend(),
         }
@@ -107,10 +108,6 @@ def load(path, dtype=None, **options):
     """A local preset folder or ``.keras`` file as a model, adapted to the ``ViTSpec``
     ``options`` given (``image_size``: weights resampled; ``num_classes``: a fresh head), and
     to the model's ``name``, ``preprocessing`` or ``class_names``."""
-    import keras_vit
-    from keras_vit.models.vit import resized_preprocessing
-    from keras_vit.saving import load_model
-
     path = os.fspath(path)
     if os.path.isdir(path):
         read_card(path)
@@ -119,7 +116,7 @@ def load(path, dtype=None, **options):
     name = options.pop("name", base.name)
     preprocessing = options.pop("preprocessing", base.preprocessing)
     class_names = options.pop("class_names", base.class_names)
-    if not isinstance(base, keras_vit.VisionTransformer):
+    if not isinstance(base, VisionTransformer):
         if options or dtype:
             raise ValueError(f"{path} holds a {type(base).__name__}, which keras-vit cannot rebuild with changes.")
         return base
@@ -127,12 +124,12 @@ def load(path, dtype=None, **options):
     same = (name, preprocessing, class_names) == (base.name, base.preprocessing, base.class_names)
     if spec == base.spec and dtype is None and same:
         return base
-    model = keras_vit.VisionTransformer(
+    model = VisionTransformer(
         spec,
         dtype=dtype if dtype is not None else base.dtype_policy,
         preprocessing=resized_preprocessing(preprocessing, spec.image_size),
         class_names=class_names if spec.num_classes == base.spec.num_classes else None,
         name=name,
     )
-    keras_vit.load_weights(model, path)
+    load_weights(model, path)
     return model
