@@ -185,6 +185,70 @@ def test_an_image_corrupt_inside_is_skipped_with_a_warning_naming_it(tmp_path):
     assert splits.train.num_examples == decoded == 11  # the rest read, no crash
 
 
+def _write_photos(root):
+    """Eight real photos (scikit-image's samples, six RGB and two grey), shrunk to at most
+    96 pixels a side and written as JPEGs, four per class; returns their paths."""
+    import skimage.data
+    from PIL import Image
+
+    names = ["astronaut", "chelsea", "coffee", "rocket", "immunohistochemistry", "colorwheel", "camera", "coins"]
+    paths = []
+    for i, name in enumerate(names):
+        image = Image.fromarray(getattr(skimage.data, name)())
+        image.thumbnail((96, 96))
+        folder = root / ("a" if i % 2 else "b")
+        os.makedirs(folder, exist_ok=True)
+        image.save(folder / f"{name}.jpg", quality=95)
+        paths.append(folder / f"{name}.jpg")
+    return paths
+
+
+def _corrupt_entropy_coded_data(path):
+    """Changes one byte of a JPEG's entropy-coded data, keeping every marker in place
+    (SOI, the headers, SOS, EOI): a stuffed 0xFF 0x00 pair nearest the middle of the scan
+    becomes 0xFF 0xC4, so the decoder meets a marker where none may be. (Entropy-coded data
+    carries no checksum, and a pre-scan of the file's structure cannot see the change.)"""
+    data = bytearray(path.read_bytes())
+    i = 2
+    while data[i + 1] != 0xDA:  # the headers' segments, up to the start of scan
+        i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+    start, end = i + 2 + int.from_bytes(data[i + 2 : i + 4], "big"), data.rindex(b"\xff\xd9")
+    stuffed = [j for j in range(start, end - 1) if data[j : j + 2] == b"\xff\x00"]
+    assert stuffed, f"no stuffed byte in {path}'s scan to corrupt"
+    j = min(stuffed, key=lambda j: abs(j - (start + end) // 2))
+    data[j + 1] = 0xC4
+    path.write_bytes(bytes(data))
+    assert data[:3] == b"\xff\xd8\xff" and data.endswith(b"\xff\xd9")  # the pre-scan's signs of a whole JPEG
+
+
+# The pipeline's length is unknown (a failed image is dropped when met): Keras says so when
+# the epoch ends.
+@pytest.mark.filterwarnings("ignore:Your input ran out of data")
+def test_a_jpeg_whose_entropy_coded_data_is_corrupt_is_skipped_by_the_pipeline_while_fit_runs(tmp_path):
+    paths = _write_photos(tmp_path)
+    damaged = paths[1]  # chelsea, class "a"
+    _corrupt_entropy_coded_data(damaged)
+    with pytest.raises(tf.errors.InvalidArgumentError):  # it does not decode
+        tf.io.decode_image(damaged.read_bytes(), channels=3, expand_animations=False)
+    splits = load_image_folder(tmp_path, validation_fraction=0.0, test_fraction=0.0)
+    assert splits.train.num_examples == len(paths)  # the pre-scan passed it: only decoding fails
+
+    seen = []
+
+    class Steps(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append(batch)
+
+    train = make_pipeline(splits.train, 16, 1, training=True)  # one image a step: steps are images
+    model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Flatten(), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(train, epochs=1, shuffle=False, verbose=0, callbacks=[Steps()])
+    assert len(seen) == len(paths) - 1 and np.isfinite(history.history["loss"][0])
+    # The one left out is the damaged image: class "a" lost one of its four.
+    labels = np.concatenate([np.asarray(y) for _, y in train])
+    assert np.bincount(labels, minlength=2).tolist() == [3, 4]
+
+
 def test_folder_with_one_class_is_an_error(tmp_path):
     _write_folder(tmp_path, ["cat"])
     with pytest.raises(ValueError, match=r"has 1 class subfolder\(s\) \(cat\): a classifier needs at least two"):
