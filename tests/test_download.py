@@ -23,14 +23,17 @@ DATA = random.Random(0).randbytes(200_000)
 SHA256 = hashlib.sha256(DATA).hexdigest()
 CACHED = os.path.join("storage.googleapis.com", *SERVED.split("/"))  # under home()
 
-# Loads download.py by file path, as a tool without Keras would, and downloads argv[2].
+# Loads the download modules from their folder as a package of their own (not as
+# keras_vit.presets, whose __init__ imports Keras), as a tool without Keras would, and
+# downloads argv[2].
 CHILD = """
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("download", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
+import importlib, sys, types
+package = types.ModuleType("weights")
+package.__path__ = [sys.argv[1]]
+sys.modules["weights"] = package
+download = importlib.import_module("weights.download")
 assert "keras" not in sys.modules
-print(module.download(sys.argv[2]))
+print(download.download(sys.argv[2]))
 """
 
 
@@ -62,8 +65,9 @@ def read(path):
 
 
 def spawn(url):
+    folder = os.path.dirname(dl.__file__)
     return subprocess.Popen(
-        [sys.executable, "-c", CHILD, dl.__file__, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", CHILD, folder, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
 

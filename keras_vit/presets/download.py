@@ -1,6 +1,8 @@
 """Downloading pretrained weight files into a local cache: verified, atomic, shared by processes.
 
-Only the Python standard library is used, so this module also loads on its own, by file path.
+Only the Python standard library is used, here and in the two modules this one uses
+(``fetch``: HTTP with retries; ``integrity``: hashes and their records), which it imports
+relatively: a tool without Keras can load the three files as a package of their own.
 
 Where a file goes: ``home()/<publisher's host>/<publisher's path>``, so two publishers' files
 of one name never collide. Beside it: ``<file>.sha256`` (its hash in ``sha256sum`` format:
@@ -25,16 +27,14 @@ a cache on a connected machine, copy the folder over and set ``KERAS_VIT_HOME`` 
 """
 
 import contextlib
-import hashlib
-import http.client
 import os
 import pathlib
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-import uuid
+
+# Relative, so that these modules also load as a package of their own (see above).
+from . import fetch, integrity
 
 try:
     import fcntl
@@ -45,7 +45,6 @@ try:
 except ImportError:  # POSIX
     msvcrt = None
 
-CHUNK = 1 << 20
 _TRUE = ("1", "true", "yes", "on")
 MISSING = "it is not in the cache"
 
@@ -176,7 +175,7 @@ def download(url, *, sha256=None, size=None, progress=True, timeout=60.0, retrie
     b'weights'
     """
     target = cache_path(url)
-    expected = _check_sha256(sha256)
+    expected = integrity.check_sha256(sha256)
     problem = _problem(target, expected, size)  # no lock: a read-only cache works
     if problem is None:
         return target
@@ -188,57 +187,11 @@ def download(url, *, sha256=None, size=None, progress=True, timeout=60.0, retrie
         problem = _problem(target, expected, size)
         if problem is None:
             return target
-        _remove(target, _sidecar(target))
+        integrity.remove(target)
+        integrity.forget(target)
         _remove_stale_temps(target, older_than=0 if locked else 3600)
         _fetch(url, target, expected, size, progress, timeout, retries, backoff)
     return target
-
-
-def _check_sha256(sha256):
-    if sha256 is None:
-        return None
-    value = str(sha256).strip().lower()
-    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
-        raise ValueError(f"sha256 must be 64 hexadecimal digits; got {sha256!r}.")
-    return value
-
-
-def _sidecar(target):
-    return target + ".sha256"
-
-
-def _hidden(target, tag):
-    directory, name = os.path.split(target)
-    return os.path.join(directory, f".{name}.{tag}")
-
-
-def _recorded_sha256(target):
-    """The hash in ``target``'s sidecar, None if there is none or it is not a hash."""
-    try:
-        with open(_sidecar(target)) as f:
-            return _check_sha256(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _record_sha256(target, digest):
-    """Writes the sidecar atomically; a read-only cache just goes without."""
-    temp = _hidden(_sidecar(target), f"tmp-{uuid.uuid4().hex[:8]}")
-    try:
-        with open(temp, "x") as f:
-            f.write(f"{digest}  {os.path.basename(target)}\n")
-        os.replace(temp, _sidecar(target))
-    except OSError:
-        _remove(temp)
-
-
-def file_sha256(path):
-    """The SHA-256 of a file, read in chunks, as hex."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _problem(target, expected, size):
@@ -249,15 +202,46 @@ def _problem(target, expected, size):
     actual_size = os.path.getsize(target)
     if size is not None and actual_size != size:
         return f"it has {actual_size} bytes, expected {size}"
-    recorded = _recorded_sha256(target)
-    actual = file_sha256(target)
+    recorded = integrity.recorded_sha256(target)
+    actual = integrity.file_sha256(target)
     if expected is not None and actual != expected:
         return f"its sha256 is {actual}, expected {expected}"
     if expected is None and recorded is not None and actual != recorded:
-        return f"its sha256 is {actual}, expected {recorded} (recorded in {_sidecar(target)} at its first download)"
+        return (
+            f"its sha256 is {actual}, expected {recorded} "
+            f"(recorded in {integrity.sidecar(target)} at its first download)"
+        )
     if recorded != actual:
-        _record_sha256(target, actual)
+        integrity.record_sha256(target, actual)
     return None
+
+
+def _fetch(url, target, expected, size, progress, timeout, retries, backoff):
+    """Downloads ``url`` (its mirror's copy, if one is set) to ``target``: into a hidden
+    temporary file, then, checked and its hash recorded, moved into place."""
+    source = source_url(url)
+    temp = integrity.temp_path(target)
+    try:
+        digest = fetch.fetch(
+            source,
+            temp,
+            size=size,
+            sha256=expected,
+            progress=progress,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            shown_as=target,
+        )
+        integrity.record_sha256(target, digest)  # before the file, so a finished file always has its hash
+        os.replace(temp, target)
+    except fetch.FetchError as failure:
+        error_type = IntegrityError if failure.wrong_file else DownloadError
+        raise _failure(url, source, target, str(failure), error_type) from failure.__cause__
+    except OSError as error:  # moving it into place; asking again would not help
+        raise _failure(url, source, target, f"moving it into place failed: {error}") from error
+    finally:
+        integrity.remove(temp)
 
 
 def _offline_error(url, target, problem):
@@ -270,24 +254,19 @@ def _offline_error(url, target, problem):
         )
     return IntegrityError(
         f"The cached {target} is not the file of {url}: {problem}. KERAS_VIT_OFFLINE is set, so it is not "
-        f"downloaded again: replace it with a good copy (remove {_sidecar(target)} too if you replaced it "
+        f"downloaded again: replace it with a good copy (remove {integrity.sidecar(target)} too if you replaced it "
         "on purpose), or unset KERAS_VIT_OFFLINE.",
         url=url,
         path=target,
     )
 
 
-def _remove(*paths):
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
-
-
 def _remove_stale_temps(target, older_than):
-    """Removes the temporary files of ``target`` (and its sidecar) that killed processes
+    """Removes the temporary files of ``target`` (and of its records) that killed processes
     left: all of them under the lock, only old ones where no lock could be had."""
     directory = os.path.dirname(target)
-    prefixes = tuple(os.path.basename(_hidden(p, "tmp-")) for p in (target, _sidecar(target)))
+    records = (target, integrity.sidecar(target))
+    prefixes = tuple(os.path.basename(integrity.temp_path(p, suffix="")) for p in records)
     now = time.time()
     with contextlib.suppress(FileNotFoundError):
         for entry in os.scandir(directory):
@@ -306,7 +285,7 @@ def _lock(target, progress):
     for flags in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):  # flock needs no write access
         if fd is None and (fcntl or msvcrt):
             with contextlib.suppress(OSError):
-                fd = os.open(_hidden(target, "lock"), flags, 0o666)
+                fd = os.open(integrity.hidden(target, "lock"), flags, 0o666)
     if fd is None:
         yield False
         return
@@ -335,42 +314,6 @@ def _lock_fd(fd, block=False, unlock=False):
         return False
 
 
-# HTTP statuses worth asking again: the server is busy, restarting or rate-limiting.
-RETRY_STATUSES = (408, 429, 500, 502, 503, 504)
-
-
-class _Retryable(Exception):
-    """A failure that may pass: a timeout, a refused or cut connection, a busy server."""
-
-
-class _Fatal(Exception):
-    """A failure that asking again would repeat (the wrong file, a missing one, a full disk)."""
-
-    def __init__(self, reason, error_type=None):
-        super().__init__(reason)
-        self.error_type = error_type or DownloadError
-
-
-def _fetch(url, target, expected, size, progress, timeout, retries, backoff):
-    """Downloads ``url`` to ``target``, asking again after a failure that may pass, up to
-    ``retries`` times, waiting ``backoff``, then twice as long, and so on."""
-    source = source_url(url)
-    waits = []
-    while True:
-        try:
-            return _fetch_once(source, target, expected, size, progress, timeout)
-        except _Retryable as failure:
-            if len(waits) == retries:
-                tried = f" (tried {len(waits) + 1} times, waiting {', '.join(f'{w:g}' for w in waits)} s between)"
-                raise _failure(url, source, target, f"{failure}{tried if waits else ''}") from failure.__cause__
-            waits.append(backoff * 2 ** len(waits))
-            if progress:
-                print(f"{failure}; trying again in {waits[-1]:g} s", file=sys.stderr, flush=True)
-            time.sleep(waits[-1])
-        except _Fatal as failure:
-            raise _failure(url, source, target, str(failure), failure.error_type) from failure.__cause__
-
-
 def _failure(url, source, target, reason, error_type=None):
     fetched = source if source == url else f"{source} (the mirror's copy of {url})"
     return (error_type or DownloadError)(
@@ -381,67 +324,3 @@ def _failure(url, source, target, reason, error_type=None):
         source,
         target,
     )
-
-
-def _fetch_once(source, target, expected, size, progress, timeout):
-    temp = _hidden(target, f"tmp-{uuid.uuid4().hex[:8]}")
-    request = urllib.request.Request(source, headers={"User-Agent": "keras-vit"})
-    try:
-        if progress:
-            print(f"Downloading {source} to {target}", file=sys.stderr, flush=True)
-        with urllib.request.urlopen(request, timeout=timeout) as response, open(temp, "xb") as out:
-            length = response.headers.get("Content-Length")
-            length = int(length) if length and length.isdigit() else None
-            if size is not None and length is not None and length != size:
-                raise _Fatal(f"the server sends {length} bytes, expected {size}", IntegrityError)
-            digest, received = hashlib.sha256(), 0
-            bar = _Progress(os.path.basename(target), length or size, progress)
-            while chunk := response.read(CHUNK):
-                out.write(chunk)
-                digest.update(chunk)
-                received += len(chunk)
-                bar(received)
-            bar(received, last=True)
-            if length is not None and received != length:  # http.client returns b"" at a cut, no error
-                raise _Retryable(f"the connection closed after {received} of {length} bytes")
-            out.flush()
-            os.fsync(out.fileno())
-        actual = digest.hexdigest()
-        if size is not None and received != size:
-            raise _Fatal(f"got {received} bytes, expected {size}", IntegrityError)
-        if expected is not None and actual != expected:
-            raise _Fatal(f"its sha256 is {actual}, expected {expected}", IntegrityError)
-        _record_sha256(target, actual)  # before the file, so a finished file always has its hash
-        os.replace(temp, target)
-    except urllib.error.HTTPError as e:
-        e.close()  # it holds the server's answer, and its socket
-        kind = _Retryable if e.code in RETRY_STATUSES else _Fatal
-        raise kind(f"HTTP {e.code} {e.reason}") from e
-    except urllib.error.URLError as e:
-        if isinstance(e.reason, TimeoutError):
-            raise _Retryable(f"no data for {timeout:g} s") from e
-        raise _Retryable(str(e.reason)) from e
-    except TimeoutError as e:
-        raise _Retryable(f"no data for {timeout:g} s") from e
-    except (http.client.HTTPException, ConnectionError) as e:
-        raise _Retryable(f"{type(e).__name__}: {e}") from e
-    except OSError as e:  # writing the cache: a full disk, no permission; asking again would not help
-        raise _Fatal(f"writing {temp} failed: {e}") from e
-    finally:
-        _remove(temp)
-
-
-class _Progress:
-    """``name  42%  114.7/274.0 MB`` on one line of stderr, redrawn with \\r, on a terminal only."""
-
-    def __init__(self, name, total, enabled):
-        self.name, self.total, self.shown = name, total, 0.0
-        self.enabled = bool(enabled and total and sys.stderr is not None and sys.stderr.isatty())
-
-    def __call__(self, done, last=False):
-        if self.enabled and (last or time.monotonic() - self.shown >= 0.1):
-            self.shown = time.monotonic()
-            percent = min(100, 100 * done // self.total)
-            sys.stderr.write(f"\r{self.name}  {percent:3d}%  {done / 1e6:.1f}/{self.total / 1e6:.1f} MB")
-            sys.stderr.write("\n" if last else "")
-            sys.stderr.flush()

@@ -15,7 +15,7 @@ import keras
 
 from keras_vit.checkpoints import load_weights
 from keras_vit.models.vit import VisionTransformer, resized_preprocessing
-from keras_vit.presets.download import file_sha256
+from keras_vit.presets import integrity
 from keras_vit.saving import StagedWrites, load_model
 from keras_vit.version import __version__
 
@@ -26,7 +26,7 @@ FORMAT = "keras_vit.preset"
 
 def _file_facts(path):
     """What the card records of a file, and what loading checks against it."""
-    return {"size": os.path.getsize(path), "sha256": file_sha256(path)}
+    return {"size": os.path.getsize(path), "sha256": integrity.file_sha256(path)}
 
 
 def save_preset(model, path, *, description="", overwrite=False):
