@@ -16,12 +16,15 @@ import pytest
 from http_server import FileServer, download_env, unused_url
 
 from keras_vit.presets import download as dl
+from keras_vit.presets import integrity
 
 URL = "https://storage.googleapis.com/vit_models/augreg/tiny.npz"
 SERVED = "vit_models/augreg/tiny.npz"  # the publisher's path, where the mirror serves it
 DATA = random.Random(0).randbytes(200_000)
 SHA256 = hashlib.sha256(DATA).hexdigest()
 CACHED = os.path.join("storage.googleapis.com", *SERVED.split("/"))  # under home()
+STAMP = os.path.join(os.path.dirname(CACHED), ".tiny.npz.stamp")  # the hash stamp beside it
+HOUR_AGO = time.time_ns() - 3600 * 10**9
 
 # Loads the download modules from their folder as a package of their own (not as
 # keras_vit.presets, whose __init__ imports Keras), as a tool without Keras would, and
@@ -71,13 +74,30 @@ def spawn(url):
     )
 
 
+def set_mtime(path, ns):
+    os.utime(path, ns=(ns, ns))
+
+
+def count_hashing(monkeypatch):
+    """The paths whose every byte is read to hash them, from now on."""
+    hashed = []
+    read_whole = integrity.file_sha256
+
+    def counted(path):
+        hashed.append(path)
+        return read_whole(path)
+
+    monkeypatch.setattr(integrity, "file_sha256", counted)
+    return hashed
+
+
 def test_first_download_stores_the_served_bytes_and_records_their_hash(server):
     path = dl.download(URL, progress=False)
     assert path == dl.cache_path(URL)
     assert read(path) == DATA
     assert read(path + ".sha256").decode().split() == [SHA256, "tiny.npz"]
     assert server.requests == ["/" + SERVED]
-    assert leftovers(os.path.dirname(path)) == ["tiny.npz", "tiny.npz.sha256"]
+    assert leftovers(os.path.dirname(path)) == [".tiny.npz.stamp", "tiny.npz", "tiny.npz.sha256"]
 
 
 def test_a_cache_hit_sends_no_request(server):
@@ -128,6 +148,70 @@ def test_a_corrupted_cached_file_is_caught_by_its_recorded_hash_and_fetched_agai
     assert server.requests == ["/" + SERVED]
 
 
+def test_a_cache_hit_reads_the_stamp_not_the_file(server, monkeypatch):
+    path = dl.download(URL, progress=False)
+    set_mtime(path, HOUR_AGO)  # a stamp written in the tick of the file's own time is not trusted
+    hashed = count_hashing(monkeypatch)
+    assert dl.download(URL, progress=False) == path and hashed == [path]  # its time changed: hashed again
+    for _ in range(3):
+        assert read(dl.download(URL, sha256=SHA256, size=len(DATA), progress=False)) == DATA
+        assert dl.download(URL, progress=False) == path
+    assert hashed == [path]
+    dl.download(URL, progress=False, rehash=True)  # asked for: read whole
+    assert hashed == [path, path] and server.requests == ["/" + SERVED]
+
+
+def flip_a_byte(path):
+    with open(path, "r+b") as f:
+        f.seek(1000)
+        byte = f.read(1)
+        f.seek(1000)
+        f.write(bytes([byte[0] ^ 1]))
+
+
+@pytest.mark.parametrize("change", ["touched", "corrupted", "grown"])
+def test_a_file_changed_since_its_stamp_is_hashed_again_and_refused_if_wrong(server, monkeypatch, change):
+    path = dl.download(URL, progress=False)
+    set_mtime(path, HOUR_AGO)
+    dl.download(URL, progress=False)  # hashed and stamped as it is now
+    hashed = count_hashing(monkeypatch)
+    monkeypatch.setenv("KERAS_VIT_OFFLINE", "1")  # a refused file stays, to be looked at
+    if change == "touched":  # the same bytes, another time
+        set_mtime(path, HOUR_AGO + 10**9)
+        assert dl.download(URL, sha256=SHA256, progress=False) == path and hashed == [path]
+        assert dl.download(URL, sha256=SHA256, progress=False) == path and hashed == [path]  # stamped again
+        return
+    if change == "corrupted":  # a byte changed, and so the time
+        flip_a_byte(path)
+        set_mtime(path, HOUR_AGO + 10**9)
+    else:  # a byte more, the time the stamp holds: the size tells
+        with open(path, "ab") as f:
+            f.write(b"\0")
+        set_mtime(path, HOUR_AGO)
+    with pytest.raises(dl.IntegrityError, match=f"expected {SHA256}"):
+        dl.download(URL, progress=False)
+    assert hashed == [path]
+    with pytest.raises(dl.IntegrityError, match=f"expected {SHA256}"):
+        dl.download(URL, sha256=SHA256, progress=False)
+    monkeypatch.delenv("KERAS_VIT_OFFLINE")
+    assert read(dl.download(URL, sha256=SHA256, progress=False)) == DATA  # fetched again
+    assert len(server.requests) == 2
+
+
+def test_a_change_that_keeps_the_size_and_time_is_seen_when_asked_for(server, monkeypatch):
+    path = dl.download(URL, progress=False)
+    set_mtime(path, HOUR_AGO)
+    dl.download(URL, progress=False)
+    flip_a_byte(path)  # as a disk's bit rot would: the size and time kept
+    set_mtime(path, HOUR_AGO)
+    monkeypatch.setenv("KERAS_VIT_OFFLINE", "1")
+    assert dl.download(URL, sha256=SHA256, progress=False) == path  # the stamp's limit
+    with pytest.raises(dl.IntegrityError, match=f"expected {SHA256}"):
+        dl.download(URL, sha256=SHA256, progress=False, rehash=True)
+    with pytest.raises(dl.IntegrityError, match=f"expected {SHA256}"):
+        dl.download(URL, sha256=SHA256, progress=False)  # and from then on, without asking
+
+
 def test_a_download_cut_halfway_leaves_no_file_and_the_next_call_succeeds(server):
     server.cut(SERVED)
     with pytest.raises(dl.DownloadError, match=f"closed after {len(DATA) // 2} of {len(DATA)} bytes"):
@@ -151,7 +235,7 @@ def test_a_killed_download_leaves_no_file_and_the_next_download_removes_its_rema
     assert [name for name in leftovers(dl.home()) if ".tmp-" in name]  # what SIGKILL left behind
     server.normal(SERVED)
     assert read(dl.download(URL, progress=False)) == DATA
-    assert leftovers(os.path.dirname(target)) == ["tiny.npz", "tiny.npz.sha256"]
+    assert leftovers(os.path.dirname(target)) == [".tiny.npz.stamp", "tiny.npz", "tiny.npz.sha256"]
 
 
 def test_a_server_that_is_down_names_both_urls_the_cache_path_and_what_to_do(server, monkeypatch):
@@ -207,7 +291,7 @@ def test_two_processes_downloading_one_file_get_one_intact_file(server):
     assert [child.returncode for child in children] == [0, 0], [err for _, err in results]
     assert [out.strip() for out, _ in results] == [dl.cache_path(URL)] * 2
     assert read(dl.cache_path(URL)) == DATA
-    assert leftovers(dl.home()) == [CACHED, CACHED + ".sha256"]
+    assert leftovers(dl.home()) == [STAMP, CACHED, CACHED + ".sha256"]
     # With a lock the second process waits, then finds the file: one request (without, maybe two).
     assert len(server.requests) in ({1} if dl.fcntl is not None else {1, 2})
 

@@ -322,3 +322,31 @@ def test_a_model_name_wins_over_a_folder_of_the_same_name(tmp_path, monkeypatch)
     os.makedirs("vit_ti16")  # e.g. a run folder named after its model
     model = keras_vit.create_model("vit_ti16", image_size=16, depth=1, **TINY_ENCODER)
     assert model.spec.hidden_size == TINY_ENCODER["hidden_size"]
+
+
+def test_a_local_preset_is_read_whole_only_when_its_model_file_changed(tmp_path, monkeypatch):
+    from keras_vit.presets import integrity, local
+
+    model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=2, depth=1, **TINY_ENCODER)
+    folder = keras_vit.save_preset(model, tmp_path / "pets")
+    model_file = os.path.join(folder, "model.keras")
+    hour_ago = os.stat(model_file).st_mtime_ns - 3600 * 10**9
+    os.utime(model_file, ns=(hour_ago, hour_ago))  # a stamp written in the file's own time tick is not trusted
+    hashed = []
+    read_whole = integrity.file_sha256
+    monkeypatch.setattr(integrity, "file_sha256", lambda path: hashed.append(path) or read_whole(path))
+    keras_vit.create_model(folder)  # its time changed: read whole, and stamped
+    keras_vit.create_model(folder)
+    keras_vit.create_model(folder, num_classes=3)
+    assert hashed == [model_file]
+    local.read_card(folder, rehash=True)  # asked for
+    assert hashed == [model_file] * 2
+    with open(model_file, "r+b") as f:  # one byte changed, and the time
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 1]))
+    os.utime(model_file, ns=(hour_ago + 10**9,) * 2)
+    with pytest.raises(ValueError, match="does not match its card"):
+        keras_vit.create_model(folder)
+    assert hashed == [model_file] * 3

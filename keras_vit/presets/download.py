@@ -7,10 +7,12 @@ relatively: a tool without Keras can load the three files as a package of their 
 Where a file goes: ``home()/<publisher's host>/<publisher's path>``, so two publishers' files
 of one name never collide. Beside it: ``<file>.sha256`` (its hash in ``sha256sum`` format:
 the caller's, or the one computed at the first download, checked at every later use), a
-hidden lock file ``.<file>.lock``, and, during a download, a hidden ``.<file>.tmp-<random>``
-that is moved into place only once complete and checked. A file at its cache path is thus
-always whole; temporary files left by a killed process are removed by the next download of
-the same file.
+hidden ``.<file>.stamp`` (the size and modification time the file had when it was last
+hashed: a later use checks those instead of every byte; see ``integrity``), a hidden lock
+file ``.<file>.lock``, and, during a download, a hidden ``.<file>.tmp-<random>`` that is
+moved into place only once complete and checked. A file at its cache path is thus always
+whole; temporary files left by a killed process are removed by the next download of the
+same file.
 
 Environment:
     ``KERAS_VIT_HOME``: the cache root (default: the user's cache folder, see ``home()``).
@@ -143,12 +145,14 @@ def is_offline():
     return os.environ.get("KERAS_VIT_OFFLINE", "").strip().lower() in _TRUE
 
 
-def download(url, *, sha256=None, size=None, progress=True, timeout=60.0, retries=3, backoff=1.0):
+def download(url, *, sha256=None, size=None, progress=True, timeout=60.0, retries=3, backoff=1.0, rehash=False):
     """Returns the local path of ``url``'s file, downloading it into the cache if needed.
 
     A cached file is used only if its size is ``size`` (when given) and its SHA-256 is
     ``sha256``, else the one recorded at its first download; a file that fails is removed
-    and fetched again (offline, an ``IntegrityError`` says so and leaves it). A download is
+    and fetched again (offline, an ``IntegrityError`` says so and leaves it). Its SHA-256 is
+    its stamp's while it keeps the size and modification time it was hashed with, so a
+    cache hit does not read it; ``rehash=True`` reads it whole regardless. A download is
     streamed into a hidden temporary file, hashed as it is written, checked, and only then
     moved into place; processes downloading one file at once take turns on a lock file,
     and the later ones find the file done. ``progress`` shows a one-line bar on a terminal;
@@ -176,7 +180,7 @@ def download(url, *, sha256=None, size=None, progress=True, timeout=60.0, retrie
     """
     target = cache_path(url)
     expected = integrity.check_sha256(sha256)
-    problem = _problem(target, expected, size)  # no lock: a read-only cache works
+    problem = _problem(target, expected, size, rehash)  # no lock: a read-only cache works
     if problem is None:
         return target
     if is_offline():
@@ -194,7 +198,7 @@ def download(url, *, sha256=None, size=None, progress=True, timeout=60.0, retrie
     return target
 
 
-def _problem(target, expected, size):
+def _problem(target, expected, size, rehash=False):
     """None if the cached ``target`` is good, else what is wrong with it. A file with no
     hash on record (placed by hand, say) has its hash recorded now."""
     if not os.path.exists(target):
@@ -203,7 +207,7 @@ def _problem(target, expected, size):
     if size is not None and actual_size != size:
         return f"it has {actual_size} bytes, expected {size}"
     recorded = integrity.recorded_sha256(target)
-    actual = integrity.file_sha256(target)
+    actual = integrity.sha256(target, rehash=rehash)
     if expected is not None and actual != expected:
         return f"its sha256 is {actual}, expected {expected}"
     if expected is None and recorded is not None and actual != recorded:
@@ -242,6 +246,7 @@ def _fetch(url, target, expected, size, progress, timeout, retries, backoff):
         raise _failure(url, source, target, f"moving it into place failed: {error}") from error
     finally:
         integrity.remove(temp)
+    integrity.stamp(target, digest)
 
 
 def _offline_error(url, target, problem):
@@ -265,7 +270,7 @@ def _remove_stale_temps(target, older_than):
     """Removes the temporary files of ``target`` (and of its records) that killed processes
     left: all of them under the lock, only old ones where no lock could be had."""
     directory = os.path.dirname(target)
-    records = (target, integrity.sidecar(target))
+    records = (target, integrity.sidecar(target), integrity.stamp_path(target))
     prefixes = tuple(os.path.basename(integrity.temp_path(p, suffix="")) for p in records)
     now = time.time()
     with contextlib.suppress(FileNotFoundError):

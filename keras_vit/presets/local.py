@@ -6,6 +6,8 @@ A team shares its own fine-tuned models the way published ones are used:
 ``num_classes=`` to adapt it) loads it on any backend. The folder holds ``model.keras``
 (weights, spec, pre-processing and class names) and ``preset.json``: a card with the
 file's size and SHA-256, checked on every load, so a changed or truncated model is refused.
+The file is read whole for that only when it changed since it was last hashed: a hidden
+stamp beside it keeps the hash with the file's size and time (``integrity``).
 """
 
 import json
@@ -26,7 +28,7 @@ FORMAT = "keras_vit.preset"
 
 def _file_facts(path):
     """What the card records of a file, and what loading checks against it."""
-    return {"size": os.path.getsize(path), "sha256": integrity.file_sha256(path)}
+    return {"size": os.path.getsize(path), "sha256": integrity.sha256(path)}
 
 
 def save_preset(model, path, *, description="", overwrite=False):
@@ -45,8 +47,8 @@ def save_preset(model, path, *, description="", overwrite=False):
     >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=2, depth=1,
     ...                                class_names=["cat", "dog"])
     >>> folder = keras_vit.save_preset(model, os.path.join(tempfile.mkdtemp(), "pets"))
-    >>> sorted(os.listdir(folder))
-    ['model.keras', 'preset.json']
+    >>> sorted(os.listdir(folder))  # and the model file's hash stamp (see read_card)
+    ['.model.keras.stamp', 'model.keras', 'preset.json']
     >>> keras_vit.create_model(folder).class_names
     ('cat', 'dog')
     """
@@ -79,8 +81,10 @@ def save_preset(model, path, *, description="", overwrite=False):
     return path
 
 
-def read_card(path):
-    """The ``preset.json`` of a local preset folder, its model file checked against it."""
+def read_card(path, rehash=False):
+    """The ``preset.json`` of a local preset folder, its model file checked against it: its
+    size, and its SHA-256, read from its stamp while the file keeps the size and time it was
+    hashed with (``rehash=True`` reads the file whole regardless)."""
     card_path = os.path.join(path, PRESET_FILE)
     if not os.path.isfile(card_path):
         raise ValueError(
@@ -95,7 +99,9 @@ def read_card(path):
     expected = card["files"][MODEL_FILE]
     if not os.path.isfile(model_path):
         raise ValueError(f"The preset {path} has no {MODEL_FILE}.")
-    actual = _file_facts(model_path)
+    actual = {"size": os.path.getsize(model_path)}
+    if actual["size"] == expected["size"]:  # else no need to read it
+        actual["sha256"] = integrity.sha256(model_path, rehash=rehash)
     if actual != {k: expected[k] for k in actual}:
         raise ValueError(
             f"{model_path} does not match its card ({PRESET_FILE}): expected {expected}, found {actual}; "
