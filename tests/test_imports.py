@@ -1,0 +1,121 @@
+"""The package's import structure: its floors and no import cycles (import-linter, with the
+contracts in pyproject.toml), and no function-local import that hides a cycle.
+
+Import-linter reads function-local imports too, so a local import cannot take a module
+above its floor. Within a floor, a local import can still close a cycle that an import at
+the top would make fail at import time; ``test_no_function_local_import_closes_a_cycle``
+finds those: a local import of ``keras_vit.X`` in a module that ``X`` itself reaches,
+through the imports the modules name.
+"""
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Function-local imports allowed to close a cycle: {(importer, imported): why}. None today;
+# rather than adding one, move what both need down a floor, or import at the top.
+CYCLES_ALLOWED = {}
+
+
+def test_the_floors_hold_and_no_package_has_an_import_cycle():
+    program = shutil.which("lint-imports", path=os.path.dirname(sys.executable))
+    assert program, "lint-imports is not installed beside this Python: pip install -e '.[test]'"
+    result = subprocess.run([program, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    report = result.stdout + result.stderr
+    assert result.returncode == 0, report
+    assert "Contracts: 2 kept, 0 broken." in report, report
+
+
+def modules(root, package):
+    """``{module name: file}`` of every module of ``package`` under ``root``."""
+    found = {}
+    for folder, _, names in os.walk(os.path.join(root, package)):
+        for name in names:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                parts = os.path.relpath(path, root)[: -len(".py")].split(os.sep)
+                found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def package_imports(root, package):
+    """``{module: [(imported module, function-local?, line)]}`` for the imports of
+    ``package``'s own modules: ``from a import b`` names ``a.b`` where that is a module, else ``a``."""
+    files = modules(root, package)
+
+    def imports(module, path):
+        in_package = path.endswith("__init__.py")
+        found = []
+
+        def visit(node, local):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.Import):
+                    found.extend((a.name, local, child.lineno) for a in child.names if a.name.split(".")[0] == package)
+                elif isinstance(child, ast.ImportFrom):
+                    base = child.module or ""
+                    if child.level:  # relative: from the module's package, up level - 1
+                        anchor = module.split(".")[: None if in_package else -1]
+                        anchor = anchor[: len(anchor) - child.level + 1]
+                        base = ".".join(anchor + [base] if base else anchor)
+                    if base.split(".")[0] == package:
+                        names = (f"{base}.{a.name}" for a in child.names)
+                        found.extend((name if name in files else base, local, child.lineno) for name in names)
+                visit(child, local or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+        with open(path) as f:
+            visit(ast.parse(f.read(), path), False)
+        return found
+
+    return {module: imports(module, path) for module, path in files.items()}
+
+
+def cycle_closing_local_imports(root, package):
+    """``{(importer, imported): line}`` of the function-local imports whose module reaches
+    the importer back through the imports (top-level or local) the modules name."""
+    graph = package_imports(root, package)
+
+    def reaches(start, goal):
+        seen, todo = set(), [start]
+        while todo:
+            module = todo.pop()
+            if module == goal:
+                return True
+            if module not in seen:
+                seen.add(module)
+                todo.extend(imported for imported, _, _ in graph.get(module, ()))
+        return False
+
+    return {
+        (module, imported): line
+        for module, found in graph.items()
+        for imported, local, line in found
+        if local and reaches(imported, module)
+    }
+
+
+def test_no_function_local_import_closes_a_cycle():
+    found = cycle_closing_local_imports(ROOT, "keras_vit")
+    unexplained = {edge: line for edge, line in found.items() if edge not in CYCLES_ALLOWED}
+    assert not unexplained, (
+        "these function-local imports close an import cycle (import at the top, after moving "
+        f"what both modules need down a floor): {unexplained}"
+    )
+    assert set(CYCLES_ALLOWED) <= set(found), "CYCLES_ALLOWED names imports that no longer close a cycle"
+
+
+def test_the_cycle_check_finds_a_cycle_a_local_import_hides(tmp_path):
+    write = lambda name, text: (tmp_path / "pkg" / name).write_text(text)
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    write("__init__.py", "from pkg import front\n")
+    write("front.py", "from pkg.sub import low\n")
+    write("heavy.py", "")
+    write("sub/__init__.py", "")
+    write("sub/low.py", "def f():\n    from pkg import front, heavy\n    from .. import heavy\n")
+    found = cycle_closing_local_imports(str(tmp_path), "pkg")
+    assert found == {("pkg.sub.low", "pkg.front"): 2}  # heavy imports nothing back: a lazy import is fine
+    imports = package_imports(str(tmp_path), "pkg")["pkg.sub.low"]
+    assert imports == [("pkg.front", True, 2), ("pkg.heavy", True, 2), ("pkg.heavy", True, 3)]
