@@ -225,7 +225,7 @@ def _file_depth(model, layout, arrays):
 
 def _as_tensor(value, dtype):
     """The value to assign. A transposed matrix (a torch Linear weight as a Keras kernel) is
-    transposed by the backend, several times faster than NumPy's strided copy."""
+    transposed by the backend rather than by a strided NumPy copy."""
     if value.ndim == 2 and value.flags.f_contiguous and not value.flags.c_contiguous:
         return keras.ops.transpose(keras.ops.convert_to_tensor(value.T, dtype))
     return value.astype(dtype, copy=False)

@@ -29,8 +29,7 @@ from keras_vit.dependencies import require
 class _GraphSafeEqualization(keras.layers.Equalization):
     # Keras 3.15 picks the histogram code from the *global* backend: under
     # KERAS_BACKEND=jax it unrolls a 256-step Python loop even when the layer runs on
-    # TensorFlow inside tf.data, which made RandAugment about 10x slower there (4.2 s vs
-    # 0.4 s for 128 images of 32x32). Choose by the backend the layer is running on
+    # TensorFlow inside tf.data, where that loop is slow. Choose by the backend the layer is running on
     # instead; the arithmetic is Keras's own.
     def __init__(self, **kwargs):
         # The default name, from the class name, would start with "_": no valid TF scope.

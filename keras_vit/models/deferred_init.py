@@ -1,9 +1,9 @@
 """Building a model whose weights a checkpoint is about to replace, without drawing them.
 
-Drawing random initial values costs more than the build itself for a big ViT (ViT-H/14's
-632M parameters: 10 s of a 13 s build on JAX, 5 of 6 on PyTorch), only to be overwritten
-by the loading that follows. Inside ``deferred_initialization()`` every weight a layer
-adds starts as zeros (no random numbers drawn), and its real initializer is kept;
+Drawing random initial values costs most of the build of a big ViT (ViT-H/14's 632M
+parameters), only for them to be overwritten by the loading that follows. Inside
+``deferred_initialization()`` every weight a layer adds starts as zeros (no random
+numbers drawn), and its real initializer is kept;
 ``initialize_unloaded(model, loaded)`` then draws the real values of the weights the
 checkpoint did not provide (a new head, say), so the model ends as if built normally.
 
