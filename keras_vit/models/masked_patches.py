@@ -24,7 +24,8 @@ import numpy as np
 from keras import ops
 
 from keras_vit import checks
-from keras_vit.models.vit import VisionTransformer, _encode
+from keras_vit.models.graph import encode
+from keras_vit.models.vit import VisionTransformer
 
 # What ``PatchCorruption`` did to each patch.
 CLEAN, MASKED, RANDOM, KEPT = 0, 1, 2, 3
@@ -266,7 +267,7 @@ class MaskedPatchPrediction(keras.Model):
             corruption.append(what)
             return tokens
 
-        tokens, _ = _encode(dict(layers, **{step: embed_and_corrupt}), images)
+        tokens, _ = encode(dict(layers, **{step: embed_and_corrupt}), images)
         if not self.backbone.spec.norm_after_pool:  # else the norm is the pooled vector's
             tokens = layers["encoder_norm"](tokens)
         tokens = tokens[:, self.backbone.spec.num_prefix_tokens :]

@@ -1,18 +1,12 @@
 """The Vision Transformer as a functional Keras model (plain and hybrid ResNet+ViT)."""
 
-import dataclasses
-
 import keras
 from keras.dtype_policies import DTypePolicyMap
 
 from keras_vit.labels import label_set_name, resolve_class_names
-from keras_vit.layers.encoder_block import EncoderBlock
-from keras_vit.layers.heads import TokenPooling
 from keras_vit.layers.inline import own_policy
-from keras_vit.layers.layer_norm import LayerNorm
-from keras_vit.layers.patch_embedding import PatchEmbedding
-from keras_vit.layers.resnet import ResNetBackbone
-from keras_vit.layers.tokens import ClassToken, PatchTokens, PositionEmbedding
+from keras_vit.layers.tokens import PatchTokens
+from keras_vit.models.graph import block_indices, embed, encode, forward, layer_dtypes, make_layers
 from keras_vit.models.inputs import check_data, check_images, input_shape
 from keras_vit.models.spec import ViTSpec
 
@@ -53,10 +47,10 @@ class VisionTransformer(keras.Model):
     def __init__(self, spec=None, dtype=None, preprocessing=None, class_names=None, **options):
         keras_options = {k: options.pop(k) for k in ("name", "trainable") if k in options}
         spec = (spec if isinstance(spec, ViTSpec) else ViTSpec.from_config(spec or {})).replace(**options)
-        policy, dtype_for = _layer_dtypes(dtype)
-        layers = _make_layers(spec, dtype_for)
+        policy, dtype_for = layer_dtypes(dtype)
+        layers = make_layers(spec, dtype_for)
         inputs = keras.Input(shape=input_shape(spec), name="images")
-        outputs = _forward(layers, inputs, spec.norm_after_pool)
+        outputs = forward(layers, inputs, spec.norm_after_pool)
         super().__init__(inputs=inputs, outputs=outputs, **keras_options)
         self.dtype_policy = policy  # functional models drop a dtype argument; get_config saves it
         self._vit_layers = layers
@@ -153,7 +147,7 @@ class VisionTransformer(keras.Model):
         inputs = keras.Input(shape=self.input_shape[1:], name="images")
         blocks = [_CallWith(b, return_attention_scores=True) for b in self._vit_layers["blocks"]]
         layers = dict(self._vit_layers, blocks=blocks)
-        _, attention = _encode(layers, inputs, return_attention_scores=True)
+        _, attention = encode(layers, inputs, return_attention_scores=True)
         return keras.Model(inputs, attention, name=f"{self.name}_attention")
 
     def intermediate_model(self, blocks=None, output_format="NHWC", norm=False, include_prefix=False, stem=False):
@@ -184,7 +178,7 @@ class VisionTransformer(keras.Model):
         {'block_0': (1, 2, 4, 16), 'block_2': (1, 2, 4, 16)}
         """
         spec, layers = self.spec, self._vit_layers
-        indices = _block_indices(blocks, spec.depth)
+        indices = block_indices(blocks, spec.depth)
         if output_format not in ("NHWC", "tokens"):
             raise ValueError(f"output_format must be 'NHWC' or 'tokens'; got {output_format!r}.")
         if include_prefix and output_format != "tokens":
@@ -209,7 +203,7 @@ class VisionTransformer(keras.Model):
             outputs.update({f"stem_stage_{j}": stage for j, stage in enumerate(stages)})
         elif layers["stem"] is not None:
             x = layers["stem"](x)
-        x, patch_map = _embed(layers, x)
+        x, patch_map = embed(layers, x)
 
         def to_output(tokens):  # a dynamic model's grid is its patch map's
             return patch_tokens(tokens, patch_map) if nhwc and patch_map is not None else patch_tokens(tokens)
@@ -291,139 +285,3 @@ def _checked_preprocessing(preprocessing, image_size):
             f"{tuple(image_size)}: give it the model's image size."
         )
     return preprocessing
-
-
-def _layer_dtypes(dtype):
-    """The model's policy, and a function giving each top-level layer its dtype.
-
-    ``dtype`` is a policy, or (a reloaded quantized model) a ``DTypePolicyMap`` of the
-    layers whose policy differs from the model's, by path. The package's composite layers
-    take the map itself and look their parts up in it; other layers take their entry.
-    Under a mixed policy the head computes in float32, for a stable loss.
-    """
-    policy = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
-    saved = policy if isinstance(policy, DTypePolicyMap) else None
-    base = saved.default_policy if saved is not None else policy
-    mixed = base.compute_dtype != base.variable_dtype
-
-    def dtype_for(name, composite=False):
-        if saved is not None and (composite or name in saved):
-            return saved if composite else saved[name]
-        return keras.dtype_policies.get("float32") if name == "head" and mixed else base
-
-    return base, dtype_for
-
-
-def _make_layers(spec, dtype_for):
-    """The model's layers by role (None where the spec has none), each named for its role."""
-
-    def make(name, layer_class, *args, composite=False, **kwargs):
-        return layer_class(*args, name=name, dtype=dtype_for(name, composite), **kwargs)
-
-    def block(i):
-        return make(
-            f"block_{i}", EncoderBlock, spec.num_heads, spec.mlp_dim, composite=True,
-            dropout_rate=spec.dropout_rate, attention_dropout_rate=spec.attention_dropout_rate,
-            drop_path_rate=spec.drop_path_rate * i / max(spec.depth - 1, 1),  # rising linearly
-            layer_norm_epsilon=spec.layer_norm_epsilon, gelu_approximate=spec.gelu_approximate,
-            qkv_bias=spec.qkv_bias,
-        )  # fmt: skip
-
-    initializer = "zeros" if spec.head_zero_init else "glorot_uniform"
-    return dict(
-        stem=make("resnet", ResNetBackbone, **dataclasses.asdict(spec.resnet)) if spec.resnet else None,
-        patch_embedding=make(
-            "patch_embedding",
-            PatchEmbedding,
-            spec.hidden_size,
-            spec.patch_size,
-            spec.embedding_channels,
-            flatten=not spec.dynamic_image_size,  # a dynamic model reads the grid from the map
-        ),
-        patch_flatten=(
-            make("patch_flatten", keras.layers.Reshape, (-1, spec.hidden_size)) if spec.dynamic_image_size else None
-        ),
-        class_token=make("class_token", ClassToken) if spec.has_class_token else None,
-        position_embedding=make(
-            "position_embedding", PositionEmbedding, spec.grid_size, spec.num_prefix_tokens, spec.position_embedding
-        ),
-        embedding_dropout=make("embedding_dropout", keras.layers.Dropout, spec.dropout_rate),
-        blocks=[block(i) for i in range(spec.depth)],
-        encoder_norm=make("encoder_norm", LayerNorm, epsilon=spec.layer_norm_epsilon),
-        pooling=make("pooling", TokenPooling, spec.pooling, spec.num_prefix_tokens) if spec.pooling else None,
-        pre_logits=(
-            make("pre_logits", keras.layers.Dense, spec.representation_size, activation="tanh")
-            if spec.representation_size
-            else None
-        ),
-        head=(
-            make(
-                "head", keras.layers.Dense, spec.num_classes, spec.classifier_activation, kernel_initializer=initializer
-            )
-            if spec.include_top
-            else None
-        ),
-    )
-
-
-def _block_indices(blocks, depth):
-    """Sorted block indices from None (all), a count of last blocks, or indices (negative from the end)."""
-    if blocks is None:
-        return list(range(depth))
-    if isinstance(blocks, int) and not isinstance(blocks, bool):
-        if not 1 <= blocks <= depth:
-            raise ValueError(f"blocks={blocks}: expected a count of last blocks in 1..{depth} (the model's depth).")
-        return list(range(depth - blocks, depth))
-    indices = list(blocks)
-    bad = [i for i in indices if not isinstance(i, int) or not -depth <= i < depth]
-    if not indices or bad:
-        raise ValueError(
-            f"blocks={blocks!r}: expected block indices in {-depth}..{depth - 1} (the model has {depth} blocks)."
-        )
-    return sorted({i % depth for i in indices})
-
-
-def _embed(layers, x):
-    """Stem output (or images) -> (the token sequence that enters the first block, the
-    ``(batch, rows, cols, width)`` patch map of a dynamic-size model, else None)."""
-    patch_map = None
-    x = layers["patch_embedding"](x)
-    if layers["patch_flatten"] is not None:
-        patch_map, x = x, layers["patch_flatten"](x)
-    if layers["class_token"] is not None:
-        x = layers["class_token"](x)
-    if patch_map is None:
-        x = layers["position_embedding"](x)
-    else:
-        x = layers["position_embedding"](x, patch_map)
-    return layers["embedding_dropout"](x), patch_map
-
-
-def _encode(layers, images, return_attention_scores=False):
-    """Images -> final tokens before the encoder norm (and the attention weights)."""
-    x = images if layers["stem"] is None else layers["stem"](images)
-    x, _ = _embed(layers, x)
-    attention = []
-    for block in layers["blocks"]:
-        if return_attention_scores:
-            x, weights = block(x, return_attention_scores=True)
-            attention.append(weights)
-        else:
-            x = block(x)
-    return x, attention
-
-
-def _forward(layers, images, norm_after_pool):
-    x, _ = _encode(layers, images)
-    if layers["pooling"] is None:
-        return layers["encoder_norm"](x)
-    if not norm_after_pool:
-        x = layers["encoder_norm"](x)
-    x = layers["pooling"](x)
-    if norm_after_pool:
-        x = layers["encoder_norm"](x)
-    if layers["pre_logits"] is not None:
-        x = layers["pre_logits"](x)
-    if layers["head"] is not None:
-        x = layers["head"](x)
-    return x
