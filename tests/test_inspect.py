@@ -135,23 +135,15 @@ def test_attention_maps_equal_timms_explicit_attention_and_predict_stays_fused(t
     assert ours.shape == (3, 2, 2, 25, 25)
     np.testing.assert_allclose(ours, np.stack(captured), atol=1e-5, rtol=0)
     np.testing.assert_allclose(inspect.attention_maps(model, x, blocks=[-1])[0], captured[-1], atol=1e-5, rtol=0)
-    explicit, heads_first = [], []
+    explicit = []
     attention_class = keras_vit.layers.MultiHeadSelfAttention
-    original, original_heads_first = attention_class._explicit_attention, attention_class._heads_first_attention
+    original = attention_class._explicit_attention
     monkeypatch.setattr(attention_class, "_explicit_attention", lambda *a: explicit.append(1) or original(*a))
-    monkeypatch.setattr(
-        attention_class, "_heads_first_attention", lambda *a: heads_first.append(1) or original_heads_first(*a)
-    )
     model.predict(x, verbose=0)
-    # The model's own graph runs the fused attention where it is the faster one, and the
-    # written-out one elsewhere (see attention._fused_attention_pays): on tensorflow's
-    # oneDNN CPU, with the qkv product heads first where that pays (see
-    # tensorflow_graph.where_heads_first_pays; tests/test_layers.py checks which runs).
-    from keras_vit import tensorflow_graph
-
-    assert not heads_first or (keras.config.backend() == "tensorflow" and tensorflow_graph._onednn_cpu())
-    assert bool(explicit or heads_first) == (not keras_vit.layers.attention._fused_attention_pays())
-    assert bool(explicit or heads_first) == (keras.config.backend() in ("tensorflow", "jax"))  # this CPU-only suite
+    # The model's own graph runs the form the one switch chooses (on this CPU-only suite:
+    # fused on torch, written out on tensorflow and jax).
+    assert bool(explicit) == (not keras_vit.layers.attention.use_fused_attention())
+    assert bool(explicit) == (keras.config.backend() in ("tensorflow", "jax"))
     explicit.clear()
     model.attention_model()(x)
     assert explicit  # (and the count would see the explicit one)

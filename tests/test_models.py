@@ -113,10 +113,12 @@ def _reference_attention(layer, x):
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 @pytest.mark.parametrize("head_dim", [16, 20])  # a power-of-two scale (1/4), and one that is not
-def test_fused_and_explicit_attention_equal_the_formula(rng, policy, head_dim):
-    # The fused path (the model's own on JAX and PyTorch), the written-out one (TensorFlow's,
-    # and the one that returns weights), and in bfloat16 both places the scale can go.
+@pytest.mark.parametrize("fused", [True, False])
+def test_fused_and_explicit_attention_equal_the_formula(rng, policy, head_dim, fused):
+    # Both forms, forced on every backend through the one switch (the fused op, and the
+    # written-out one that also returns weights), and in bfloat16 both places the scale can go.
     from keras_vit.layers import MultiHeadSelfAttention
+    from keras_vit.layers.attention import set_fused_attention
 
     layer = MultiHeadSelfAttention(num_heads=2, dtype=policy)
     x = rng.standard_normal((2, 9, 2 * head_dim)).astype("float32")
@@ -124,106 +126,39 @@ def test_fused_and_explicit_attention_equal_the_formula(rng, policy, head_dim):
     layer.qkv.bias.assign(rng.standard_normal(layer.qkv.bias.shape).astype("float32"))
     want, want_weights = _reference_attention(layer, x)
     tolerance = 1e-5 if policy == "float32" else 0.05
-    fused = to_numpy(layer(x)).astype("float64")
-    explicit, weights = layer(x, return_attention_scores=True)
-    np.testing.assert_allclose(fused, want, atol=tolerance * np.abs(want).max())
+    set_fused_attention(fused)
+    try:
+        got = to_numpy(layer(x)).astype("float64")
+        explicit, weights = layer(x, return_attention_scores=True)
+    finally:
+        set_fused_attention(None)
+    np.testing.assert_allclose(got, want, atol=tolerance * np.abs(want).max())
     np.testing.assert_allclose(to_numpy(explicit).astype("float64"), want, atol=tolerance * np.abs(want).max())
     np.testing.assert_allclose(to_numpy(weights).astype("float64"), want_weights, atol=tolerance / 5)
 
 
-@pytest.mark.skipif(keras.backend.backend() != "torch", reason="PyTorch's attention kernel, called on a CPU")
-@pytest.mark.parametrize("training", [False, True])
-def test_torch_attention_reads_the_qkv_product_without_copies(rng, training):
-    # Keras' dot_product_attention copies query, key and value into contiguous tensors on a
-    # CPU, and its heads-first result is copied again for the output projection. The layer
-    # hands PyTorch the strided views instead: one fused kernel, no copy, the same numbers.
-    import torch
+@pytest.mark.parametrize("setting, fused", [("0", False), ("1", True), ("auto", None), ("", None)])
+def test_one_switch_chooses_the_attention_form(monkeypatch, setting, fused):
+    # KERAS_VIT_FUSED_ATTN forces either form; set_fused_attention wins over it; the weights,
+    # when asked for, always come from the written-out form; a wrong value is a clear error.
+    from keras_vit.layers import attention
 
-    from keras_vit.layers import MultiHeadSelfAttention
-
-    layer = MultiHeadSelfAttention(num_heads=2)
-    x = torch.tensor(rng.standard_normal((2, 9, 8)).astype("float32"))
-    layer.build(x.shape)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-        out = layer(x, training=training)
-    ops = {event.key for event in profile.key_averages()}
-    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in ops, ops
-    assert not ops & {"aten::clone", "aten::contiguous"}, ops  # (addmm's own copy_ of its bias remains)
-    want, _ = _reference_attention(layer, to_numpy(x))
-    np.testing.assert_allclose(to_numpy(out), want, atol=1e-5 * np.abs(want).max())
-
-
-@pytest.mark.skipif(keras.backend.backend() != "torch", reason="PyTorch's attention, trained on a CPU")
-@pytest.mark.parametrize("chunk_images", [1, 2, 8])  # one image, an uneven last chunk, all at once
-def test_torch_bfloat16_attention_backward_is_written_out_and_as_exact_as_flash(rng, monkeypatch, chunk_images):
-    # In bfloat16 training on a CPU the forward pass is PyTorch's flash kernel and the
-    # backward pass keras-vit's own, in chunks of the batch: the same output, and gradients
-    # as close to a float64 reference as PyTorch's flash backward's. float32 keeps PyTorch's.
-    import torch
-
-    from keras_vit import torch_eager
-
-    batch, tokens, heads, dim = 5, 11, 2, 8
-    monkeypatch.setattr(
-        torch_eager, "_ATTENTION_CHUNK_BYTES", chunk_images * torch_eager._image_score_bytes(heads, tokens)
+    default = keras.backend.backend() == "torch" or (
+        keras.backend.backend() == "jax" and attention._jax_platform() != "cpu"
     )
-    qkv = torch.tensor(rng.standard_normal((batch, tokens, 3, heads, dim)))
-    grad_out = torch.tensor(rng.standard_normal((batch, tokens, heads, dim)))
-
-    def sdpa(qkv):
-        return torch.nn.functional.scaled_dot_product_attention(*(t.transpose(1, 2) for t in qkv.unbind(2))).transpose(
-            1, 2
-        )
-
-    def run(attend, dtype):
-        leaf = qkv.detach().to(dtype).requires_grad_()
-        out = attend(leaf)
-        out.backward(grad_out.to(dtype))
-        return out, leaf.grad.double(), out.grad_fn.name()
-
-    ours, grad, name = run(torch_eager.attention, torch.bfloat16)
-    flash, flash_grad, _ = run(sdpa, torch.bfloat16)
-    _, want, _ = run(sdpa, torch.float64)
-    assert name == "FlashWithExplicitBackwardBackward", name
-    assert torch.equal(ours, flash)
-    error, flash_error = (grad - want).abs(), (flash_grad - want).abs()
-    assert error.max() <= 2**-7 * want.abs().max(), (error.max(), want.abs().max())  # bfloat16's rounding
-    assert error.mean() <= 1.25 * flash_error.mean(), (error.mean(), flash_error.mean())
-    _, grad32, name32 = run(torch_eager.attention, torch.float32)
-    assert name32 != name
-    np.testing.assert_allclose(grad32.numpy(), want.numpy(), atol=1e-5)
-
-
-@pytest.mark.skipif(keras.backend.backend() != "torch", reason="PyTorch's attention, trained on a CPU")
-def test_torch_bfloat16_attention_layer_trains_through_the_written_out_backward(rng):
-    # The whole layer in mixed_bfloat16: its weights' gradients through the written-out
-    # backward equal float32's, to bfloat16's precision.
-    import torch
-
-    from keras_vit.layers import MultiHeadSelfAttention
-
-    def backward_nodes(tensor):  # the names of the autograd graph's nodes behind a tensor
-        seen, stack = {}, [tensor.grad_fn]
-        while stack:
-            node = stack.pop()
-            if node is not None and id(node) not in seen:
-                seen[id(node)] = node.name()
-                stack.extend(next_node for next_node, _ in node.next_functions)
-        return set(seen.values())
-
-    x = torch.tensor(rng.standard_normal((3, 9, 16)).astype("float32"))
-    grads = {}
-    for policy in ("float32", "mixed_bfloat16"):
-        keras.utils.set_random_seed(0)
-        layer = MultiHeadSelfAttention(num_heads=2, dtype=policy)
-        layer.build(x.shape)
-        out = layer(x, training=True)
-        written_out = "FlashWithExplicitBackwardBackward" in backward_nodes(out)
-        assert written_out == (policy == "mixed_bfloat16"), (policy, backward_nodes(out))
-        (out.float() ** 2).sum().backward()
-        grads[policy] = [to_numpy(w.value.grad).astype("float64") for w in layer.trainable_weights]
-    for got, want in zip(grads["mixed_bfloat16"], grads["float32"]):
-        np.testing.assert_allclose(got, want, atol=0.03 * np.abs(want).max())
+    monkeypatch.setenv(attention.FUSED_ATTENTION_ENV, setting)
+    assert attention.use_fused_attention() == (default if fused is None else fused)
+    assert attention.use_fused_attention(needs_weights=True) is False
+    attention.set_fused_attention(not attention.use_fused_attention())
+    try:
+        assert attention.use_fused_attention() == (not (default if fused is None else fused))
+    finally:
+        attention.set_fused_attention(None)
+    monkeypatch.setenv(attention.FUSED_ATTENTION_ENV, "maybe")
+    with pytest.raises(ValueError, match="KERAS_VIT_FUSED_ATTN must be 0, 1 or auto; got 'maybe'"):
+        attention.use_fused_attention()
+    with pytest.raises(ValueError, match="takes True, False or None"):
+        attention.set_fused_attention("yes")
 
 
 @pytest.mark.parametrize("length, training", [(9, True), (8, True), (9, False), (9, None)])
@@ -235,7 +170,7 @@ def test_flash_attention_is_declined_only_where_jax_gpus_have_no_backward_pass(r
     from keras_vit.layers import MultiHeadSelfAttention
 
     monkeypatch.setattr(attention_module, "_jax_platform", lambda: "gpu")  # as JAX on a GPU says
-    monkeypatch.setattr(attention_module, "_fused_attention_pays", lambda: True)
+    monkeypatch.setattr(attention_module, "_override", [True])
     asked, fused = [], keras.ops.dot_product_attention
 
     def spy(*args, flash_attention=None, **kwargs):
@@ -247,8 +182,7 @@ def test_flash_attention_is_declined_only_where_jax_gpus_have_no_backward_pass(r
     x = rng.standard_normal((2, length, 8)).astype("float32")
     out = to_numpy(layer(x, training=training))
     declined = keras.backend.backend() == "jax" and bool(training) and length % 2 == 1
-    # The torch backend's layer calls PyTorch's attention itself (torch_eager.attention).
-    assert asked == ([] if keras.backend.backend() == "torch" else [False if declined else None])
+    assert asked == [False if declined else None]
     want, _ = _reference_attention(layer, x)
     np.testing.assert_allclose(out, want, atol=1e-5 * np.abs(want).max())
 

@@ -10,7 +10,6 @@ TF Serving export and the source LiteRT and ONNX are converted from.
 
 import keras
 
-from keras_vit import tensorflow_graph
 from keras_vit.dependencies import require
 from keras_vit.export.errors import unconvertible
 
@@ -138,8 +137,7 @@ def build_archive(model, *, top_k=5, normalization="vit", outputs_probabilities=
         sides = (None, None) if stride is not None and name == PREPROCESSED_SIGNATURE else (height, width)
         spec = tf.TensorSpec((None, *sides, channels), dtype, name="images")
         try:
-            with tensorflow_graph.portable():
-                archive.add_endpoint(name, fn, input_signature=[spec])
+            archive.add_endpoint(name, fn, input_signature=[spec])
         except Exception as error:
             # Tracing runs every layer's call() on symbolic TF tensors: a layer written
             # with another backend's own ops (jax.numpy, torch) fails here.
@@ -183,6 +181,5 @@ def write_savedmodel(model, path, *, top_k=5, normalization="vit", outputs_proba
     archive = build_archive(
         model, top_k=top_k, normalization=normalization, outputs_probabilities=outputs_probabilities
     )
-    with tensorflow_graph.portable():  # saving may trace again
-        archive.write_out(path, verbose=False)
+    archive.write_out(path, verbose=False)
     return path

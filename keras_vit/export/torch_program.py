@@ -1,8 +1,7 @@
 """The PyTorch seam: a Keras model captured by ``torch.export`` as one ATen graph.
 
 On the torch backend a Keras model runs op by op: every layer and every ``keras.ops`` call
-goes through Keras' Python dispatch (ViT-Ti/16 at batch 1: 46 ms, timm's eager PyTorch
-29 ms), and GELU, softmax and LayerNorm run as separate kernels. ``torch.export`` traces
+goes through Keras' Python dispatch, and GELU, softmax and LayerNorm run as separate kernels. ``torch.export`` traces
 the whole model once, non-strict (Keras' Python runs as it is, torch records the ATen ops
 it reaches), into one exact graph with a symbolic batch size. From that graph:
 
@@ -222,56 +221,22 @@ def write_pt2(model, path, *, top_k=5, normalization="vit", outputs_probabilitie
     return path
 
 
-# Forward FLOPs of a batch below which the portable graph is the faster one: there the
-# fused linear (a custom op: ~35 us a call) costs more than it saves. Measured on an Intel
-# Xeon, float32, in one process: ViT-Ti/16 at batch 1 (1.3 GFLOPs) 15.8 ms with the
-# kernels against 15.1 without; ViT-S/16 at batch 1 (4.6) and Ti/16 at batch 4 (5.0) gain.
-_KERNELS_MIN_FLOPS = 2.5e9
-
-
-def _flops_per_image(model):
-    """A keras-vit model's forward FLOPs per image; None for another Keras model."""
-    from keras_vit.inspect.cost import count_flops
-    from keras_vit.models.vit import VisionTransformer
-
-    return count_flops(model) if isinstance(model, VisionTransformer) else None
-
-
 class CompiledInference:
     """``compile_for_inference``'s callable: images -> the model's outputs, compiled.
 
     Attributes:
-        program: the ``torch.export.ExportedProgram`` it compiles for all but the smallest
-            batches: ``export_program``'s, traced with this CPU's kernels
-            (``torch_eager.kernels_in_graph``), so it runs where keras-vit is imported;
-            save ``export_program(model)`` for a portable one.
+        program: the ``torch.export.ExportedProgram`` it compiles (``export_program``'s).
         image_shape: the ``(height, width, channels)`` it takes.
     """
 
     def __init__(self, model, mode=None, options=None):
         import torch
 
-        from keras_vit import torch_eager
-
-        torch_eager.order_kernels(model)  # the graph reads the weights in the order they have now
-        with torch_eager.kernels_in_graph():
-            self.program = export_program(model)
+        self.program = export_program(model)
         self.image_shape = _image_shape(model)
-        self._model = model
-        self._flops = _flops_per_image(model)
         self._dtype = getattr(torch, keras.backend.standardize_dtype(model.inputs[0].dtype))
         self._device = _device(model)
-        self._compile = functools.partial(torch.compile, mode=mode, options=options)
-        self._graphs = {"kernels": self._compile(self.program.module())}
-
-    def _graph(self, batch):
-        """The compiled graph for ``batch`` images: with this CPU's kernels, or for a batch
-        below ``_KERNELS_MIN_FLOPS`` the portable one (exported at its first use)."""
-        if self._flops is None or batch * self._flops >= _KERNELS_MIN_FLOPS:
-            return self._graphs["kernels"]
-        if "portable" not in self._graphs:
-            self._graphs["portable"] = self._compile(export_program(self._model).module())
-        return self._graphs["portable"]
+        self._graph = torch.compile(self.program.module(), mode=mode, options=options)
 
     def __call__(self, images):
         import torch
@@ -286,7 +251,7 @@ class CompiledInference:
             images = torch.from_numpy(np.asarray(images))
         images = images.to(device=self._device, dtype=self._dtype)
         with torch.no_grad():
-            return self._graph(shape[0])(images)
+            return self._graph(images)
 
 
 def compile_for_inference(model, mode=None, options=None):
@@ -295,31 +260,23 @@ def compile_for_inference(model, mode=None, options=None):
     On the torch backend a Keras model pays Keras' per-op Python dispatch and runs GELU,
     softmax and LayerNorm unfused; this captures the model with ``torch.export`` (one
     exact ATen graph, ``export_program``) and compiles that graph with Inductor, which
-    fuses the element-wise work around the matrix products. Measured on ViT-Ti/16 at batch
-    1 it runs at timm's speed, 1.4x the eager Keras model (README, Performance).
+    fuses the element-wise work around the matrix products (the benchmark's
+    ``compiled`` rows set it beside timm).
 
-    On a CPU the graph keeps the eager layers' kernels (``torch_eager.kernels_in_graph``):
-    oneDNN's linear with its activation fused, and attention on the strided query, key
-    and value. ViT-B/16 at batch 32 in float32 ran at 1.04x timm eager's speed with them,
-    0.97x without (an Intel Xeon). For a batch of under ``_KERNELS_MIN_FLOPS`` of work (ViT-Ti/16 at
-    batch 1) the portable graph, Keras' ATen ops alone, is faster and runs instead.
+    The first call compiles (seconds for a small model, longer for a large one). The
+    graph has a symbolic batch size, and torch.compile's automatic dynamic shapes make
+    at most three compiled graphs of each: one for the first batch size, one for batch 1
+    (which torch always specialises), and one that serves every other size.
 
-    The first call compiles (seconds for a small model, ~20 s for ViT-B/16 on 2 CPU
-    cores). The graph has a symbolic batch size, and torch.compile's automatic dynamic
-    shapes make at most three compiled graphs of each: one for the first batch size, one for
-    batch 1 (which torch always specialises), and one that serves every other size.
-
-    The outputs equal the Keras model's within float32 rounding (the fused kernels sum in
-    another order: ~1e-6 on logits). The weights are shared with the model, not copied,
+    The outputs equal the Keras model's within float32 rounding (Inductor's fused
+    kernels sum in another order). The weights are shared with the model, not copied,
     so later ``assign``s and training show; rebuilding or reloading the model does not
     (compile the new one).
 
     Args:
         model: a built Keras model with one image input (a keras-vit model, or any
             Keras model torch.export can trace), on the torch backend.
-        mode, options: passed to ``torch.compile`` (default: its defaults, which measured
-            fastest here; ``"max-autotune"`` and Inductor's ``freezing`` gave nothing
-            measurable on CPU, for minutes more compiling).
+        mode, options: passed to ``torch.compile`` (default: its defaults).
 
     Returns:
         A ``CompiledInference``: call it with images ``(batch, height, width, channels)``

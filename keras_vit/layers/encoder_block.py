@@ -38,13 +38,13 @@ class MlpBlock(keras.layers.Layer):
             (flax's ``nn.gelu``) uses, ``False`` for the exact erf form of timm and HF.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
-    ``fc1`` and ``fc2`` are Keras ``Dense`` layers (``keras_vit.layers.Dense``, one
-    kernel each in eager PyTorch): ``model.quantize(...)`` quantizes them,
+    ``fc1`` and ``fc2`` are Keras ``Dense`` layers (``keras_vit.layers.Dense``):
+    ``model.quantize(...)`` quantizes them,
     and ``get_config`` keeps their quantized policies (see ``dtype_policy_config``). The
     GELU is ``fc1``'s activation, and both run on the token rows flattened to 2-D: so
     TensorFlow's graph optimizer (Grappler, without XLA: Keras' default on CPU) fuses the
     matmul, its bias and the GELU into one oneDNN kernel. Three-dimensional matmuls, or a
-    GELU outside ``fc1``'s name scope, defeat that fusion (ViT-Ti/16 10% slower).
+    GELU outside ``fc1``'s name scope, defeat that fusion.
 
     Example:
     >>> import numpy as np

@@ -24,9 +24,8 @@ def call_inline(layer, *args, **kwargs):
 
     For use from inside the owning layer's ``call``. Keras' ``Layer.__call__`` converts
     the inputs, binds the call signature, resolves ``training`` and masks and opens name
-    and autocast scopes. In eager PyTorch that costs about 0.1 ms a call, more than a
-    LayerNorm on one image, and an encoder block made 14 such calls: at batch 1 the
-    bookkeeping, not the arithmetic, set the latency. So there, and only there, this
+    and autocast scopes. In eager PyTorch that bookkeeping runs on every call of every
+    sublayer and, at small batches, outweighs the arithmetic. So there, and only there, this
     calls ``layer.call`` directly. On TensorFlow and JAX, and while ``torch.compile`` or
     ``torch.export`` trace, it is the full ``layer(...)``, which keeps the name scopes of
     traced and exported graphs (see ``_inline_pays``).
