@@ -1,4 +1,5 @@
-"""keras_vit.checkpoints.resample against its peers: torch's interpolate, timm and HF."""
+"""keras_vit.resampling's grid and position-embedding resize against its peers: torch's
+interpolate, timm and HF."""
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ torchvision_stub.install()
 
 from timm.layers import resample_abs_pos_embed  # noqa: E402
 
-from keras_vit.checkpoints.resample import (  # noqa: E402
+from keras_vit.resampling import (  # noqa: E402
     METHODS,
     resample_position_embedding,
     resize_grid,
@@ -161,3 +162,15 @@ def test_non_square_token_count_needs_old_grid():
 def test_bad_grid_size_names_value_given():
     with pytest.raises(ValueError, match=r"new_size must be .*got \(3, 0\)"):
         resize_grid(np.zeros((2, 2, 1)), (3, 0))
+
+
+def test_the_checkpoints_names_stay_importable():
+    # The loader's names moved down to keras_vit.resampling (below the models, which use
+    # them too); code that imports them from keras_vit.checkpoints keeps working.
+    from keras_vit import checkpoints
+    from keras_vit.checkpoints import resample
+
+    assert (resample.METHODS, resample.resize_grid) == (METHODS, resize_grid)
+    assert (
+        resample.resample_position_embedding is checkpoints.resample_position_embedding is resample_position_embedding
+    )

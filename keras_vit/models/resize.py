@@ -3,6 +3,7 @@
 import keras
 
 from keras_vit.models.vit import VisionTransformer, resized_preprocessing
+from keras_vit.resampling import resample_position_embedding
 
 
 def resize(model, image_size, method="bicubic", antialias=True):
@@ -24,8 +25,6 @@ def resize(model, image_size, method="bicubic", antialias=True):
     >>> keras_vit.resize(model, (32, 64)).spec.grid_size
     (2, 4)
     """
-    from keras_vit.checkpoints.resample import resample_position_embedding
-
     if not isinstance(model, VisionTransformer):
         raise ValueError(f"Expected a keras_vit.VisionTransformer; got a {type(model).__name__}.")
     if any(getattr(layer, "quantization_mode", None) for layer in model._flatten_layers()):
