@@ -41,6 +41,9 @@ def test_pretrain_writes_the_run_folder(pretrained):
     assert [int(r["epoch"]) for r in rows] == [0, 1, 2]
     assert all(0.0 < float(r["fewshot_3shot"]) <= 1.0 for r in rows)  # beside the loss
     assert 0.0 <= pretrained.test_accuracy <= 1.0
+    # Each epoch's wall time, the first (compiling) included, within the run's own.
+    assert len(pretrained.epoch_seconds) == 3 and all(s > 0 for s in pretrained.epoch_seconds)
+    assert sum(pretrained.epoch_seconds) < pretrained.seconds
     path = os.path.join(pretrained.run_dir, "model.keras")
     reloaded = keras.saving.load_model(path)
     assert reloaded.get_layer("pre_logits").units == 32
@@ -159,3 +162,7 @@ def test_main_recipe_runs_both_phases(tmp_path, capsys):
     first, second = main.main(args)
     table = capsys.readouterr().out
     assert "pretrain" in table and "finetune" in table and second.model.input_shape[1] == 24
+    # Each phase's row ends with its epoch count and time per epoch (one epoch: that epoch's time).
+    for phase, result in (("pretrain", first), ("finetune", second)):
+        row = next(line for line in table.splitlines() if line.startswith(phase))
+        assert row.split()[4:] == ["1", f"{result.epoch_seconds[0]:.1f}", "s"], row

@@ -11,6 +11,7 @@ import keras
 
 from keras_vit.commands import finetune, pretrain
 from keras_vit.training.config import build_parser as config_parser
+from keras_vit.training.epoch_times import per_epoch
 
 
 def build_parser():
@@ -28,8 +29,8 @@ def main(argv=None):
         ["--run_name", "main-finetune", "--init_from", os.path.join(first.run_dir, "model.keras"), *argv]
     )
     print(f"\nbackend {keras.backend.backend()}")
-    print(f"{'phase':<12}{'image size':>12}{'test accuracy':>16}{'seconds':>10}")
+    print(f"{'phase':<12}{'image size':>12}{'test accuracy':>16}{'seconds':>10}{'epochs':>8}  time per epoch")
     for phase, result in (("pretrain", first), ("finetune", second)):
-        size = result.model.input_shape[1]
-        print(f"{phase:<12}{size:>12}{result.test_accuracy:>16.4f}{result.seconds:>10.1f}")
+        size, epochs, times = result.model.input_shape[1], len(result.epoch_seconds), per_epoch(result.epoch_seconds)
+        print(f"{phase:<12}{size:>12}{result.test_accuracy:>16.4f}{result.seconds:>10.1f}{epochs:>8}  {times}")
     return first, second

@@ -24,6 +24,7 @@ from keras_vit.saving import load_model, save_model
 from keras_vit.training.checkpointing import BestModel, RunBackup
 from keras_vit.training.config import OBJECTIVES
 from keras_vit.training.distribution import check_strategy, distribution_scope
+from keras_vit.training.epoch_times import EpochTimes
 from keras_vit.training.errors import MissingInputFileError, RecipeInputError
 from keras_vit.training.optimizers import make_optimizer
 
@@ -47,6 +48,7 @@ class RunResult:
     test_accuracy: float
     seconds: float
     checks: dict  # fine-tuning start checks (head output, feature similarity)
+    epoch_seconds: list = dataclasses.field(default_factory=list)  # each epoch's wall time
 
 
 def _run_dir(config, recipe):
@@ -300,16 +302,18 @@ def _fit(config, recipe, extra_callbacks):
             images = np.concatenate([keras.ops.convert_to_numpy(x) for x, _ in validation])
             size = tuple(pretrained.input_shape[1:3]) if pretrained is not None else None
             checks = start_checks(model, pretrained, images, size)
+        epochs = EpochTimes()  # last: each epoch's steps, validation and file writes
         history = model.fit(
             train,
             epochs=config.epochs,
             steps_per_epoch=config.steps_per_epoch,
             validation_data=validation,
-            callbacks=_callbacks(run_dir, extra_callbacks, fewshot),
+            callbacks=[*_callbacks(run_dir, extra_callbacks, fewshot), epochs],
             verbose=config.progress,
             shuffle=False,  # the pipeline shuffles, seeded
         )
         save_model(model, os.path.join(run_dir, "model.keras"))
         # For masked patch prediction: the colour accuracy on the corrupted patches.
         test_accuracy = model.evaluate(test, verbose=0, return_dict=True)["accuracy"]
-    return RunResult(model, run_dir, history.history, float(test_accuracy), time.perf_counter() - started, checks)
+    seconds = time.perf_counter() - started
+    return RunResult(model, run_dir, history.history, float(test_accuracy), seconds, checks, epochs.seconds)
