@@ -6,10 +6,13 @@ import itertools
 import json
 import os
 import statistics
+import subprocess
 import sys
 
 import keras
+import numpy as np
 import pytest
+from helpers import randomize_keras, to_numpy
 
 import keras_vit
 from keras_vit.inspect import count_flops
@@ -170,24 +173,140 @@ def test_matmul_ceiling_compares_the_model_with_its_own_matmuls():
     assert min(row["rounds"]) <= row["model_over_matmuls_time"] <= max(row["rounds"])
 
 
-def test_checkpoint_loading_quick_mode_measures_build_load_and_memory(tmp_path, capsys):
-    checkpoint_loading = _import_benchmark("checkpoint_loading")
+# A worker's peak memory is its ru_maxrss above its value after the imports; but a child's
+# ru_maxrss starts at its parent's high-water mark (Linux keeps it across fork and exec), so
+# a worker spawned by this process (gigabytes, every framework imported) reads a peak of 0
+# for a small model. Each benchmark run and worker here has a small parent of its own.
+_MAIN = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import checkpoint_loading
+print("ROWS " + json.dumps(checkpoint_loading.main(sys.argv[2:])))
+"""
+_RELAY = "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)"
+
+
+def _small_parent(*command):
+    """Runs ``command`` (Python code, then its arguments) as the child of a small Python
+    process; returns its stdout."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    out = subprocess.run([sys.executable, "-c", _RELAY, sys.executable, "-c", *map(str, command)], env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_checkpoint_loading_quick_mode_measures_build_load_and_memory(tmp_path):
     engines = [f"keras-vit:{BACKEND}"] + (["timm"] if BACKEND == "torch" else [])  # the PyTorch peer, once
-    rows = checkpoint_loading.main(["--quick", "--formats", "safetensors", "--engines", ",".join(engines),
-                                    "--folder", str(tmp_path)])  # fmt: skip
+    printed = _small_parent(_MAIN, os.path.join(REPO, "benchmarks"), "--quick", "--formats", "safetensors",
+                            "--engines", ",".join(engines), "--folder", tmp_path)  # fmt: skip
+    rows = json.loads(printed.split("ROWS ", 1)[1])
     assert [(r["engine"], r["format"]) for r in rows] == [(e, "safetensors") for e in engines]
     size_mb = keras_vit.create_model("vit_ti16", image_size=32, depth=2, num_classes=1000).count_params() * 4 / 2**20
     for row in rows:
         assert row["build_s"] > 0 and row["load_s"] > 0 and row["model_mb"] == pytest.approx(size_mb, rel=1e-3)
-        assert row["peak_mb"] >= 0  # a tiny model may not raise the peak the imports set
+        # Above the imports' peak the process holds at least the weights it loaded (measured
+        # 1.25x the model for timm, 3.2x to 19x for keras-vit, where a fixed cost dominates:
+        # how the peak grows with the model is checked below).
+        assert row["peak_mb"] >= row["model_mb"], row
     if BACKEND == "torch":
         assert rows[1]["ratio"] == 1.0 and rows[0]["ratio"] > 0
-    assert "vs timm" in capsys.readouterr().out
+    assert "vs timm" in printed
 
 
-def test_reduced_precision_quick_mode_times_every_path_in_one_process(capsys):
+# checkpoint_loading's worker (or its checkpoint writer) for its quick model with ``depth``
+# blocks: argv = benchmarks folder, "run" or "write", engine, file, depth.
+_SIZED_CHECKPOINT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import checkpoint_loading
+mode, engine, path, depth = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+checkpoint_loading.ARCHS["tiny"] = ("vit_tiny_patch16_224", {"depth": depth, "img_size": 32})
+
+def keras_model(arch):
+    import keras_vit
+
+    return keras_vit.create_model("vit_ti16", image_size=32, depth=depth, num_classes=1000)
+
+checkpoint_loading._keras_vit_model = keras_model
+if mode == "write":
+    import safetensors.torch
+
+    state = {k: v.contiguous() for k, v in checkpoint_loading._timm_model("tiny").state_dict().items()}
+    safetensors.torch.save_file(state, path)
+else:
+    checkpoint_loading.main(["--worker", engine, "--arch", "tiny", "--path", path])
+"""
+# Peak memory added per MB of float32 weights, between the quick model (2 blocks) and the
+# same with 12 (+16.97 MB). Measured on the Intel Xeon: timm 1.01, keras-vit torch 1.15,
+# tensorflow 1.90, jax 2.11 (deferred initialisation's zeros, then the loaded arrays). Below
+# 0.9 the peak misses the weights (the measurement is broken); above 2.5 the loader holds
+# more than a copy beside the weights (all arrays at once before deferred init: 3.3-3.5x).
+PEAK_PER_MODEL_MB = (0.9, 2.5)
+
+
+def test_checkpoint_loading_peak_memory_grows_with_the_model_it_loads(tmp_path):
+    benchmarks = os.path.join(REPO, "benchmarks")
+    engines = [f"keras-vit:{BACKEND}"] + (["timm"] if BACKEND == "torch" else [])
+    rows = {}
+    for depth in (2, 12):
+        path = tmp_path / f"depth{depth}.safetensors"
+        _small_parent(_SIZED_CHECKPOINT, benchmarks, "write", "-", path, depth)
+        for engine in engines:
+            printed = _small_parent(_SIZED_CHECKPOINT, benchmarks, "run", engine, path, depth)
+            rows[engine, depth] = json.loads(printed.strip().splitlines()[-1])
+    sizes = [keras_vit.create_model("vit_ti16", image_size=32, depth=d).count_params() * 4 / 2**20 for d in (2, 12)]
+    for engine in engines:
+        small, big = rows[engine, 2], rows[engine, 12]
+        assert [small["model_mb"], big["model_mb"]] == pytest.approx(sizes)
+        per_mb = (big["peak_mb"] - small["peak_mb"]) / (sizes[1] - sizes[0])
+        low, high = PEAK_PER_MODEL_MB
+        assert low <= per_mb <= high, f"{engine}: {per_mb:.2f} MB of peak per MB of weights; {small}, {big}"
+
+
+def _spread_head(model, images):
+    """Standardises each class's logit over ``images`` (the head's columns and bias), so
+    that the top-1 of a random model spreads over the classes: uniform on the digits rather
+    than one class for all, where any computation would agree with float32."""
+    logits = to_numpy(model.predict(images, verbose=0)).astype("float64")
+    mean, std = logits.mean(0), logits.std(0)
+    head = model.get_layer("head")
+    head.kernel.assign(to_numpy(head.kernel) / std)
+    head.bias.assign((to_numpy(head.bias) - mean) / std)
+
+
+# Top-1 agreement with Keras float32 on the digits test split (359 images) of the quick
+# agreement model, random and spread (below). LiteRT float32 computes the same function in
+# another runtime: measured 1.0. The reduced precisions, measured on jax, tensorflow and
+# torch: mixed_bfloat16 0.96-0.97, int8 0.94, dynamic-range int8 0.96, full-integer int8
+# 0.85. Images transposed on the way to LiteRT give 0.21, a head's columns swapped 0.09.
+MIN_AGREEMENT = {"tflite_float32": 0.99, "mixed_bfloat16": 0.85, "int8": 0.85, "tflite_dynamic_int8": 0.85,
+                 "tflite_int8": 0.7}  # fmt: skip
+
+
+def test_reduced_precision_quick_mode_times_every_path_in_one_process(capsys, monkeypatch):
+    from keras_vit.data import load_dataset, preprocess_split
+
     reduced_precision = _import_benchmark("reduced_precision")
+    agreement_model = reduced_precision._agreement_model
+    predicted = []
+
+    def informative_agreement_model(args, work):
+        # The benchmark's quick model had one top-1 class for every test image (its body at
+        # Keras' initial weights): every path agreed with float32, right or wrong.
+        path = agreement_model(args, work)
+        model = randomize_keras(keras_vit.load_model(path))
+        size = model.input_shape[1]
+        _spread_head(model, preprocess_split(load_dataset("digits").train, size)[0])
+        keras_vit.save_model(model, path)
+        predicted.append(to_numpy(model.predict(preprocess_split(load_dataset("digits").test, size)[0], verbose=0)))
+        return path
+
+    monkeypatch.setattr(reduced_precision, "_agreement_model", informative_agreement_model)
     ((backend, rows),) = reduced_precision.main(["--quick", "--backends", BACKEND])
+    # The float32 top-1 the paths are compared with takes every class: agreement can fail.
+    (logits,) = predicted
+    assert (np.bincount(logits.argmax(-1), minlength=10) > 0).all(), np.bincount(logits.argmax(-1))
     assert backend == BACKEND
     paths = [row[0] for row in rows]
     assert paths == [*reduced_precision.KERAS_PATHS, *reduced_precision.LITERT_PATHS]
@@ -196,5 +315,9 @@ def test_reduced_precision_quick_mode_times_every_path_in_one_process(capsys):
         assert ms is not None, f"{path} failed: {spread}"
         assert ms > 0 and per_s == pytest.approx(4 / (ms / 1e3)) and speed > 0 and 0 <= same <= 1
     fastest = max(reduced_precision.FLOAT32, key=lambda p: by_path[p][2])
-    assert by_path[fastest][3] == 1.0 and by_path["float32"][5] == 1.0  # float32 agrees with itself
+    assert by_path[fastest][3] == 1.0
+    agreement = {path: by_path[path][5] for path in MIN_AGREEMENT}
+    with capsys.disabled():
+        print(f"\n{BACKEND}: top-1 agreement with float32 {agreement}")
+    assert all(agreement[path] >= low for path, low in MIN_AGREEMENT.items()), agreement
     assert f"backend {BACKEND}: speed over the fastest float32 path ({fastest})" in capsys.readouterr().out
