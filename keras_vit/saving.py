@@ -21,8 +21,9 @@ from keras_vit.checkpoints import load_weights
 from keras_vit.checkpoints.loader import trained_numerics
 from keras_vit.checkpoints.readers import sniff_container, unsafe_keras_message
 from keras_vit.models.deferred_init import deferred_initialization, initialize_unloaded
+from keras_vit.models.rebuild import rebuild
 from keras_vit.models.registry import create_model, get_spec
-from keras_vit.models.vit import VisionTransformer, resized_preprocessing
+from keras_vit.models.vit import VisionTransformer
 
 
 class InvalidModelFileError(ValueError):
@@ -331,14 +332,7 @@ def load_model(path, model_name=None, image_size=None, num_classes=None, safe_mo
                 f"only keras-vit models can be rebuilt at another size; {path} holds a "
                 f"{type(model).__name__}. Leave image_size unset."
             )
-        spec = model.spec.replace(image_size=size)
-        resized = VisionTransformer(
-            spec,
-            dtype=model.dtype_policy,
-            preprocessing=resized_preprocessing(model.preprocessing, size),
-            class_names=model.class_names,
-            name=model.name,
-        )
+        resized = rebuild(model, model.spec.replace(image_size=size))
         load_weights(resized, path, safe_mode=safe_mode)
         return resized
     # Built with the numerics the checkpoint was trained with, unless the caller says otherwise.

@@ -2,7 +2,8 @@
 
 import keras
 
-from keras_vit.models.vit import VisionTransformer, resized_preprocessing
+from keras_vit.models.rebuild import rebuild
+from keras_vit.models.vit import VisionTransformer
 from keras_vit.resampling import resample_position_embedding
 
 
@@ -30,13 +31,7 @@ def resize(model, image_size, method="bicubic", antialias=True):
     if any(getattr(layer, "quantization_mode", None) for layer in model._flatten_layers()):
         raise ValueError("Expected a float model: resize it before quantizing it (model.quantize).")
     spec = model.spec.replace(image_size=image_size)
-    resized = VisionTransformer(
-        spec,
-        dtype=model.dtype_policy,
-        preprocessing=resized_preprocessing(model.preprocessing, spec.image_size),
-        class_names=model.class_names,
-        name=model.name,
-    )
+    resized = rebuild(model, spec)
     source = {variable.path: variable for variable in model.weights}
     for variable in resized.weights:
         value = keras.ops.convert_to_numpy(source[variable.path])

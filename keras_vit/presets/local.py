@@ -16,7 +16,8 @@ import os
 import keras
 
 from keras_vit.checkpoints import load_weights
-from keras_vit.models.vit import VisionTransformer, resized_preprocessing
+from keras_vit.models.rebuild import rebuild
+from keras_vit.models.vit import VisionTransformer
 from keras_vit.presets import integrity
 from keras_vit.saving import StagedWrites, load_model
 from keras_vit.version import __version__
@@ -130,12 +131,6 @@ def load(path, dtype=None, **options):
     same = (name, preprocessing, class_names) == (base.name, base.preprocessing, base.class_names)
     if spec == base.spec and dtype is None and same:
         return base
-    model = VisionTransformer(
-        spec,
-        dtype=dtype if dtype is not None else base.dtype_policy,
-        preprocessing=resized_preprocessing(preprocessing, spec.image_size),
-        class_names=class_names if spec.num_classes == base.spec.num_classes else None,
-        name=name,
-    )
+    model = rebuild(base, spec, dtype, name=name, preprocessing=preprocessing, class_names=class_names)
     load_weights(model, path)
     return model
