@@ -260,3 +260,13 @@ def test_create_model_with_weights_draws_only_what_the_file_lacks(tmp_path):
     head = to_numpy(model.get_layer("head").kernel)
     limit = np.sqrt(6 / sum(head.shape))  # glorot_uniform's bound
     assert 0.3 * limit < np.abs(head).max() <= limit  # drawn, not the zeros it was built with
+
+
+def test_create_model_of_another_keras_model_file_returns_it_as_it_is(tmp_path):
+    # A .keras file of a model that is not keras-vit's holds its own architecture: it loads
+    # as it is, and options that would rebuild it are refused.
+    path = str(tmp_path / "other.keras")
+    keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="dense")]).save(path)
+    assert [layer.name for layer in keras_vit.create_model(path).layers] == ["dense"]
+    with pytest.raises(ValueError, match="Sequential, which keras-vit cannot rebuild with changes"):
+        keras_vit.create_model(path, num_classes=3)

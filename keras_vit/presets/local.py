@@ -120,13 +120,13 @@ def load(path, dtype=None, **options):
         read_card(path)
         path = os.path.join(path, MODEL_FILE)
     base = load_model(path)
-    name = options.pop("name", base.name)
-    preprocessing = options.pop("preprocessing", base.preprocessing)
-    class_names = options.pop("class_names", base.class_names)
-    if not isinstance(base, VisionTransformer):
+    if not isinstance(base, VisionTransformer):  # a Keras model of its own: as it is
         if options or dtype:
             raise ValueError(f"{path} holds a {type(base).__name__}, which keras-vit cannot rebuild with changes.")
         return base
+    name = options.pop("name", base.name)
+    preprocessing = options.pop("preprocessing", base.preprocessing)
+    class_names = options.pop("class_names", base.class_names)
     spec = base.spec.replace(**options)
     same = (name, preprocessing, class_names) == (base.name, base.preprocessing, base.class_names)
     if spec == base.spec and dtype is None and same:
