@@ -80,18 +80,27 @@ def _pipelines(config, splits, drop_remainder):
     # The pipeline's arguments of the same name as the recipe's fields.
     shared = ("image_size", "batch_size", "seed", "normalization", "mixup_alpha", "cutmix_factor")
     common = {name: getattr(config, name) for name in shared}
-    common.update(drop_remainder=drop_remainder, one_hot=bool(config.label_smoothing))  # smoothing: categorical loss
+    common.update(one_hot=bool(config.label_smoothing))  # smoothing: categorical loss
     train = make_pipeline(
         splits.train,
         training=True,
+        # Full batches only, where the split has one (a freshly shuffled remainder is left
+        # out each epoch): every step has the recipe's batch size, and a compiled train
+        # step is compiled once, not again for a smaller last batch.
+        drop_remainder=drop_remainder or _full_batches(config, splits.train),
         inception_crop=config.inception_crop,
         crop_area_range=crop,
         horizontal_flip=config.horizontal_flip,
         rand_augment=config.rand_augment,
         **common,
     )
-    evaluate = lambda split: make_pipeline(split, training=False, **common)  # noqa: E731
+    evaluate = lambda split: make_pipeline(split, training=False, drop_remainder=drop_remainder, **common)  # noqa: E731
     return train, evaluate(splits.validation), evaluate(splits.test)
+
+
+def _full_batches(config, split):
+    """Whether the training split holds at least one full batch (its size known)."""
+    return split.num_examples is not None and split.num_examples >= config.batch_size
 
 
 def _steps_per_epoch(config, split, drop_remainder):
@@ -100,7 +109,8 @@ def _steps_per_epoch(config, split, drop_remainder):
     if split.num_examples is None:
         raise ValueError(f"The size of {config.dataset!r}'s training split is unknown: set --steps_per_epoch.")
     batches = split.num_examples / config.batch_size
-    return max(1, math.floor(batches) if drop_remainder else math.ceil(batches))
+    full = drop_remainder or _full_batches(config, split)
+    return max(1, math.floor(batches) if full else math.ceil(batches))
 
 
 def _check_objective(config, recipe):
