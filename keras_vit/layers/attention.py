@@ -17,6 +17,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers.dense import Dense
+from keras_vit.layers.initializers import deferrable
 from keras_vit.layers.inline import call_inline, composite_config, sublayer_policy
 
 FUSED_ATTENTION_ENV = "KERAS_VIT_FUSED_ATTN"
@@ -133,9 +134,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # Made and built here, inside this layer's name scope, so that their paths
         # (".../attention/qkv") are complete: a reloaded quantized layer finds their
         # policies by path (see `sublayer_policy`).
-        self.qkv = Dense(3 * width, use_bias=self.qkv_bias, name="qkv", dtype=sublayer_policy(self, "qkv"))
+        self.qkv = deferrable(Dense(3 * width, use_bias=self.qkv_bias, name="qkv", dtype=sublayer_policy(self, "qkv")))
         self.qkv.build(input_shape)
-        self.out = Dense(width, name="out", dtype=sublayer_policy(self, "out"))
+        self.out = deferrable(Dense(width, name="out", dtype=sublayer_policy(self, "out")))
         self.out.build(input_shape)
         self.attention_dropout = keras.layers.Dropout(
             self.attention_dropout_rate, name="attention_dropout", dtype=sublayer_policy(self, "attention_dropout")

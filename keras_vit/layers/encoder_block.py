@@ -6,6 +6,7 @@ from keras import ops
 from keras_vit.layers.activations import gelu_erf, gelu_tanh
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.dense import Dense
+from keras_vit.layers.initializers import deferrable
 from keras_vit.layers.inline import call_inline, composite_config, sublayer_policy
 from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.stochastic_depth import DropPath
@@ -64,9 +65,11 @@ class MlpBlock(keras.layers.Layer):
         # Sublayers are made and built here, in this layer's name scope, so that their
         # paths are complete: a reloaded quantized block finds their policies by path.
         activation = gelu_tanh if self.gelu_approximate else gelu_erf
-        self.fc1 = Dense(self.mlp_dim, activation=activation, name="fc1", dtype=sublayer_policy(self, "fc1"))
+        self.fc1 = deferrable(
+            Dense(self.mlp_dim, activation=activation, name="fc1", dtype=sublayer_policy(self, "fc1"))
+        )
         self.fc1.build(input_shape)
-        self.fc2 = Dense(input_shape[-1], name="fc2", dtype=sublayer_policy(self, "fc2"))
+        self.fc2 = deferrable(Dense(input_shape[-1], name="fc2", dtype=sublayer_policy(self, "fc2")))
         self.fc2.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=sublayer_policy(self, "dropout"))
         # Called through call_inline, so built here: Keras' predict_on_batch runs an extra
@@ -146,11 +149,11 @@ class EncoderBlock(keras.layers.Layer):
         # map, if so) to look up their own parts. The dropouts are built too: see
         # call_inline.
         epsilon = self.layer_norm_epsilon
-        self.norm1 = LayerNorm(epsilon=epsilon, name="norm1", dtype=sublayer_policy(self, "norm1"))
+        self.norm1 = deferrable(LayerNorm(epsilon=epsilon, name="norm1", dtype=sublayer_policy(self, "norm1")))
         self.attention = MultiHeadSelfAttention(
             self.num_heads, self.attention_dropout_rate, self.qkv_bias, name="attention", dtype=self.dtype_policy
         )
-        self.norm2 = LayerNorm(epsilon=epsilon, name="norm2", dtype=sublayer_policy(self, "norm2"))
+        self.norm2 = deferrable(LayerNorm(epsilon=epsilon, name="norm2", dtype=sublayer_policy(self, "norm2")))
         self.mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate, name="mlp", dtype=self.dtype_policy)
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=sublayer_policy(self, "dropout"))
         self.drop_path = DropPath(self.drop_path_rate, name="drop_path", dtype=sublayer_policy(self, "drop_path"))

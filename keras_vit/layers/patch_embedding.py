@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.initializers import deferrable_weight
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class PatchEmbedding(keras.layers.Layer):
@@ -59,12 +61,13 @@ class PatchEmbedding(keras.layers.Layer):
 
     def build(self, input_shape):
         self._check_shape(input_shape)
-        self.kernel = self.add_weight(
+        self.kernel = deferrable_weight(
+            self,
             name="kernel",
             shape=(self.patch_size, self.patch_size, self.num_channels, self.hidden_size),
             initializer="lecun_normal",
         )
-        self.bias = self.add_weight(name="bias", shape=(self.hidden_size,), initializer="zeros")
+        self.bias = deferrable_weight(self, name="bias", shape=(self.hidden_size,), initializer="zeros")
 
     def call(self, images):
         # Functional models do not enforce their input shape; say what is wrong here.

@@ -24,6 +24,7 @@ from (the ResNet rows of ``keras_vit.checkpoints``' tables)::
 import keras
 from keras import ops
 
+from keras_vit.layers.initializers import deferrable
 from keras_vit.layers.inline import call_inline
 from keras_vit.layers.padding import check_feature_map, conv_output_size, max_pool_same
 from keras_vit.layers.std_conv import StdConv2D, check_std_conv_form
@@ -112,8 +113,10 @@ class _BitLayer(keras.layers.Layer):
         # Keras' GroupNormalization is torch's GroupNorm (contiguous channel groups, biased
         # variance, rsqrt(var + eps), per-channel gamma/beta) and keeps float32 statistics
         # under mixed precision.
-        return keras.layers.GroupNormalization(
-            self.num_groups, epsilon=self.group_norm_epsilon, dtype=self.dtype_policy, name=name
+        return deferrable(
+            keras.layers.GroupNormalization(
+                self.num_groups, epsilon=self.group_norm_epsilon, dtype=self.dtype_policy, name=name
+            )
         )
 
     def get_config(self):

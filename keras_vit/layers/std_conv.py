@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit import checks
+from keras_vit.layers.initializers import deferrable_weight
 from keras_vit.layers.padding import check_feature_map, conv_output_size, pad_same
 
 # How the kernel is scaled after centring. timm (and so the parity tests) uses "var_eps"
@@ -89,11 +90,13 @@ class StdConv2D(keras.layers.Layer):
             f"the output (kernel {self.kernel_size}, strides {self.strides}, padding '{self.padding}')",
         )
         shape = self.kernel_size + (input_shape[-1], self.filters)
-        self.kernel = self.add_weight(name="kernel", shape=shape, initializer=self.kernel_initializer, autocast=False)
+        self.kernel = deferrable_weight(
+            self, name="kernel", shape=shape, initializer=self.kernel_initializer, autocast=False
+        )
         self.bias = None
         if self.use_bias:
-            self.bias = self.add_weight(
-                name="bias", shape=(self.filters,), initializer=self.bias_initializer, autocast=False
+            self.bias = deferrable_weight(
+                self, name="bias", shape=(self.filters,), initializer=self.bias_initializer, autocast=False
             )
 
     def standardized_kernel(self):

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit.layers.initializers import deferrable_weight
 from keras_vit.resampling import axis_weights
 
 POSITION_EMBEDDINGS = ("learned", "sincos2d")
@@ -51,7 +52,7 @@ class ClassToken(keras.layers.Layer):
 
     def build(self, input_shape):
         # Zeros, as the original code initialises it.
-        self.token = self.add_weight(name="token", shape=(1, 1, input_shape[-1]), initializer="zeros")
+        self.token = deferrable_weight(self, name="token", shape=(1, 1, input_shape[-1]), initializer="zeros")
 
     def call(self, tokens):
         batch = ops.shape(tokens)[0]
@@ -117,7 +118,8 @@ class PositionEmbedding(keras.layers.Layer):
     def build(self, input_shape):
         width = input_shape[-1]
         if self.kind == "learned":
-            self.embedding = self.add_weight(
+            self.embedding = deferrable_weight(
+                self,
                 name="embedding",
                 shape=(1, self.num_tokens, width),
                 initializer=keras.initializers.RandomNormal(stddev=0.02),

@@ -12,6 +12,7 @@ from keras.dtype_policies import DTypePolicyMap
 
 from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.heads import TokenPooling
+from keras_vit.layers.initializers import deferrable
 from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.resnet import ResNetBackbone
@@ -43,7 +44,7 @@ def make_layers(spec, dtype_for):
     """The model's layers by role (None where the spec has none), each named for its role."""
 
     def make(name, layer_class, *args, composite=False, **kwargs):
-        return layer_class(*args, name=name, dtype=dtype_for(name, composite), **kwargs)
+        return deferrable(layer_class(*args, name=name, dtype=dtype_for(name, composite), **kwargs))
 
     def block(i):
         return make(
