@@ -21,6 +21,7 @@ import time
 import keras
 import pytest
 from fault_child import SCENARIOS, fingerprint, loads
+from helpers import assert_close_to_scale, to_numpy
 
 import keras_vit
 from keras_vit.training import make_config, pretrain
@@ -144,7 +145,11 @@ def logged_epochs(run_dir):
         return [int(row["epoch"]) for row in csv.DictReader(f) if row["epoch"] != "epoch"]
 
 
-def test_a_training_run_killed_mid_epoch_resumes_and_finishes_as_an_uninterrupted_one(tmp_path):
+@pytest.fixture(scope="module")
+def killed_and_resumed(tmp_path_factory):
+    """A run killed with SIGKILL mid-epoch and started again, and an uninterrupted run of the
+    same config: ``(resumed model, whole run's RunResult, run folder, what the kill hit)``."""
+    tmp_path = tmp_path_factory.mktemp("killed_and_resumed")
     code = RUN.replace("{OPTIONS}", repr(OPTIONS))
     run_dir, counter = tmp_path / "killed" / "run", tmp_path / "steps"
     command = [sys.executable, "-c", code, str(tmp_path / "killed"), str(counter)]
@@ -171,9 +176,40 @@ def test_a_training_run_killed_mid_epoch_resumes_and_finishes_as_an_uninterrupte
 
     # An uninterrupted run of the same config.
     whole = pretrain(make_config("digits_pretrain", output_dir=str(tmp_path / "whole"), run_name="run", **OPTIONS))
+    return resumed, whole, run_dir, killed.split(";")[0]
+
+
+def test_a_training_run_killed_mid_epoch_resumes_and_finishes_as_an_uninterrupted_one(killed_and_resumed):
+    resumed, whole, run_dir, killed = killed_and_resumed
     steps = (int(resumed.optimizer.iterations), int(whole.model.optimizer.iterations))
     assert steps == (EPOCHS * STEPS,) * 2, f"optimizer steps (resumed, whole): {steps}; {killed}"
     epochs = (logged_epochs(run_dir), logged_epochs(whole.run_dir))
     assert epochs == (list(range(EPOCHS)),) * 2, f"logged epochs (resumed, whole): {epochs}; {killed}"
     assert not (run_dir / "backup").exists()  # removed once the run finished
     assert isinstance(resumed, keras_vit.VisionTransformer)
+
+
+# Two uninterrupted runs of this config end with bit-identical weights (each backend), and
+# so does a killed and resumed one once the state below is carried across the restart
+# (checked by patching it into a scratch copy of keras_vit, on each backend); today it is
+# not, and a resumed run's weights differ from the uninterrupted run's by up to 0.3-0.7 of a
+# variable's largest value. (Strict: once keras_vit carries that state, this test passes,
+# is reported as XPASS(strict), and the mark must go.)
+RESUMED_RUN_DIFFERS = (
+    "a resumed run does not continue the uninterrupted one: (1) its training data starts again from "
+    "the first batch (fit makes a new iterator over train.repeat(); RunBackup restores the epoch and "
+    "the optimizer, not the data position); (2) dropout's random state is not in the backup: on jax "
+    "and tensorflow the Dropout layers' seed-generator states (not in .weights.h5), on torch the "
+    "global torch generator (Keras' torch dropout draws from it for a layer without a seed; fit "
+    "draws from it once before the first step, so it must be restored there, not in on_train_begin)"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=RESUMED_RUN_DIFFERS)
+def test_a_training_run_killed_mid_epoch_ends_with_the_uninterrupted_runs_weights(killed_and_resumed):
+    resumed, whole, _, killed = killed_and_resumed
+    expected = {variable.path: to_numpy(variable) for variable in whole.model.weights}
+    assert sorted(variable.path for variable in resumed.weights) == sorted(expected)
+    # The same operations on the same values: equal up to float32 rounding at most.
+    for variable in resumed.weights:
+        assert_close_to_scale(to_numpy(variable), expected[variable.path], 1e-5, f"{variable.path}; {killed}")
