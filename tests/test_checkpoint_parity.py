@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import randomize_torch, to_numpy
+from helpers import randomize_torch, save_torch_state, to_numpy, torch_logits
 
 import keras_vit
 
@@ -20,26 +20,6 @@ TOL = 1e-4
 def images(rng, size, batch=2):
     h, w = (size, size) if isinstance(size, int) else size
     return rng.uniform(-1, 1, (batch, h, w, 3)).astype("float32")
-
-
-def torch_logits(model, x, **kwargs):
-    import torch
-
-    with torch.no_grad():
-        out = model(torch.from_numpy(x.transpose(0, 3, 1, 2)), **kwargs)
-    return (out.logits if hasattr(out, "logits") else out).numpy()
-
-
-def save_torch_state(state_dict, path):
-    import torch
-
-    if path.endswith(".safetensors"):
-        from safetensors.torch import save_file
-
-        save_file({k: v.contiguous() for k, v in state_dict.items()}, path)
-    else:
-        torch.save(state_dict, path)
-    return path
 
 
 # --- timm -------------------------------------------------------------------------------
