@@ -179,9 +179,10 @@ def load_image_folder(path, validation_fraction=0.1, test_fraction=0.2, seed=0):
     the extensions looked for), fewer than two classes, or files that are not images by
     their first bytes, or files that cannot be opened (naming them). An image cut short
     (its format's end marker missing) or a PNG damaged inside (a chunk's checksum) is
-    skipped with a warning naming it; any other image that fails to decode (a JPEG's
-    entropy-coded data, which carries no checksum) is skipped with TensorFlow's warning
-    when the pipeline reaches it, never a crash mid-epoch.
+    skipped with a warning naming it; a JPEG whose entropy-coded data fails to decode is
+    skipped with TensorFlow's warning when the pipeline reaches it, never a crash
+    mid-epoch. Damage the JPEG decoder does not notice (the data carries no checksum)
+    decodes, with its "Corrupt JPEG data" warning, into the garbled image it holds.
 
     Example:
         >>> import os, tempfile, numpy as np
