@@ -10,6 +10,8 @@ that it can be checked on constructed maps.
 
 import numpy as np
 
+from keras_vit.models.graph import block_indices
+
 HEAD_FUSIONS = ("mean", "max", "min")
 
 
@@ -73,10 +75,8 @@ def attention_maps(model, images, blocks=None, batch_size=16):
     >>> attention_maps(model, np.zeros((1, 32, 32, 3))).shape  # 2 blocks, 3 heads, 1 + 2x2 tokens
     (2, 1, 3, 5, 5)
     """
-    from keras_vit.models.vit import _block_indices
-
     check_vit(model, "attention_maps")
-    indices = _block_indices(blocks, model.spec.depth)
+    indices = block_indices(blocks, model.spec.depth)
     images = _images(model, images)
     maps = _attention_model(model).predict(images, batch_size=batch_size, verbose=0)
     maps = maps if isinstance(maps, (list, tuple)) else [maps]  # Keras unwraps a one-block list
