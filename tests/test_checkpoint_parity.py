@@ -10,16 +10,11 @@ import os
 
 import numpy as np
 import pytest
-from helpers import randomize_torch, save_torch_state, to_numpy, torch_logits
+from helpers import images, randomize_torch, save_torch_state, to_numpy, torch_logits
 
 import keras_vit
 
 TOL = 1e-4
-
-
-def images(rng, size, batch=2):
-    h, w = (size, size) if isinstance(size, int) else size
-    return rng.uniform(-1, 1, (batch, h, w, 3)).astype("float32")
 
 
 # --- timm -------------------------------------------------------------------------------
