@@ -16,9 +16,10 @@ def dropout_rows(dropout, rows, tokens, training):
     """``dropout`` of 2-D token rows, drawn over the ``(batch, tokens, ...)`` view of the
     3-D ``tokens`` they came from (None: over the rows as they are).
 
-    Under XLA a random mask over rows whose count comes from a reshape made the whole
-    training step much slower than the same mask over the tokens' shape; where nothing
-    is dropped the rows stay as they are.
+    The same random numbers in the same order either way; XLA compiles the mask over the
+    tokens' own shape better than over rows whose count it infers from a reshape (the
+    benchmark's ``recipe_overhead.py`` shows the training step). Where nothing is dropped
+    the rows stay as they are.
     """
     if not training or dropout.rate == 0 or tokens is None:
         return call_inline(dropout, rows, training=training)
