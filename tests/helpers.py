@@ -31,6 +31,16 @@ def to_numpy(x):
     return keras.ops.convert_to_numpy(x)
 
 
+def logits(model, x):
+    """A Keras model's outputs on ``x``, as numpy; on JAX through one jitted call, since its
+    eager mode compiles every op for every new shape (several times slower for a ResNet)."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        return to_numpy(model.predict_on_batch(x))
+    return to_numpy(model(x))
+
+
 def images(rng, size, batch=2):
     """``batch`` images of ``size`` (an int or ``(height, width)``), uniform in [-1, 1]."""
     h, w = (size, size) if isinstance(size, int) else size

@@ -14,21 +14,18 @@ from helpers import (
     to_numpy,
     torch_logits,
 )
-from test_hybrid import keras_hybrid, timm_hybrid
+from upstream import SMALL_KERAS, SMALL_TIMM, keras_hybrid, timm_hybrid
 
 import keras_vit
 
 TOL = 1e-4
-# A small timm ViT and the same in keras-vit (timm's numerics), on a non-square image.
-TIMM = dict(patch_size=8, embed_dim=32, depth=3, num_heads=2, mlp_ratio=2.0, num_classes=5)
-KERAS = dict(patch_size=8, hidden_size=32, depth=3, num_heads=2, mlp_dim=64, num_classes=5, gelu_approximate=False)
 SIZE = (32, 48)  # a 4x6 patch grid: height and width swapped would not go unnoticed
 
 
 def timm_pair(timm, tmp_path, size=SIZE):
-    peer = randomize_torch(timm.models.vision_transformer.VisionTransformer(img_size=size, **TIMM).eval())
+    peer = randomize_torch(timm.models.vision_transformer.VisionTransformer(img_size=size, **SMALL_TIMM).eval())
     path = save_torch_state(peer.state_dict(), str(tmp_path / "timm.safetensors"))
-    model = keras_vit.VisionTransformer(image_size=size, **KERAS)
+    model = keras_vit.VisionTransformer(image_size=size, **SMALL_KERAS)
     keras_vit.load_weights(model, path, source_grid=(size[0] // 8, size[1] // 8))
     return peer, model, path
 
@@ -95,7 +92,7 @@ def test_hybrid_intermediates_and_stem_stages_match_timm(timm, tmp_path, rng):
 
 
 def test_bad_block_choices_are_clear_errors():
-    model = keras_vit.VisionTransformer(image_size=16, **KERAS)
+    model = keras_vit.VisionTransformer(image_size=16, **SMALL_KERAS)
     with pytest.raises(ValueError, match=r"indices in -3..2 \(the model has 3 blocks\)"):
         model.intermediate_model(blocks=[3])
     with pytest.raises(ValueError, match="count of last blocks in 1..3"):
@@ -107,7 +104,7 @@ def test_bad_block_choices_are_clear_errors():
 
 
 def test_a_dense_head_on_the_backbone_trains_with_fit(tmp_path):
-    vit = keras_vit.VisionTransformer(image_size=SIZE, **KERAS)
+    vit = keras_vit.VisionTransformer(image_size=SIZE, **SMALL_KERAS)
     backbone = vit.intermediate_model(blocks=[-2, -1], norm=True)
     images_in = keras.Input((*SIZE, 3))
     features = backbone(images_in)
@@ -142,7 +139,7 @@ def test_resize_matches_timm_resampling_and_a_timm_model_built_at_that_size(timm
     expected = resample_abs_pos_embed(peer.pos_embed.detach(), new_size=grid, num_prefix_tokens=1).numpy()
     np.testing.assert_allclose(to_numpy(resized.get_layer("position_embedding").embedding), expected, atol=1e-6)
     # timm's own model at that size, from the same checkpoint (its loader resamples the same way).
-    peer_at_size = timm.models.vision_transformer.VisionTransformer(img_size=new_size, **TIMM).eval()
+    peer_at_size = timm.models.vision_transformer.VisionTransformer(img_size=new_size, **SMALL_TIMM).eval()
     state = timm.models.vision_transformer.checkpoint_filter_fn(peer.state_dict(), peer_at_size)
     peer_at_size.load_state_dict(state)
     x = images(rng, new_size)
@@ -151,10 +148,10 @@ def test_resize_matches_timm_resampling_and_a_timm_model_built_at_that_size(timm
 
 
 def test_a_keras_file_loads_into_the_transposed_grid_resampled(tmp_path):
-    wide = keras_vit.VisionTransformer(image_size=(48, 80), **KERAS)  # a 6x10 grid
+    wide = keras_vit.VisionTransformer(image_size=(48, 80), **SMALL_KERAS)  # a 6x10 grid
     path = str(tmp_path / "wide.keras")
     wide.save(path)
-    tall = keras_vit.VisionTransformer(image_size=(80, 48), **KERAS)  # 10x6: the same 60 tokens
+    tall = keras_vit.VisionTransformer(image_size=(80, 48), **SMALL_KERAS)  # 10x6: the same 60 tokens
     report = keras_vit.load_weights(tall, path)
     assert report.source_grid == (6, 10) and not report.grid_assumed
     assert "position_embedding/embedding" in report.resampled
@@ -163,13 +160,13 @@ def test_a_keras_file_loads_into_the_transposed_grid_resampled(tmp_path):
 
 
 def test_a_file_without_a_grid_says_which_grid_it_assumed(timm, tmp_path):
-    peer = timm.models.vision_transformer.VisionTransformer(img_size=48, **TIMM).eval()  # 6x6 = 36 tokens
+    peer = timm.models.vision_transformer.VisionTransformer(img_size=48, **SMALL_TIMM).eval()  # 6x6 = 36 tokens
     path = save_torch_state(peer.state_dict(), str(tmp_path / "square.pth"))
-    same_count = keras_vit.VisionTransformer(image_size=(32, 72), **KERAS)  # 4x9 = 36 tokens: its own grid
+    same_count = keras_vit.VisionTransformer(image_size=(32, 72), **SMALL_KERAS)  # 4x9 = 36 tokens: its own grid
     with pytest.warns(UserWarning, match=r"taken as a \(4, 9\) grid for the model's \(4, 9\)"):
         report = keras_vit.load_weights(same_count, path)
     assert report.grid_assumed and report.source_grid == (4, 9) and not report.resampled
-    other_count = keras_vit.VisionTransformer(image_size=(32, 64), **KERAS)  # 4x8: a square 6x6 is assumed
+    other_count = keras_vit.VisionTransformer(image_size=(32, 64), **SMALL_KERAS)  # 4x8: a square 6x6 is assumed
     with pytest.warns(UserWarning, match=r"taken as a \(6, 6\) grid for the model's \(4, 8\)"):
         report = keras_vit.load_weights(other_count, path)
     assert report.grid_assumed and report.source_grid == (6, 6) and report.resampled
@@ -186,10 +183,10 @@ DYNAMIC_SIZES = [(16, 40), (48, 32), (56, 72)]
 
 
 def test_dynamic_image_size_matches_timm_at_three_sizes(timm, tmp_path, rng):
-    peer = timm.models.vision_transformer.VisionTransformer(img_size=32, dynamic_img_size=True, **TIMM)
+    peer = timm.models.vision_transformer.VisionTransformer(img_size=32, dynamic_img_size=True, **SMALL_TIMM)
     peer = randomize_torch(peer.eval())
     path = save_torch_state(peer.state_dict(), str(tmp_path / "timm.safetensors"))
-    model = keras_vit.VisionTransformer(image_size=32, dynamic_image_size=True, **KERAS)
+    model = keras_vit.VisionTransformer(image_size=32, dynamic_image_size=True, **SMALL_KERAS)
     keras_vit.load_weights(model, path)
     assert model.input_shape == (None, None, None, 3)
     for size in DYNAMIC_SIZES:
@@ -235,7 +232,7 @@ def test_position_table_resampled_in_the_graph_as_timm(timm, rng, interpolation)
 
 def test_dynamic_model_compiles_once_per_size_and_equals_the_resized_model(rng, monkeypatch):
     # Informative weights: with the initial zero head every size's logits are 0 and equal.
-    model = randomize_keras(keras_vit.VisionTransformer(image_size=32, dynamic_image_size=True, **KERAS))
+    model = randomize_keras(keras_vit.VisionTransformer(image_size=32, dynamic_image_size=True, **SMALL_KERAS))
     sizes = [(32, 32), (16, 48), (32, 32), (16, 48), (48, 24), (16, 48), (48, 24)]
     inputs = {size: images(rng, size) for size in sizes}
     expected = {size: to_numpy(keras_vit.resize(model, size)(x)) for size, x in inputs.items()}
@@ -258,7 +255,7 @@ def test_dynamic_model_compiles_once_per_size_and_equals_the_resized_model(rng, 
 
 
 def test_dynamic_model_trains_on_batches_of_two_sizes_and_reloads(tmp_path):
-    model = keras_vit.VisionTransformer(image_size=32, dynamic_image_size=True, **KERAS)
+    model = keras_vit.VisionTransformer(image_size=32, dynamic_image_size=True, **SMALL_KERAS)
     rng = np.random.default_rng(0)
     batches = []
     for size in [(32, 32), (16, 48)]:
@@ -286,7 +283,7 @@ def test_dynamic_savedmodel_serves_two_sizes(tmp_path, rng):
     from keras_vit.export import export_model
     from keras_vit.export.runtime import load_exported
 
-    model = randomize_keras(keras_vit.VisionTransformer(image_size=32, dynamic_image_size=True, **KERAS))
+    model = randomize_keras(keras_vit.VisionTransformer(image_size=32, dynamic_image_size=True, **SMALL_KERAS))
     result = export_model(model, str(tmp_path / "export"), formats="savedmodel")
     serve = load_exported(result.paths["savedmodel"], signature="serving_preprocessed")
     for size in [(32, 32), (16, 48)]:
@@ -299,7 +296,7 @@ def test_dynamic_savedmodel_serves_two_sizes(tmp_path, rng):
 
 
 def test_dynamic_images_the_model_cannot_take_are_clear_errors():
-    model = keras_vit.VisionTransformer(image_size=32, dynamic_image_size=True, **KERAS)
+    model = keras_vit.VisionTransformer(image_size=32, dynamic_image_size=True, **SMALL_KERAS)
     with pytest.raises(ValueError, match=r"image height 4 is smaller than one 8-pixel patch"):
         model(np.zeros((1, 4, 32, 3), "float32"))
     with pytest.raises(ValueError, match=r"image width 36 is not a multiple of one 8-pixel patch"):
@@ -308,6 +305,6 @@ def test_dynamic_images_the_model_cannot_take_are_clear_errors():
                           dynamic_image_size=True)  # fmt: skip
     with pytest.raises(ValueError, match=r"smaller than one 8-pixel patch \(ResNet stride x patch size\)"):
         hybrid(np.zeros((1, 32, 4, 3), "float32"))
-    fixed = keras_vit.VisionTransformer(image_size=32, **KERAS)
+    fixed = keras_vit.VisionTransformer(image_size=32, **SMALL_KERAS)
     with pytest.raises(ValueError, match="expected shape=.*32, 32, 3"):
         fixed(np.zeros((1, 32, 48, 3), "float32"))

@@ -2,19 +2,22 @@
 
 Each peer model gets random weights, is saved to a file in the peer's own format, and
 that file is loaded with ``keras_vit.load_weights``; both models then see the same
-images. fp32 logits must agree within 1e-4 (max abs).
+images. Weights are informative (``helpers``), and fp32 logits must agree within 1e-4 of
+their largest magnitude (``assert_close_to_scale``); ``test_numerics.py`` shows that each
+checkpoint numerics option set wrong breaks that bound.
 """
 
 import json
 import os
 
-import numpy as np
 import pytest
-from helpers import images, randomize_torch, save_torch_state, to_numpy, torch_logits
+from helpers import assert_close_to_scale, images, randomize_torch, save_torch_state, to_numpy, torch_logits
+from upstream import HF_CASES, hf_model, keras_for_hf, write_original_npz
 
 import keras_vit
 
-TOL = 1e-4
+# fp32 parity: max |ours - the peer's| <= RTOL x max |the peer's logits|.
+RTOL = 1e-4
 
 
 # --- timm -------------------------------------------------------------------------------
@@ -54,7 +57,7 @@ TIMM_CASES = {
 
 def _timm_pair(timm, case):
     timm_kwargs, keras_kwargs, size, filename = TIMM_CASES[case]
-    peer = randomize_torch(timm.models.vision_transformer.VisionTransformer(**timm_kwargs).eval())
+    peer = randomize_torch(timm.models.vision_transformer.VisionTransformer(**timm_kwargs).eval(), informative=True)
     model = keras_vit.VisionTransformer(**keras_kwargs, gelu_approximate=False)
     return peer, model, size, filename
 
@@ -66,15 +69,15 @@ def test_timm_checkpoint_matches_timm(timm, case, tmp_path, rng):
     report = keras_vit.load_weights(model, path)
     assert report.layout == "timm" and not report.fresh and not report.unused
     x = images(rng, size)
-    np.testing.assert_allclose(to_numpy(model(x)), torch_logits(peer, x), atol=TOL, rtol=0)
+    assert_close_to_scale(to_numpy(model(x)), torch_logits(peer, x), RTOL)
 
 
 def test_named_vit_s16_matches_timm_vit_small_patch16_224(timm, tmp_path, rng):
-    peer = randomize_torch(timm.create_model("vit_small_patch16_224", pretrained=False).eval())
+    peer = randomize_torch(timm.create_model("vit_small_patch16_224", pretrained=False).eval(), informative=True)
     model = keras_vit.create_model("vit_s16", gelu_approximate=False)
     keras_vit.load_weights(model, save_torch_state(peer.state_dict(), str(tmp_path / "s16.pth")))
     x = images(rng, 224, batch=1)
-    np.testing.assert_allclose(to_numpy(model(x)), torch_logits(peer, x), atol=TOL, rtol=0)
+    assert_close_to_scale(to_numpy(model(x)), torch_logits(peer, x), RTOL)
 
 
 def test_timm_checkpoint_at_higher_resolution_matches_timm_resampling(timm, tmp_path, rng):
@@ -82,7 +85,7 @@ def test_timm_checkpoint_at_higher_resolution_matches_timm_resampling(timm, tmp_
     # same by default. Our resampler reproduces torch's kernel exactly (float64 vs float32
     # rounding only), so the bound stays the fp32 parity bound of 1e-4.
     timm_kwargs, keras_kwargs, _, _ = TIMM_CASES["tiny_p16_token"]
-    low = randomize_torch(timm.models.vision_transformer.VisionTransformer(**timm_kwargs).eval())
+    low = randomize_torch(timm.models.vision_transformer.VisionTransformer(**timm_kwargs).eval(), informative=True)
     path = save_torch_state(low.state_dict(), str(tmp_path / "low.pth"))
     high = timm.models.vision_transformer.VisionTransformer(**{**timm_kwargs, "img_size": 96}).eval()
     vit_module = timm.models.vision_transformer
@@ -91,50 +94,10 @@ def test_timm_checkpoint_at_higher_resolution_matches_timm_resampling(timm, tmp_
     report = keras_vit.load_weights(model, path)
     assert report.resampled == {"position_embedding/embedding": ((1, 17, 64), (1, 37, 64))}
     x = images(rng, 96)
-    np.testing.assert_allclose(to_numpy(model(x)), torch_logits(high, x), atol=TOL, rtol=0)
+    assert_close_to_scale(to_numpy(model(x)), torch_logits(high, x), RTOL)
 
 
 # --- the original .npz layout, read by timm's own npz loader ---------------------------
-
-
-def write_original_npz(path, rng, width, depth, heads, mlp, patch, tokens, classes, channels=3):
-    """A random checkpoint in google-research/vision_transformer's exact key layout."""
-    hd = width // heads
-    arrays = {
-        "embedding/kernel": (patch, patch, channels, width),
-        "embedding/bias": (width,),
-        "cls": (1, 1, width),
-        "Transformer/posembed_input/pos_embedding": (1, tokens, width),
-        "Transformer/encoder_norm/scale": (width,),
-        "Transformer/encoder_norm/bias": (width,),
-        "head/kernel": (width, classes),
-        "head/bias": (classes,),
-    }
-    for i in range(depth):
-        b = f"Transformer/encoderblock_{i}/"
-        a = b + "MultiHeadDotProductAttention_1/"
-        arrays.update(
-            {
-                b + "LayerNorm_0/scale": (width,),
-                b + "LayerNorm_0/bias": (width,),
-                b + "LayerNorm_2/scale": (width,),
-                b + "LayerNorm_2/bias": (width,),
-                a + "out/kernel": (heads, hd, width),
-                a + "out/bias": (width,),
-                b + "MlpBlock_3/Dense_0/kernel": (width, mlp),
-                b + "MlpBlock_3/Dense_0/bias": (mlp,),
-                b + "MlpBlock_3/Dense_1/kernel": (mlp, width),
-                b + "MlpBlock_3/Dense_1/bias": (width,),
-            }
-        )
-        for n in ("query", "key", "value"):
-            arrays.update({a + f"{n}/kernel": (width, heads, hd), a + f"{n}/bias": (heads, hd)})
-    values = {}
-    for k, shape in arrays.items():
-        scale = 0.1 if "scale" in k else 0.05
-        values[k] = ((1.0 if "scale" in k else 0.0) + scale * rng.standard_normal(shape)).astype("float32")
-    np.savez(path, **values)
-    return path
 
 
 @pytest.mark.parametrize("image_size", [32, 64], ids=["same_grid", "higher_resolution"])
@@ -160,45 +123,28 @@ def test_original_npz_matches_timm_npz_loader(timm, tmp_path, rng, image_size):
     report = keras_vit.load_weights(model, path)
     assert report.layout == "original" and not report.unused
     x = images(rng, image_size)
-    np.testing.assert_allclose(to_numpy(model(x)), torch_logits(peer, x), atol=TOL, rtol=0)
+    assert_close_to_scale(to_numpy(model(x)), torch_logits(peer, x), RTOL)
 
 
 # --- HF transformers ----------------------------------------------------------------------
 
-# fmt: off
-HF_CASES = {
-    # id: (ViTConfig kwargs, file written)
-    "p16_classifier_safetensors": (dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                        intermediate_size=128, image_size=64, patch_size=16, num_labels=6),
-                                   "model.safetensors"),
-    "p8_classifier_bin": (dict(hidden_size=48, num_hidden_layers=3, num_attention_heads=3,
-                               intermediate_size=96, image_size=48, patch_size=8, num_labels=4),
-                          "pytorch_model.bin"),
-}
-# fmt: on
 
-
-def _hf_model(config_kwargs, directory):
+def test_hf_config_maps_to_its_numerics():
+    # HF's ViTConfig: "gelu" is the exact erf form, layer_norm_eps defaults to 1e-12; the
+    # model built from it uses them in every LayerNorm.
     import transformers
 
-    config = transformers.ViTConfig(**config_kwargs)
-    peer = randomize_torch(transformers.ViTForImageClassification(config).eval())
-    peer.save_pretrained(directory)
-    return peer, config
-
-
-def _keras_for_hf(config, image_size=None):
-    from keras_vit.checkpoints.layouts import spec_options_from_hf_config
-
-    options = spec_options_from_hf_config(config.to_dict())
-    assert options["gelu_approximate"] is False  # HF's "gelu" is the exact form
-    return keras_vit.VisionTransformer(**dict(options, image_size=image_size or config.image_size))
+    config = transformers.ViTConfig(**HF_CASES["p16_classifier_safetensors"][0])
+    model = keras_for_hf(config)
+    assert model.spec.gelu_approximate is False and model.spec.layer_norm_epsilon == 1e-12
+    norms = [layer for layer in model._flatten_layers() if "norm" in type(layer).__name__.lower()]
+    assert norms and {layer.epsilon for layer in norms} == {1e-12}
 
 
 @pytest.mark.parametrize("case", sorted(HF_CASES))
 def test_hf_checkpoint_matches_transformers(case, tmp_path, rng):
     config_kwargs, filename = HF_CASES[case]
-    peer, config = _hf_model(config_kwargs, tmp_path)
+    peer, config = hf_model(config_kwargs, tmp_path)
     path = str(tmp_path / "model.safetensors")
     if filename == "pytorch_model.bin":
         # The hub's older files: the same names, pickled by torch.
@@ -208,26 +154,26 @@ def test_hf_checkpoint_matches_transformers(case, tmp_path, rng):
         torch.save(load_file(path), str(tmp_path / filename))
         os.remove(path)
         path = str(tmp_path / filename)
-    model = _keras_for_hf(config)
+    model = keras_for_hf(config)
     report = keras_vit.load_weights(model, path)
     assert report.layout == "hf" and not report.fresh and not report.unused
     x = images(rng, config.image_size)
-    np.testing.assert_allclose(to_numpy(model(x)), torch_logits(peer, x), atol=TOL, rtol=0)
+    assert_close_to_scale(to_numpy(model(x)), torch_logits(peer, x), RTOL)
 
 
 def test_hf_checkpoint_at_higher_resolution_matches_interpolate_pos_encoding(tmp_path, rng):
     config_kwargs, _ = HF_CASES["p16_classifier_safetensors"]
-    peer, config = _hf_model(config_kwargs, tmp_path)
-    model = _keras_for_hf(config, image_size=96)
+    peer, config = hf_model(config_kwargs, tmp_path)
+    model = keras_for_hf(config, image_size=96)
     keras_vit.load_weights(model, str(tmp_path / "model.safetensors"))
     x = images(rng, 96)
     expected = torch_logits(peer, x, interpolate_pos_encoding=True)
-    np.testing.assert_allclose(to_numpy(model(x)), expected, atol=TOL, rtol=0)
+    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
 
 
 def test_hf_file_layout_is_the_hub_layout(tmp_path):
     # transformers 5 renames some keys in memory; the files must keep the hub's names.
-    _hf_model(HF_CASES["p16_classifier_safetensors"][0], tmp_path)
+    hf_model(HF_CASES["p16_classifier_safetensors"][0], tmp_path)
     from safetensors.numpy import load_file
 
     keys = set(load_file(str(tmp_path / "model.safetensors")))

@@ -1,26 +1,26 @@
 """Hybrid ResNet(BiT)+ViT: peers' checkpoints, resolution, named sizes, saving, training.
 
-Like ``test_checkpoint_parity.py``: each peer model gets random weights and is saved in
-the peer's own format, that file is loaded with ``keras_vit.load_weights``, and both
-models see the same images; fp32 logits must agree within 1e-4 (max abs). The peer is
-timm's hybrid: ``ResNetV2(preact=False, stem_type='same', StdConv2dSame(eps=1e-8))``
-(``_resnetv2``) in a ``HybridEmbed``, as in timm's ``vit_*_r*`` models. Depths are
-reduced to keep the tests quick; widths are the real ones (ResNet 64, ViT-S).
+Like ``test_checkpoint_parity.py``: each peer model gets informative random weights and
+is saved in the peer's own format, that file is loaded with ``keras_vit.load_weights``,
+and both models see the same images; fp32 logits must agree within 1e-4 of their largest
+magnitude. The peer is timm's hybrid (``upstream.timm_hybrid``). Depths are reduced to
+keep the tests quick; widths are the real ones (ResNet 64, ViT-S).
 """
 
 import textwrap
-from functools import partial
 
 import keras
 import numpy as np
 import pytest
-from conftest import randomize_torch, run_on_next_backend, to_numpy
-from test_checkpoint_parity import images, save_torch_state, torch_logits, write_original_npz
+from conftest import run_on_next_backend
+from helpers import assert_close_to_scale, images, logits, randomize_torch, save_torch_state, to_numpy, torch_logits
+from upstream import keras_hybrid, timm_hybrid, write_original_hybrid_npz
 
 import keras_vit
 from keras_vit.models.registry import get_spec
 
-TOL = 1e-4
+# fp32 parity, as in test_checkpoint_parity.py: relative to the largest logit.
+RTOL = 1e-4
 
 
 @pytest.fixture(autouse=True)
@@ -43,40 +43,6 @@ NAMED = {
 }
 
 
-def timm_hybrid(timm, block_units, width, img_size, **vit_kwargs):
-    """timm's hybrid ViT with the ResNet ``_resnetv2`` builds, at any width."""
-    from timm.layers import HybridEmbed, StdConv2dSame
-    from timm.models.resnetv2 import ResNetV2
-
-    backbone = ResNetV2(
-        layers=block_units,
-        channels=tuple(4 * width * 2**i for i in range(4)),
-        stem_chs=width,
-        num_classes=0,
-        global_pool="",
-        preact=False,
-        stem_type="same",
-        conv_layer=partial(StdConv2dSame, eps=1e-8),
-    )
-    return timm.models.vision_transformer.VisionTransformer(
-        img_size=img_size, patch_size=1, embed_layer=partial(HybridEmbed, backbone=backbone), **vit_kwargs
-    ).eval()
-
-
-def logits(model, x):
-    """The model's output on ``x``; on JAX through one jitted call, since its eager mode
-    compiles every op for every new shape (several times slower for a ResNet)."""
-    if keras.backend.backend() == "jax":
-        return to_numpy(model.predict_on_batch(x))
-    return to_numpy(model(x))
-
-
-def keras_hybrid(block_units, width, image_size, **kwargs):
-    return keras_vit.VisionTransformer(
-        image_size=image_size, patch_size=1, resnet_block_units=block_units, resnet_width=width, **kwargs
-    )
-
-
 # --- timm state dicts ------------------------------------------------------------------
 
 # All models below share the ResNet width (64, the paper's) and ViT-S's widths, so that each
@@ -92,7 +58,8 @@ def test_timm_hybrid_checkpoint_matches_timm(timm, tmp_path, rng):
     peer = randomize_torch(
         timm_hybrid(
             timm, units, 64, size, **S, depth=2, num_classes=5, global_pool="avg", class_token=False, fc_norm=False
-        )
+        ),
+        informative=True,
     )
     path = save_torch_state(peer.state_dict(), str(tmp_path / "model.safetensors"))
     model = keras_hybrid(units, 64, size, **S_KERAS, depth=2, num_classes=5, pooling="gap", gelu_approximate=False)
@@ -100,25 +67,27 @@ def test_timm_hybrid_checkpoint_matches_timm(timm, tmp_path, rng):
     assert report.layout == "timm" and not report.fresh and not report.unused
     assert "resnet/stage_2/unit_2/conv2/kernel" in report.loaded
     x = images(rng, size)
-    np.testing.assert_allclose(logits(model, x), torch_logits(peer, x), atol=TOL, rtol=0)
+    assert_close_to_scale(logits(model, x), torch_logits(peer, x), RTOL)
 
 
 def test_named_r26_vit_s32_matches_timm_vit_small_r26_s32(timm, tmp_path, rng):
     # timm's own named model (its `_resnetv2((2, 2, 2, 2))`, stride 32: a 2x2 grid), with
     # one encoder block, at 64 px, in a torch pickle.
-    peer = randomize_torch(timm.create_model("vit_small_r26_s32_224", img_size=64, depth=1, num_classes=10).eval())
+    peer = randomize_torch(
+        timm.create_model("vit_small_r26_s32_224", img_size=64, depth=1, num_classes=10).eval(), informative=True
+    )
     path = save_torch_state(peer.state_dict(), str(tmp_path / "r26_s32.pth"))
     model = keras_vit.create_model("r26_vit_s32", image_size=64, depth=1, num_classes=10, gelu_approximate=False)
     report = keras_vit.load_weights(model, path)
     assert not report.fresh and not report.unused
     x = images(rng, 64)
-    np.testing.assert_allclose(logits(model, x), torch_logits(peer, x), atol=TOL, rtol=0)
+    assert_close_to_scale(logits(model, x), torch_logits(peer, x), RTOL)
 
 
 def test_timm_hybrid_at_higher_resolution_matches_timm_resampling(timm, tmp_path, rng):
     # 64 px -> a 4x4 feature grid, 96 px -> 6x6: timm's hybrid checkpoint_filter_fn
     # resamples the position embedding (bicubic, antialias), load_weights does the same.
-    low = randomize_torch(timm_hybrid(timm, (1, 1, 1), 64, 64, **S, depth=1, num_classes=3))
+    low = randomize_torch(timm_hybrid(timm, (1, 1, 1), 64, 64, **S, depth=1, num_classes=3), informative=True)
     path = save_torch_state(low.state_dict(), str(tmp_path / "low.pth"))
     high = timm_hybrid(timm, (1, 1, 1), 64, 96, **S, depth=1, num_classes=3)
     high.load_state_dict(timm.models.vision_transformer_hybrid.checkpoint_filter_fn(low.state_dict(), high))
@@ -126,41 +95,10 @@ def test_timm_hybrid_at_higher_resolution_matches_timm_resampling(timm, tmp_path
     report = keras_vit.load_weights(model, path)
     assert report.resampled == {"position_embedding/embedding": ((1, 17, 384), (1, 37, 384))}
     x = images(rng, 96)
-    np.testing.assert_allclose(logits(model, x), torch_logits(high, x), atol=TOL, rtol=0)
+    assert_close_to_scale(logits(model, x), torch_logits(high, x), RTOL)
 
 
 # --- the original .npz layout (R50+ViT-B/16's key names), read by timm's npz loader -------
-
-
-def write_original_hybrid_npz(path, rng, block_units, resnet_width, **vit):
-    """The ViT keys of ``write_original_npz`` plus the BiT ResNet's, as the hybrid .npz files
-    (e.g. R50+ViT-B_16.npz) name them: ``conv_root``, ``gn_root``, ``block{i}/unit{j}/...``."""
-    width = resnet_width
-    write_original_npz(path, rng, channels=4 * width * 2 ** (len(block_units) - 1), patch=1, **vit)
-    shapes = {"conv_root/kernel": (7, 7, 3, width), "gn_root/scale": (width,), "gn_root/bias": (width,)}
-    cin = width
-    for i, units in enumerate(block_units, 1):
-        mid = width * 2 ** (i - 1)
-        for j in range(1, units + 1):
-            u = f"block{i}/unit{j}/"
-            shapes.update(
-                {
-                    u + "conv1/kernel": (1, 1, cin, mid),
-                    u + "conv2/kernel": (3, 3, mid, mid),
-                    u + "conv3/kernel": (1, 1, mid, 4 * mid),
-                }
-            )
-            if j == 1:
-                shapes[u + "conv_proj/kernel"] = (1, 1, cin, 4 * mid)
-            for n, c in (("gn1", mid), ("gn2", mid), ("gn3", 4 * mid)) + ((("gn_proj", 4 * mid),) if j == 1 else ()):
-                shapes.update({u + f"{n}/scale": (c,), u + f"{n}/bias": (c,)})
-            cin = 4 * mid
-    arrays = dict(np.load(path))
-    for k, shape in shapes.items():
-        base, scale = (1.0, 0.1) if k.endswith("scale") else (0.0, 0.05)
-        arrays[k] = (base + scale * rng.standard_normal(shape)).astype("float32")
-    np.savez(path, **arrays)
-    return path
 
 
 @pytest.mark.parametrize("image_size", [32, 64], ids=["same_grid", "higher_resolution"])
@@ -180,7 +118,7 @@ def test_original_hybrid_npz_matches_timm_npz_loader(timm, tmp_path, rng, image_
     report = keras_vit.load_weights(model, path)
     assert report.layout == "original" and not report.unused and not report.fresh
     x = images(rng, image_size)
-    np.testing.assert_allclose(logits(model, x), torch_logits(peer, x), atol=TOL, rtol=0)
+    assert_close_to_scale(logits(model, x), torch_logits(peer, x), RTOL)
 
 
 def test_resnet_paths_count_from_0_and_map_to_both_layouts():

@@ -119,3 +119,32 @@ def test_the_cycle_check_finds_a_cycle_a_local_import_hides(tmp_path):
     assert found == {("pkg.sub.low", "pkg.front"): 2}  # heavy imports nothing back: a lazy import is fine
     imports = package_imports(str(tmp_path), "pkg")["pkg.sub.low"]
     assert imports == [("pkg.front", True, 2), ("pkg.heavy", True, 2), ("pkg.heavy", True, 3)]
+
+
+def imported_test_modules(tests_dir):
+    """{test file: the test_* modules it imports}: tests share code through the helper
+    modules (helpers, upstream, npz_reference, http_server, conftest), never each other."""
+    found = {}
+    for name in sorted(os.listdir(tests_dir)):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(tests_dir, name)) as f:
+            tree = ast.parse(f.read())
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module)
+        imported = sorted(n for n in names if n.split(".")[0].startswith("test_"))
+        if imported:
+            found[name] = imported
+    return found
+
+
+def test_no_test_file_imports_another(tmp_path):
+    assert imported_test_modules(os.path.dirname(os.path.abspath(__file__))) == {}
+    # The check sees such an import.
+    (tmp_path / "test_a.py").write_text("from test_b import thing\n")
+    (tmp_path / "helpers.py").write_text("import numpy\n")
+    assert imported_test_modules(str(tmp_path)) == {"test_a.py": ["test_b"]}

@@ -7,9 +7,8 @@ import keras
 import numpy as np
 import pytest
 from conftest import TINY_ENCODER, randomize_torch, to_numpy
-from test_backbone import KERAS, TIMM
-from test_checkpoint_parity import HF_CASES, _hf_model, _keras_for_hf, images, save_torch_state
-from test_hybrid import keras_hybrid
+from helpers import images, save_torch_state
+from upstream import HF_CASES, SMALL_KERAS, SMALL_TIMM, hf_model, keras_for_hf, keras_hybrid
 
 import keras_vit
 from keras_vit import inspect
@@ -120,9 +119,9 @@ def test_embedding_filter_components_are_recovered(rng):
 def test_attention_maps_equal_timms_explicit_attention_and_predict_stays_fused(timm, tmp_path, rng, monkeypatch):
     import torch
 
-    peer = randomize_torch(timm.models.vision_transformer.VisionTransformer(img_size=(32, 48), **TIMM).eval())
+    peer = randomize_torch(timm.models.vision_transformer.VisionTransformer(img_size=(32, 48), **SMALL_TIMM).eval())
     path = save_torch_state(peer.state_dict(), str(tmp_path / "timm.safetensors"))
-    model = keras_vit.VisionTransformer(image_size=(32, 48), **KERAS)
+    model = keras_vit.VisionTransformer(image_size=(32, 48), **SMALL_KERAS)
     keras_vit.load_weights(model, path, source_grid=(4, 6))
     captured = []
     for block in peer.blocks:
@@ -154,9 +153,9 @@ def test_attention_maps_equal_hf_output_attentions(tmp_path, rng):
     import transformers
 
     config_kwargs, _ = HF_CASES["p8_classifier_bin"]
-    _, config = _hf_model(config_kwargs, tmp_path)
+    _, config = hf_model(config_kwargs, tmp_path)
     peer = transformers.ViTForImageClassification.from_pretrained(str(tmp_path), attn_implementation="eager").eval()
-    model = _keras_for_hf(config)
+    model = keras_for_hf(config)
     keras_vit.load_weights(model, str(tmp_path / "model.safetensors"))
     x = images(rng, config.image_size)
     with torch.no_grad():

@@ -16,7 +16,7 @@ import keras
 import numpy as np
 import pytest
 from conftest import to_numpy
-from test_checkpoint_parity import write_original_npz
+from upstream import write_original_npz
 
 import keras_vit
 from keras_vit.commands import COMMANDS, command
