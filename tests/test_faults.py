@@ -189,23 +189,9 @@ def test_a_training_run_killed_mid_epoch_resumes_and_finishes_as_an_uninterrupte
     assert isinstance(resumed, keras_vit.VisionTransformer)
 
 
-# Two uninterrupted runs of this config end with bit-identical weights (each backend), and
-# so does a killed and resumed one once the state below is carried across the restart
-# (checked by patching it into a scratch copy of keras_vit, on each backend); today it is
-# not, and a resumed run's weights differ from the uninterrupted run's by up to 0.3-0.7 of a
-# variable's largest value. (Strict: once keras_vit carries that state, this test passes,
-# is reported as XPASS(strict), and the mark must go.)
-RESUMED_RUN_DIFFERS = (
-    "a resumed run does not continue the uninterrupted one: (1) its training data starts again from "
-    "the first batch (fit makes a new iterator over train.repeat(); RunBackup restores the epoch and "
-    "the optimizer, not the data position); (2) dropout's random state is not in the backup: on jax "
-    "and tensorflow the Dropout layers' seed-generator states (not in .weights.h5), on torch the "
-    "global torch generator (Keras' torch dropout draws from it for a layer without a seed; fit "
-    "draws from it once before the first step, so it must be restored there, not in on_train_begin)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=RESUMED_RUN_DIFFERS)
+# The backup carries the data position (the stream skips the finished epochs) and the random
+# state (the dropout layers' seed generators; torch's global generator), so the resumed run
+# repeats the uninterrupted run's operations on the same values.
 def test_a_training_run_killed_mid_epoch_ends_with_the_uninterrupted_runs_weights(killed_and_resumed):
     resumed, whole, _, killed = killed_and_resumed
     expected = {variable.path: to_numpy(variable) for variable in whole.model.weights}

@@ -5,7 +5,12 @@ process killed while one is being written leaves a half-written file, and a back
 weights and epoch count are two files can be caught between them (the weights of epoch
 ``n``, the count of epoch ``n - 1``: a resumed run would train one epoch too many). Here
 each file is written beside its target and renamed into place (``keras_vit.saving``), and
-the backup commits its two parts with one rename.
+the backup commits its parts with one rename.
+
+A resumed run continues the uninterrupted one: besides the weights and the optimizer, the
+backup holds the random state that training draws from (the seed generators of the
+dropout layers, and on PyTorch the global generator that Keras' unseeded dropout uses), and
+the run's data stream is skipped to the resumed epoch (``training/run.py``).
 """
 
 import json
@@ -13,6 +18,7 @@ import math
 import os
 
 import keras
+import numpy as np
 
 from keras_vit.saving import atomic_path, save_model
 
@@ -24,8 +30,9 @@ class RunBackup(keras.callbacks.BackupAndRestore):
     """``keras.callbacks.BackupAndRestore`` whose backup is never half-written.
 
     After each epoch the weights (the optimizer's state included) go to a new file,
-    ``epoch-<n>.weights.h5``; then ``state.json``, which names that file and the epoch
-    count, replaces the previous one in a single rename: the commit. Older weight files are
+    ``epoch-<n>.weights.h5``, and the random state to ``epoch-<n>.random.npz``; then
+    ``state.json``, which names those files and the epoch count, replaces the previous one
+    in a single rename: the commit. Older weight files are
     removed after it. A run killed at any moment, even while the backup is being written,
     finds either the old backup or the new one, whole, and resumes from it.
 
@@ -42,7 +49,7 @@ class RunBackup(keras.callbacks.BackupAndRestore):
     >>> backup = RunBackup(folder, delete_checkpoint=False)
     >>> _ = model.fit(images, labels, epochs=2, callbacks=[backup], verbose=0)
     >>> sorted(os.listdir(folder)), read_state(folder)["epoch"]
-    (['epoch-2.weights.h5', 'state.json'], 2)
+    (['epoch-2.random.npz', 'epoch-2.weights.h5', 'state.json'], 2)
     """
 
     def __init__(self, backup_dir, delete_checkpoint=True):
@@ -57,25 +64,61 @@ class RunBackup(keras.callbacks.BackupAndRestore):
             self.model.optimizer.build(self.model.trainable_variables)
         self.model.load_weights(weights)
         self.model._initial_epoch = state["epoch"]  # where Keras' own callback puts it: fit reads it
+        self._pending_torch_state = None
+        if state.get("random"):
+            with np.load(os.path.join(self.backup_dir, state["random"])) as saved:
+                for i, variable in enumerate(_seed_states(self.model)):
+                    variable.assign(saved[f"seed_{i}"])
+                if "torch" in saved:
+                    self._pending_torch_state = saved["torch"]
+
+    def on_train_batch_begin(self, batch, logs=None):
+        # fit draws from torch's global generator as it starts, after on_train_begin: the
+        # saved state goes back in just before the first step.
+        if getattr(self, "_pending_torch_state", None) is not None:
+            import torch
+
+            torch.set_rng_state(torch.from_numpy(self._pending_torch_state))
+            self._pending_torch_state = None
 
     def on_epoch_end(self, epoch, logs=None):
         done = epoch + 1
-        name = f"epoch-{done}.weights.h5"
+        names = {"weights": f"epoch-{done}.weights.h5", "random": f"epoch-{done}.random.npz"}
         os.makedirs(self.backup_dir, exist_ok=True)
-        with atomic_path(os.path.join(self.backup_dir, name)) as staged:
+        with atomic_path(os.path.join(self.backup_dir, names["weights"])) as staged:
             self.model.save_weights(staged)
+        with atomic_path(os.path.join(self.backup_dir, names["random"])) as staged:
+            with open(staged, "wb") as f:
+                np.savez(f, **_random_state(self.model))
         with atomic_path(os.path.join(self.backup_dir, STATE)) as staged:
             with open(staged, "w") as f:
-                json.dump({"epoch": done, "weights": name}, f)
+                json.dump({"epoch": done, **names}, f)
         # After the commit the old backup is no longer needed, nor what a killed writer left.
         for entry in os.listdir(self.backup_dir):
             leftover = entry.startswith(".") and any(tag in entry for tag in _STAGED)
-            if leftover or (entry.startswith("epoch-") and entry != name):
+            if leftover or (entry.startswith("epoch-") and entry not in names.values()):
                 os.remove(os.path.join(self.backup_dir, entry))
 
 
+def _seed_states(model):
+    """The model's seed-generator states: its ``variables`` that are not ``weights``."""
+    weights = {id(v) for v in model.weights}
+    return [v for v in model.variables if id(v) not in weights]
+
+
+def _random_state(model):
+    """The arrays the backup keeps of the random state training draws from."""
+    arrays = {f"seed_{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(_seed_states(model))}
+    if keras.backend.backend() == "torch":
+        import torch
+
+        arrays["torch"] = torch.get_rng_state().numpy()
+    return arrays
+
+
 def read_state(backup_dir):
-    """The committed backup's ``{"epoch": n, "weights": file}``, or None if there is none."""
+    """The committed backup's ``{"epoch": n, "weights": file, "random": file or None}``, or
+    None if there is none."""
     path = os.path.join(backup_dir, STATE)
     if not os.path.exists(path):
         return None
@@ -83,6 +126,7 @@ def read_state(backup_dir):
         with open(path) as f:
             state = json.load(f)
         epoch, weights = int(state["epoch"]), os.path.basename(state["weights"])
+        random = os.path.basename(state["random"]) if state.get("random") else None
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(
             f"{path} is not a keras-vit backup state ({error!r}): remove the folder {backup_dir} to start the "
@@ -90,7 +134,9 @@ def read_state(backup_dir):
         ) from None
     if not os.path.isfile(os.path.join(backup_dir, weights)):
         raise ValueError(f"{path} names {weights}, which is not in {backup_dir}: remove the folder to start afresh.")
-    return {"epoch": epoch, "weights": weights}
+    if random is not None and not os.path.isfile(os.path.join(backup_dir, random)):
+        raise ValueError(f"{path} names {random}, which is not in {backup_dir}: remove the folder to start afresh.")
+    return {"epoch": epoch, "weights": weights, "random": random}
 
 
 class BestModel(keras.callbacks.Callback):

@@ -21,7 +21,7 @@ from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.models.masked_patches import MaskedPatchPrediction
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 from keras_vit.saving import load_model, save_model
-from keras_vit.training.checkpointing import BestModel, RunBackup
+from keras_vit.training.checkpointing import BestModel, RunBackup, read_state
 from keras_vit.training.config import OBJECTIVES
 from keras_vit.training.distribution import check_strategy, distribution_scope
 from keras_vit.training.epoch_times import EpochTimes
@@ -157,11 +157,15 @@ def _fewshot_callback(config, splits):
                            seeds=config.fewshot_seeds)  # fmt: skip
 
 
+def _backup_dir(run_dir):
+    return os.path.join(run_dir, "backup")
+
+
 def _callbacks(run_dir, extra, fewshot=None):
     return [
         # Before the loggers: it writes its numbers into the epoch's logs, which they record.
         *([fewshot] if fewshot is not None else []),
-        RunBackup(os.path.join(run_dir, "backup")),
+        RunBackup(_backup_dir(run_dir)),
         BestModel(os.path.join(run_dir, "best.keras"), monitor="val_accuracy"),
         keras.callbacks.CSVLogger(os.path.join(run_dir, "log.csv"), append=True),
         keras.callbacks.TensorBoard(os.path.join(run_dir, "tensorboard")),
@@ -296,8 +300,13 @@ def _fit(config, recipe, extra_callbacks):
         run_dir = _make_run_dir(_run_dir(config, recipe))
         train, validation, test = _pipelines(config, splits, drop_remainder=replicas > 1)
         steps = _steps_per_epoch(config, splits.train, drop_remainder=replicas > 1)
-    if config.steps_per_epoch:
-        train = train.repeat()  # a fixed number of steps per epoch, across epochs
+    # One stream of batches across the epochs, `steps` an epoch: a run resumed from its
+    # backup skips the epochs it has done, so it sees the batches the uninterrupted run
+    # would (the skipped ones are read again, not trained on).
+    train = train.repeat()
+    resumed = read_state(_backup_dir(run_dir))
+    if resumed is not None:
+        train = train.skip(resumed["epoch"] * steps)
     # The whole run sits in the scope: JAX's keras.distribution shards each batch at fit time.
     with distribution_scope(config.strategy, config.tpu):
         with _input_checks():  # the pre-trained file, loaded here
@@ -316,7 +325,7 @@ def _fit(config, recipe, extra_callbacks):
         history = model.fit(
             train,
             epochs=config.epochs,
-            steps_per_epoch=config.steps_per_epoch,
+            steps_per_epoch=steps,
             validation_data=validation,
             callbacks=[*_callbacks(run_dir, extra_callbacks, fewshot), epochs],
             verbose=config.progress,
