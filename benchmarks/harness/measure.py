@@ -22,6 +22,7 @@ from harness.timing import interleaved_timings
 # The benchmark's modes: (what a step does, the batch size).
 MODES = {
     "infer_b1": ("infer", 1),
+    "infer_b8": ("infer", 8),
     "infer_b32": ("infer", 32),
     "train_b32": ("train", 32),
     # On a GPU batch 32 leaves ViT-B/16 a few milliseconds of work, where launch and
