@@ -152,6 +152,7 @@ def digits():
     return {"train": train, "test": test}
 
 
+# The tests that take this fixture are slow (tests/tiers.py): it trains a model and exports it in every format.
 @pytest.fixture(scope="module", params=MODELS)
 def exported(request, digits, tmp_path_factory):
     """A model trained on this backend, saved as .keras and exported in all formats."""
@@ -194,6 +195,7 @@ def exported(request, digits, tmp_path_factory):
 # ---------------------------------------------------------------- the exported files
 
 
+@pytest.mark.slow
 def test_model_trained_and_every_format_written(exported):
     assert exported["accuracy"] >= MIN_TEST_ACCURACY, exported["accuracy"]
     paths = exported["result"].paths
@@ -205,6 +207,7 @@ def test_model_trained_and_every_format_written(exported):
     assert not [n for n in os.listdir(exported["output"]) if n.startswith(".")]
 
 
+@pytest.mark.slow
 def test_class_names_written_beside_the_exports(exported):
     labels = exported["result"].labels
     if exported["name"] != TINY_VIT["name"]:
@@ -215,6 +218,7 @@ def test_class_names_written_beside_the_exports(exported):
         assert f.read().splitlines() == DIGIT_NAMES  # line i names probabilities[:, i]
 
 
+@pytest.mark.slow
 def test_savedmodel_serving_signatures_match_keras(exported):
     import tensorflow as tf
 
@@ -244,6 +248,7 @@ def _litert_probabilities(path, images):
     return runner(images=np.asarray(images, np.uint8))["probabilities"]
 
 
+@pytest.mark.slow
 def test_tflite_float32_matches_keras_on_raw_images(exported):
     path = exported["result"].paths["tflite_float32"]
     for batch in (1, 3):
@@ -251,6 +256,7 @@ def test_tflite_float32_matches_keras_on_raw_images(exported):
         assert_log_probabilities_close(_litert_probabilities(path, images), exported["log_reference"][:batch])
 
 
+@pytest.mark.slow
 def test_tflite_float16_within_bound(exported):
     images = exported["x_test"][:64]
     got = _litert_probabilities(exported["result"].paths["tflite_float16"], images)
@@ -263,6 +269,7 @@ def test_tflite_float16_within_bound(exported):
 
 
 @pytest.mark.parametrize("name", ["tflite_dynamic_int8", "tflite_int8"])
+@pytest.mark.slow
 def test_int8_keeps_float_top1_on_test_split(exported, name):
     path = exported["result"].paths[name]
     images = exported["x_test"]
@@ -278,6 +285,7 @@ def test_int8_keeps_float_top1_on_test_split(exported, name):
     assert confident.sum() >= 20 and (got[confident] == expected[confident]).all()
 
 
+@pytest.mark.slow
 def test_onnx_matches_keras_at_two_batch_sizes(exported):
     import onnxruntime
 
@@ -305,6 +313,7 @@ np.savez(sys.argv[3], **outputs)
 """
 
 
+@pytest.mark.slow
 def test_torch_export_runs_without_keras_at_two_batch_sizes(exported, tmp_path):
     images = exported["x_test"][:3]
     np.save(tmp_path / "images.npy", images)
@@ -332,6 +341,7 @@ def _recipe():
     return export
 
 
+@pytest.mark.slow
 def test_recipe_exports_from_this_backend(exported, tmp_path, capsys):
     # In this process, so on this test run's backend: the recipe must work on any.
     if exported["name"] != TINY_VIT["name"]:
@@ -347,6 +357,7 @@ def test_recipe_exports_from_this_backend(exported, tmp_path, capsys):
     )
 
 
+@pytest.mark.slow
 def test_benchmark_quick_mode(exported, tmp_path, capsys):
     if exported["name"] != TINY_VIT["name"]:
         pytest.skip("the benchmark is the same code for every model; once is enough")

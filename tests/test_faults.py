@@ -145,6 +145,7 @@ def logged_epochs(run_dir):
         return [int(row["epoch"]) for row in csv.DictReader(f) if row["epoch"] != "epoch"]
 
 
+# The tests that take this fixture are slow (tests/tiers.py): it kills a training run and runs it twice more.
 @pytest.fixture(scope="module")
 def killed_and_resumed(tmp_path_factory):
     """A run killed with SIGKILL mid-epoch and started again, and an uninterrupted run of the
@@ -179,6 +180,7 @@ def killed_and_resumed(tmp_path_factory):
     return resumed, whole, run_dir, killed.split(";")[0]
 
 
+@pytest.mark.slow
 def test_a_training_run_killed_mid_epoch_resumes_and_finishes_as_an_uninterrupted_one(killed_and_resumed):
     resumed, whole, run_dir, killed = killed_and_resumed
     steps = (int(resumed.optimizer.iterations), int(whole.model.optimizer.iterations))
@@ -192,6 +194,7 @@ def test_a_training_run_killed_mid_epoch_resumes_and_finishes_as_an_uninterrupte
 # The backup carries the data position (the stream skips the finished epochs) and the random
 # state (the dropout layers' seed generators; torch's global generator), so the resumed run
 # repeats the uninterrupted run's operations on the same values.
+@pytest.mark.slow
 def test_a_training_run_killed_mid_epoch_ends_with_the_uninterrupted_runs_weights(killed_and_resumed):
     resumed, whole, _, killed = killed_and_resumed
     expected = {variable.path: to_numpy(variable) for variable in whole.model.weights}

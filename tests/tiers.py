@@ -4,7 +4,9 @@ commit; the whole suite (``bash scripts/test.sh``) runs in CI.
 A test is slow when ``tests/slow_tests.txt`` lists it: that file is written by
 ``scripts/slow_tests.py`` from the durations of a full run, so the tiers follow the
 measured times rather than anyone's guess. A listed name without its parameters
-(``tests/test_x.py::test_y``) marks every parametrisation.
+(``tests/test_x.py::test_y``) marks every parametrisation. A test that takes a costly
+module fixture is marked ``@pytest.mark.slow`` where it is written: the fixture's time
+falls on whichever of its tests runs first, so the durations cannot tell.
 """
 
 import os

@@ -10,20 +10,25 @@ from keras_vit.inspect.cost import count_flops, count_parameters
 from keras_vit.models.variants import VARIANTS
 
 
-def variants_table(image_size=224, num_classes=1000):
+def variants_table(image_size=224, num_classes=1000, names=None):
     """Markdown rows: name, architecture, parameters (M), GFLOPs per image (see ``count_flops``).
 
-    Variants whose total stride does not divide ``image_size`` are named below the table.
+    ``names`` picks variants (default: every one). Variants whose total stride does not
+    divide ``image_size`` are named below the table.
 
-    >>> print(variants_table().splitlines()[0])
-    | model | width x depth, heads | stem | tokens | parameters (M) | GFLOPs |
+    >>> print(variants_table(names=["vit_ti16"]).splitlines()[2])
+    | `vit_ti16` | 192 x 12, 3 | 16x16 patches | 197 | 5.7 | 2.5 |
     """
     lines = [
         "| model | width x depth, heads | stem | tokens | parameters (M) | GFLOPs |",
         "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
-    skipped = [name for name, spec in VARIANTS.items() if image_size % spec.stride]
-    for name, spec in VARIANTS.items():  # sizes Ti..H, patches 8..32, then the hybrids
+    unknown = sorted(set(names or ()) - set(VARIANTS))
+    if unknown:
+        raise ValueError(f"Unknown model names {unknown}: expected names of keras_vit.list_models().")
+    variants = {name: spec for name, spec in VARIANTS.items() if names is None or name in names}
+    skipped = [name for name, spec in variants.items() if image_size % spec.stride]
+    for name, spec in variants.items():  # sizes Ti..H, patches 8..32, then the hybrids
         if name in skipped:
             continue
         spec = spec.replace(image_size=image_size)
