@@ -6,10 +6,6 @@
 # child processes starting), so on a small machine three processes finish well before three
 # runs in a row. KERAS_VIT_TEST_SERIAL=1 runs them one after another instead; KERAS_VIT_BACKENDS
 # picks backends (default: all three). Each line of output carries its backend's name.
-#
-# The JAX run is the longest (eager JAX compiles each new op and shape), and the other two
-# finish first: it is split over KERAS_VIT_JAX_WORKERS pytest-xdist workers (default 2, one
-# a core here; 1 for a single process), each test file on one worker (module fixtures).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
@@ -23,13 +19,9 @@ export JAX_COMPILATION_CACHE_DIR="$logs/jax-cache"
 run_backend() {
   local backend=$1
   shift
-  local workers=()
-  if [ "$backend" = jax ] && [ "${KERAS_VIT_JAX_WORKERS:-2}" -gt 1 ]; then
-    workers=(-n "${KERAS_VIT_JAX_WORKERS:-2}" --dist loadfile)
-  fi
   # --doctest-modules: the examples in the public docstrings run too, on every backend.
   KERAS_BACKEND=$backend .venv/bin/python -m pytest tests keras_vit --doctest-modules -q \
-    -p no:cacheprovider "${workers[@]}" "$@" 2>&1 | sed -u "s/^/[$backend] /" | tee "$logs/$backend.log"
+    -p no:cacheprovider "$@" 2>&1 | sed -u "s/^/[$backend] /" | tee "$logs/$backend.log"
   echo "${PIPESTATUS[0]}" >"$logs/$backend.status"
 }
 
