@@ -54,6 +54,7 @@ class RunBackup(keras.callbacks.BackupAndRestore):
 
     def __init__(self, backup_dir, delete_checkpoint=True):
         super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=delete_checkpoint)
+        self._pending_torch_state = None  # torch's generator state, set back at the first step
 
     def on_train_begin(self, logs=None):
         state = read_state(self.backup_dir)
@@ -75,7 +76,7 @@ class RunBackup(keras.callbacks.BackupAndRestore):
     def on_train_batch_begin(self, batch, logs=None):
         # fit draws from torch's global generator as it starts, after on_train_begin: the
         # saved state goes back in just before the first step.
-        if getattr(self, "_pending_torch_state", None) is not None:
+        if self._pending_torch_state is not None:
             import torch
 
             torch.set_rng_state(torch.from_numpy(self._pending_torch_state))
@@ -132,10 +133,9 @@ def read_state(backup_dir):
             f"{path} is not a keras-vit backup state ({error!r}): remove the folder {backup_dir} to start the "
             "run afresh."
         ) from None
-    if not os.path.isfile(os.path.join(backup_dir, weights)):
-        raise ValueError(f"{path} names {weights}, which is not in {backup_dir}: remove the folder to start afresh.")
-    if random is not None and not os.path.isfile(os.path.join(backup_dir, random)):
-        raise ValueError(f"{path} names {random}, which is not in {backup_dir}: remove the folder to start afresh.")
+    for name in (weights, random):
+        if name is not None and not os.path.isfile(os.path.join(backup_dir, name)):
+            raise ValueError(f"{path} names {name}, which is not in {backup_dir}: remove the folder to start afresh.")
     return {"epoch": epoch, "weights": weights, "random": random}
 
 
