@@ -735,7 +735,7 @@ def test_a_batch_that_two_real_devices_do_not_divide_is_refused_before_training(
         strategy = "mirrored" if os.environ["KERAS_BACKEND"] == "tensorflow" else "data_parallel"
         pretrain(make_config("digits_pretrain", batch_size=33, strategy=strategy, output_dir=sys.argv[1]))
     """)
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"}
     out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True)
     assert out.returncode != 0
     assert "batch_size 33 is not divisible by the 2 devices" in out.stderr

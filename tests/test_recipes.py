@@ -130,7 +130,7 @@ def _strategies():
     ],
 )
 def test_two_device_run(strategy, tmp_path):
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"}
     out = subprocess.run(
         [sys.executable, "-c", TWO_DEVICES, strategy, str(tmp_path)], env=env, capture_output=True, text=True, cwd=ROOT
     )
