@@ -46,10 +46,14 @@ def test_quick_mode_measures_every_row_beside_the_peers(speed_benchmark, tmp_pat
     if BACKEND == "torch":  # the PyTorch peers, once
         engines += ["timm", "hf"]
     csv_path = tmp_path / "speed.csv"
-    rows = speed_benchmark.main(["--quick", "--engines", ",".join(engines), "--csv", str(csv_path)])
+    # One inference and the training mode: every path a row takes (another batch size is
+    # the same path, compiled again).
+    modes = ("infer_b1", "train_b32")
+    argv = ["--quick", "--engines", ",".join(engines), "--modes", ",".join(modes), "--csv", str(csv_path)]
+    rows = speed_benchmark.main(argv)
     printed = capsys.readouterr().out
 
-    expected = set(itertools.product(engines, speed_benchmark.PRECISIONS, speed_benchmark.DEFAULT_MODES))
+    expected = set(itertools.product(engines, speed_benchmark.PRECISIONS, modes))
     assert {(r["engine"], r["precision"], r["mode"]) for r in rows} == expected
     flops = count_flops("vit_ti16", image_size=32, depth=2)
     for row in rows:
