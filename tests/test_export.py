@@ -23,7 +23,7 @@ import keras
 import numpy as np
 import pytest
 from conftest import TINY_ENCODER
-from helpers import assert_close_to_scale, log_softmax, to_numpy
+from helpers import assert_close_to_scale, log_softmax, randomize_keras, to_numpy
 
 import keras_vit
 from keras_vit.data import IMAGENET_MEAN, IMAGENET_STD
@@ -333,6 +333,28 @@ def test_torch_export_runs_without_keras_at_two_batch_sizes(exported, tmp_path):
         np.testing.assert_array_equal(outputs[f"top_k_indices_{batch}"][:, 0], expected.argmax(-1))
         assert_log_probabilities_close(outputs[f"probabilities_{batch}"], expected)
     assert exported["result"].checks["torch_export"]["max_abs_diff"] <= 1e-5
+
+
+@pytest.mark.slow
+def test_a_saved_preset_classifies_then_exports_to_litert_with_no_extra_arguments(tmp_path, capsys):
+    import skimage.data
+    from PIL import Image
+
+    from keras_vit.commands import command
+
+    names = ["cat", "dog", "fox"]
+    model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1, class_names=names, **TINY_ENCODER)
+    folder = keras_vit.save_preset(randomize_keras(model), tmp_path / "preset")  # no pre-processing given
+    photo = np.asarray(Image.fromarray(skimage.data.chelsea()).resize((16, 16)))
+    Image.fromarray(photo).save(tmp_path / "cat.png")
+    expected = keras_vit.create_model(folder).classify(photo)[0]
+    assert command("classify").main([folder, str(tmp_path / "cat.png"), "--top", "1"]) == 0
+    assert f"{names[int(expected.argmax())]} ({int(expected.argmax())})" in capsys.readouterr().out
+    output = tmp_path / "export"
+    assert command("export").main([folder, "--output", str(output), "--formats", "tflite_float32"]) == 0
+    assert (output / "labels.txt").read_text().split() == names
+    litert = _litert_probabilities(str(output / "model_float32.tflite"), photo[None])
+    assert_log_probabilities_close(litert, np.log(expected)[None])
 
 
 def _recipe():

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 from conftest import TINY_ENCODER
-from helpers import assert_close_to_scale, randomize_keras, randomize_torch, to_numpy, torch_logits
+from helpers import assert_close_to_scale, log_softmax, randomize_keras, randomize_torch, to_numpy, torch_logits
 from http_server import FileServer, download_env, unused_url
 from upstream import write_original_npz
 
@@ -301,6 +301,39 @@ def test_local_preset_round_trip_adapts_and_is_verified(tmp_path):
         keras_vit.create_model(folder)
     with pytest.raises(ValueError, match="not a keras-vit preset folder"):
         keras_vit.create_model(str(tmp_path))
+
+
+def test_a_preset_of_a_model_without_pre_processing_classifies_files_and_pil_images(tmp_path):
+    from PIL import Image
+
+    bare = randomize_keras(keras_vit.create_model("vit_ti16", image_size=16, num_classes=2, depth=1, **TINY_ENCODER))
+    assert bare.preprocessing is None
+    folder = keras_vit.save_preset(bare, tmp_path / "bare")
+    assert bare.preprocessing is None  # lent for the save only
+    loaded = keras_vit.create_model(folder)
+    unnamed = lambda layer: {k: v for k, v in layer.get_config().items() if k != "name"}  # noqa: E731
+    assert unnamed(loaded.preprocessing) == unnamed(ImagePreprocessing.from_normalization("vit", 16))
+    # Raw photos through the stored x / 127.5 - 1 and a resize: the bare model's own input.
+    raw = photos()
+    by_hand = [to_numpy(bare.predict(np.asarray(loaded.preprocessing(image))[None], verbose=0))[0] for image in raw]
+    assert_close_to_scale(np.log(loaded.classify(raw)), log_softmax(np.asarray(by_hand)), 1e-5)
+    # A file's path and a PIL image stand for the image, alone or in a list.
+    paths = []
+    for i, image in enumerate(raw):
+        paths.append(str(tmp_path / f"{i}.png"))
+        Image.fromarray(image).save(paths[-1])
+    np.testing.assert_allclose(loaded.classify(paths), loaded.classify(raw), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(loaded.classify(paths[1]), loaded.classify(raw[1]), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        loaded.classify([Image.open(p).convert("L") for p in paths[:2]]),
+        loaded.classify([np.repeat(np.asarray(Image.open(p).convert("L"))[..., None], 3, -1) for p in paths[:2]]),
+        rtol=1e-6, atol=1e-7,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="does not exist"):
+        loaded.classify(str(tmp_path / "missing.jpg"))
+    with pytest.raises(ValueError, match="normalization"):
+        keras_vit.save_preset(bare, tmp_path / "wrong", normalization="cifar")
+    assert not os.path.exists(tmp_path / "wrong")
 
 
 def test_weights_that_name_nothing_are_clear_errors_before_any_download(mirror):

@@ -15,7 +15,8 @@ image goes through the model.
 import os
 
 from keras_vit import commands
-from keras_vit.commands.sources import image_paths, load_any_model, read_image
+from keras_vit.commands.sources import image_paths, load_any_model
+from keras_vit.images import read_image
 
 
 def build_parser():

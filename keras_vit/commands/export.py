@@ -54,7 +54,11 @@ def _model_arg(text):
 def build_parser():
     formats = "\n".join(f"  {f.name:<20} {f.description}" for f in FORMATS.values())
     parser = commands.parser("export", __doc__, epilog=f"formats:\n{formats}")  # --verbose: converters' output too
-    parser.add_argument("model_file", help="a .keras file, or a checkpoint keras_vit.load_weights reads (with --model)")
+    parser.add_argument(
+        "model_file",
+        help="a .keras file, a local preset folder, a preset name, or a checkpoint keras_vit.load_weights reads "
+        "(with --model)",
+    )
     parser.add_argument("--formats", default="all", help="comma-separated format names, or 'all'")
     parser.add_argument("--output", required=True, help="folder to write into, e.g. saved_models/<run>/export")
     parser.add_argument("--overwrite", action="store_true", help="replace existing exports")

@@ -2,7 +2,7 @@
 
 import os
 
-import numpy as np
+from keras_vit.images import read_image
 
 
 def load_any_model(source):
@@ -11,19 +11,6 @@ def load_any_model(source):
     import keras_vit
 
     return keras_vit.load_model(source) if os.path.isfile(source) else keras_vit.create_model(source)
-
-
-def read_image(path):
-    """One image file -> ``(height, width, 3)`` uint8 RGB; ValueError naming it if unreadable."""
-    from PIL import Image  # a dependency of keras-vit's own
-
-    try:
-        with Image.open(path) as image:
-            return np.asarray(image.convert("RGB"))
-    except FileNotFoundError:
-        raise ValueError(f"Expected an image file; {path} does not exist.") from None
-    except (OSError, ValueError) as error:  # PIL's UnidentifiedImageError is an OSError
-        raise ValueError(f"Cannot read {path} as an image ({error}).") from None
 
 
 def image_paths(folder):

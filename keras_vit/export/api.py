@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from keras_vit import dependencies, saving
+from keras_vit import dependencies, factory, saving
 from keras_vit.export import representative as rep
 from keras_vit.export.errors import InvalidModelFileError
 from keras_vit.export.formats import FORMATS, parse_formats
@@ -93,9 +93,10 @@ def export_model(
     Keras, as a deployment runs it: ``torch.export.load(path).module()(images)``.
 
     Args:
-        model: a Keras model (a classifier with one image input), or the path of a
+        model: a Keras model (a classifier with one image input), the path of a
             ``.keras`` file or of a checkpoint ``keras_vit.load_weights`` reads (then give
-            ``model_name``).
+            ``model_name``), or what ``keras_vit.create_model`` resolves: a preset's name or
+            a local preset folder (``keras_vit.save_preset``).
         output: the folder to write into; created if missing. Files inside are named after
             the formats (``savedmodel/``, ``model_float32.tflite``, ``model.onnx``, ...).
         formats: names (list, or a comma-separated string; ``"all"``), see ``FORMATS``;
@@ -132,13 +133,13 @@ def export_model(
         UnconvertibleModelError: a format cannot express some layers (``.layers`` names them).
         VerificationError: an export does not reproduce the model.
 
-    Example:
-    >>> import tempfile, keras_vit
-    >>> from keras_vit.export import export_model
-    >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1)
-    >>> result = export_model(model, tempfile.mkdtemp(), formats="tflite_float32")
-    >>> sorted(result.paths)
-    ['tflite_float32']
+    Examples:
+        >>> import tempfile, keras_vit
+        >>> from keras_vit.export import export_model
+        >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1)
+        >>> result = export_model(model, tempfile.mkdtemp(), formats="tflite_float32")
+        >>> sorted(result.paths)
+        ['tflite_float32']
     """
     import keras
 
@@ -174,7 +175,11 @@ def export_model(
     if unknown:
         raise ValueError(f"tolerances has unknown formats {sorted(unknown)}; known: {', '.join(FORMATS)}.")
     model_path = None
-    if isinstance(model, (str, os.PathLike)):
+    if isinstance(model, (str, os.PathLike)) and not os.path.isfile(model) and model_name is None:
+        # A preset's name or folder, through the front door (which names a missing file).
+        sized = {k: v for k, v in (("image_size", image_size), ("num_classes", num_classes)) if v is not None}
+        model = factory.create_model(os.fspath(model), **sized, **(model_kwargs or {}))
+    elif isinstance(model, (str, os.PathLike)):
         model_path = os.fspath(model)
         container = saving.check_model_file(model_path, model_name)
         model = saving.load_model(model_path, model_name, image_size, num_classes, **(model_kwargs or {}))

@@ -3,6 +3,7 @@
 import keras
 from keras.dtype_policies import DTypePolicyMap
 
+from keras_vit.images import as_pixels
 from keras_vit.labels import label_set_name, resolve_class_names
 from keras_vit.layers.inline import own_policy
 from keras_vit.layers.tokens import PatchTokens
@@ -34,14 +35,14 @@ class VisionTransformer(keras.Model):
         **options: fields of ``ViTSpec`` applied over ``spec`` (``hidden_size=...``;
             ``resnet_<field>`` for the hybrid's stem), and Keras' ``name`` / ``trainable``.
 
-    Example:
-    >>> import numpy as np
-    >>> model = VisionTransformer(image_size=32, patch_size=8, hidden_size=32, depth=2,
-    ...                           num_heads=2, mlp_dim=64, num_classes=10)
-    >>> tuple(model(np.zeros((1, 32, 32, 3), "float32")).shape)
-    (1, 10)
-    >>> model.spec.grid_size
-    (4, 4)
+    Examples:
+        >>> import numpy as np
+        >>> model = VisionTransformer(image_size=32, patch_size=8, hidden_size=32, depth=2,
+        ...                           num_heads=2, mlp_dim=64, num_classes=10)
+        >>> tuple(model(np.zeros((1, 32, 32, 3), "float32")).shape)
+        (1, 10)
+        >>> model.spec.grid_size
+        (4, 4)
     """
 
     def __init__(self, spec=None, dtype=None, preprocessing=None, class_names=None, **options):
@@ -94,22 +95,23 @@ class VisionTransformer(keras.Model):
 
         Args:
             images: 0..255 pixels (uint8 or float): one ``(height, width, channels)``
-                image, a batch, or a list of images of different sizes.
+                image, a batch, or a list of images of different sizes; an image file's
+                path or a PIL image stands for one image, alone or in the list.
             batch_size: images per forward pass.
 
         Returns:
             A numpy ``(batch, num_classes)`` array of probabilities; decode it with
             ``keras_vit.decode_predictions(probabilities, class_names=model)``.
 
-        Example:
-        >>> import numpy as np
-        >>> from keras_vit.layers import ImagePreprocessing
-        >>> model = VisionTransformer(image_size=16, patch_size=8, hidden_size=16, depth=1, num_heads=2,
-        ...                           mlp_dim=32, num_classes=2, preprocessing=ImagePreprocessing(16),
-        ...                           class_names=["cat", "dog"])
-        >>> probabilities = model.classify(np.zeros((30, 40, 3), "uint8"))  # any size: resized, cropped
-        >>> probabilities.shape, float(probabilities.sum())
-        ((1, 2), 1.0)
+        Examples:
+            >>> import numpy as np
+            >>> from keras_vit.layers import ImagePreprocessing
+            >>> model = VisionTransformer(image_size=16, patch_size=8, hidden_size=16, depth=1, num_heads=2,
+            ...                           mlp_dim=32, num_classes=2, preprocessing=ImagePreprocessing(16),
+            ...                           class_names=["cat", "dog"])
+            >>> probabilities = model.classify(np.zeros((30, 40, 3), "uint8"))  # any size: resized, cropped
+            >>> probabilities.shape, float(probabilities.sum())
+            ((1, 2), 1.0)
         """
         import numpy as np
 
@@ -120,8 +122,9 @@ class VisionTransformer(keras.Model):
                 "keras_vit.layers.ImagePreprocessing(...)."
             )
         if isinstance(images, (list, tuple)):
-            batch = keras.ops.stack([self.preprocessing(image) for image in images])
+            batch = keras.ops.stack([self.preprocessing(as_pixels(image)) for image in images])
         else:
+            images = as_pixels(images)
             one = keras.ops.ndim(images) == 3
             batch = self.preprocessing(images[None] if one else images)
         scores = keras.ops.convert_to_numpy(self.predict(batch, batch_size=batch_size, verbose=0)).astype("float32")
@@ -169,13 +172,13 @@ class VisionTransformer(keras.Model):
         Returns:
             A ``keras.Model``: images -> a dict ``{"block_<i>": ..., "stem_stage_<j>": ...}``.
 
-        Example:
-        >>> import numpy as np
-        >>> model = VisionTransformer(image_size=(16, 32), patch_size=8, hidden_size=16, depth=3,
-        ...                           num_heads=2, mlp_dim=32, num_classes=3)
-        >>> features = model.intermediate_model(blocks=[0, -1])(np.zeros((1, 16, 32, 3), "float32"))
-        >>> {name: tuple(value.shape) for name, value in features.items()}
-        {'block_0': (1, 2, 4, 16), 'block_2': (1, 2, 4, 16)}
+        Examples:
+            >>> import numpy as np
+            >>> model = VisionTransformer(image_size=(16, 32), patch_size=8, hidden_size=16, depth=3,
+            ...                           num_heads=2, mlp_dim=32, num_classes=3)
+            >>> features = model.intermediate_model(blocks=[0, -1])(np.zeros((1, 16, 32, 3), "float32"))
+            >>> {name: tuple(value.shape) for name, value in features.items()}
+            {'block_0': (1, 2, 4, 16), 'block_2': (1, 2, 4, 16)}
         """
         spec, layers = self.spec, self._vit_layers
         indices = block_indices(blocks, spec.depth)

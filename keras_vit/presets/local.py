@@ -16,6 +16,7 @@ import os
 import keras
 
 from keras_vit.checkpoints import load_weights
+from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.models.rebuild import rebuild
 from keras_vit.models.vit import VisionTransformer
 from keras_vit.presets import integrity
@@ -32,35 +33,47 @@ def _file_facts(path):
     return {"size": os.path.getsize(path), "sha256": integrity.sha256(path)}
 
 
-def save_preset(model, path, *, description="", overwrite=False):
+def save_preset(model, path, *, description="", overwrite=False, normalization="vit"):
     """Writes ``model`` as a local preset folder at ``path``, atomically; returns ``path``.
 
     Args:
         model: a ``keras_vit.VisionTransformer`` (its pre-processing and class names are
             kept: give it them when you build it, as the recipes do).
         path: the folder to write; it must not exist unless ``overwrite``.
+        normalization: for a model without pre-processing, the recipes' normalisation its
+            inputs were scaled with (``"vit"``: ``x / 127.5 - 1``, ``"imagenet"`` or None),
+            stored as ``ImagePreprocessing.from_normalization(normalization, image_size)``
+            so that every command can feed the preset raw images. A model with its own
+            pre-processing keeps it.
         description: a line for the card (dataset, accuracy, licence, ...).
         overwrite: replace an existing folder (the old one stays until the new one is
             complete).
 
-    Example:
-    >>> import os, tempfile, keras_vit
-    >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=2, depth=1,
-    ...                                class_names=["cat", "dog"])
-    >>> folder = keras_vit.save_preset(model, os.path.join(tempfile.mkdtemp(), "pets"))
-    >>> sorted(os.listdir(folder))  # and the model file's hash stamp (see read_card)
-    ['.model.keras.stamp', 'model.keras', 'preset.json']
-    >>> keras_vit.create_model(folder).class_names
-    ('cat', 'dog')
+    Examples:
+        >>> import os, tempfile, keras_vit
+        >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=2, depth=1,
+        ...                                class_names=["cat", "dog"])
+        >>> folder = keras_vit.save_preset(model, os.path.join(tempfile.mkdtemp(), "pets"))
+        >>> sorted(os.listdir(folder))  # and the model file's hash stamp (see read_card)
+        ['.model.keras.stamp', 'model.keras', 'preset.json']
+        >>> keras_vit.create_model(folder).class_names
+        ('cat', 'dog')
     """
     if not isinstance(model, VisionTransformer):
         raise ValueError(f"Expected a keras_vit.VisionTransformer; got a {type(model).__name__}.")
     path = os.fspath(path)
+    own = model.preprocessing
+    preprocessing = own or ImagePreprocessing.from_normalization(normalization, model.spec.image_size)
     with StagedWrites({"preset": path}, overwrite=overwrite) as staging:
         staged = staging.paths["preset"]
         os.makedirs(staged)
         model_path = os.path.join(staged, MODEL_FILE)
-        model.save(model_path)
+        # The model's file carries its pre-processing: lent to the model for the save only.
+        object.__setattr__(model, "_preprocessing", preprocessing)
+        try:
+            model.save(model_path)
+        finally:
+            object.__setattr__(model, "_preprocessing", own)
         card = {
             "format": FORMAT,
             "version": 1,
@@ -68,7 +81,7 @@ def save_preset(model, path, *, description="", overwrite=False):
             "description": description,
             "model": model.name,
             "spec": model.spec.to_config(),
-            "preprocessing": model.preprocessing.get_config() if model.preprocessing is not None else None,
+            "preprocessing": preprocessing.get_config(),
             "num_classes": model.spec.num_classes,
             "has_class_names": model.class_names is not None,
             "files": {MODEL_FILE: _file_facts(model_path)},
