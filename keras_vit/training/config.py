@@ -28,7 +28,8 @@ class RecipeConfig:
     dataset: str = "digits"  # "digits" (embedded), a folder path, or a tensorflow-datasets name
     data_dir: str | None = None  # tensorflow-datasets data_dir
     image_size: int = 224
-    batch_size: int = 4096
+    batch_size: int = 4096  # images per optimizer update (with accumulation: over its micro-batches)
+    accumulation_steps: int = 1  # micro-batches of batch_size / accumulation_steps per update
     epochs: int = 300
     steps_per_epoch: int | None = None  # None: one pass over the training split
     normalization: str = "vit"  # pixels x / 127.5 - 1, as the original checkpoints expect
@@ -94,6 +95,7 @@ class RecipeConfig:
 _RANGES = (
     ("image_size", 1, float("inf"), (True, False)),
     ("batch_size", 1, float("inf"), (True, False)),
+    ("accumulation_steps", 1, float("inf"), (True, False)),
     ("epochs", 1, float("inf"), (True, False)),
     ("steps_per_epoch", 1, float("inf"), (True, False)),
     ("crop_area_min", 0.0, 1.0, (False, True)),
@@ -113,7 +115,9 @@ _RANGES = (
 
 
 # fmt: off
-# The paper's recipes (ImageNet-21k pre-training of ViT-B; fine-tuning at 384).
+# The paper's recipes (ImageNet-21k pre-training of ViT-B; fine-tuning at 384). Their batch
+# is the update's: the paper reaches 4096 over a TPU pod's devices in one step; a machine
+# that holds 64 images reaches it with --accumulation_steps 64 (the same updates).
 PAPER_PRETRAIN = dict(
     optimizer="adam", beta1=0.9, beta2=0.999, weight_decay=0.1, learning_rate=1e-3,
     batch_size=4096, warmup_steps=10_000, decay="linear", dropout_rate=0.1,

@@ -54,8 +54,9 @@ def num_replicas(strategy_name):
     return make_tf_strategy(strategy_name).num_replicas_in_sync
 
 
-def check_strategy(strategy_name, batch_size):
-    """Clear errors for a strategy this backend lacks or a batch it cannot split."""
+def check_strategy(strategy_name, batch_size, accumulation_steps=1):
+    """Clear errors for a strategy this backend lacks or a batch it cannot split (over its
+    devices, and over ``accumulation_steps`` micro-batches of one update)."""
     backend = keras.backend.backend()
     allowed = STRATEGIES.get(backend, ("default",))
     if strategy_name not in allowed:
@@ -67,6 +68,12 @@ def check_strategy(strategy_name, batch_size):
         raise ValueError(
             f"batch_size {batch_size} is not divisible by the {replicas} devices of strategy "
             f"{strategy_name!r}; use a multiple of {replicas}."
+        )
+    parts = replicas * accumulation_steps
+    if accumulation_steps > 1 and batch_size % parts:
+        raise ValueError(
+            f"batch_size {batch_size} is not divisible by the {replicas} device(s) times the "
+            f"{accumulation_steps} accumulation steps; use a multiple of {parts}."
         )
     return replicas
 

@@ -78,8 +78,10 @@ def _make_run_dir(run_dir):
 def _pipelines(config, splits, drop_remainder):
     crop = (config.crop_area_min, 1.0) if config.crop_area_min else None
     # The pipeline's arguments of the same name as the recipe's fields.
-    shared = ("image_size", "batch_size", "seed", "normalization", "mixup_alpha", "cutmix_factor")
+    shared = ("image_size", "seed", "normalization", "mixup_alpha", "cutmix_factor")
     common = {name: getattr(config, name) for name in shared}
+    # Each step's batch: one micro-batch of an update's accumulation_steps.
+    common.update(batch_size=config.batch_size // config.accumulation_steps)
     common.update(one_hot=bool(config.label_smoothing))  # smoothing: categorical loss
     train = make_pipeline(
         splits.train,
@@ -104,6 +106,7 @@ def _full_batches(config, split):
 
 
 def _steps_per_epoch(config, split, drop_remainder):
+    """Optimizer updates per epoch (each one ``accumulation_steps`` steps of ``fit``)."""
     if config.steps_per_epoch:
         return config.steps_per_epoch
     if split.num_examples is None:
@@ -296,10 +299,11 @@ def _fit(config, recipe, extra_callbacks):
         keras_vit.get_spec(config.model).replace(**config.model_options)
         splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
         fewshot = _fewshot_callback(config, splits)
-        replicas = check_strategy(config.strategy, config.batch_size)
+        replicas = check_strategy(config.strategy, config.batch_size, config.accumulation_steps)
         run_dir = _make_run_dir(_run_dir(config, recipe))
         train, validation, test = _pipelines(config, splits, drop_remainder=replicas > 1)
-        steps = _steps_per_epoch(config, splits.train, drop_remainder=replicas > 1)
+        updates = _steps_per_epoch(config, splits.train, drop_remainder=replicas > 1)
+        steps = updates * config.accumulation_steps  # fit's steps: micro-batches
     # One stream of batches across the epochs, `steps` an epoch: a run resumed from its
     # backup skips the epochs it has done, so it sees the batches the uninterrupted run
     # would (the skipped ones are read again, not trained on).
@@ -312,7 +316,7 @@ def _fit(config, recipe, extra_callbacks):
         with _input_checks():  # the pre-trained file, loaded here
             model, pretrained = _build(config, recipe, splits.info.class_names)
         model.compile(
-            optimizer=make_optimizer(config, total_steps=steps * config.epochs),
+            optimizer=make_optimizer(config, total_steps=updates * config.epochs),
             **_objective_terms(config),
             jit_compile=_jit_compile(config),
         )
