@@ -17,3 +17,21 @@ from keras_vit.presets import get_preset, save_preset
 from keras_vit.saving import load_model, save_model
 from keras_vit.training import schedules as _schedules  # noqa: F401 (registers the recipes' schedule)
 from keras_vit.version import __version__
+
+__all__ = [
+    "ResNetSpec",
+    "ViTSpec",
+    "VisionTransformer",
+    "__version__",
+    "compile_for_inference",
+    "create_model",
+    "decode_predictions",
+    "get_preset",
+    "get_spec",
+    "list_models",
+    "load_model",
+    "load_weights",
+    "resize",
+    "save_model",
+    "save_preset",
+]

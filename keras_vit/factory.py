@@ -69,10 +69,10 @@ def create_model(name, image_size=None, num_classes=None, *, weights=None, dtype
             ``preprocessing`` or ``class_names``. Architecture fields may be overridden
             too, e.g. ``depth=2`` for a quick test.
 
-    Example:
-    >>> model = create_model("vit_ti16", image_size=32, num_classes=10, depth=1)
-    >>> model.output_shape
-    (None, 10)
+    Examples:
+        >>> model = create_model("vit_ti16", image_size=32, num_classes=10, depth=1)
+        >>> model.output_shape
+        (None, 10)
     """
     model_name, source = resolve(name, weights)
     if source is None:

@@ -146,7 +146,7 @@ def resize_grid(grid, new_size, method="bicubic", antialias=True):
     antialias and an output width of 1 (height > 1), torch's CPU kernel mis-resamples the
     height axis; this returns what torch's transposed call (and any separable filter) gives.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> grid = np.arange(2 * 3 * 1, dtype=np.float32).reshape(2, 3, 1)
         >>> resize_grid(grid, (4, 6), method="nearest", antialias=False)[:, :, 0].shape
@@ -183,7 +183,7 @@ def resample_position_embedding(posemb, new_grid, old_grid=None, num_prefix_toke
     bilinear/antialias=False to match timm's ``.npz`` loader and bicubic/antialias=False
     to match HF's ``interpolate_pos_encoding``.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> posemb = np.zeros((1, 1 + 14 * 14, 8), dtype=np.float32)
         >>> resample_position_embedding(posemb, (24, 24)).shape

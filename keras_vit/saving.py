@@ -110,15 +110,15 @@ class StagedWrites:
     ``commit()`` itself is all-or-nothing: if one move fails, the targets it had already
     replaced are restored. An existing target is refused unless ``overwrite``.
 
-    Example:
-    >>> import tempfile
-    >>> out = tempfile.mkdtemp()
-    >>> with StagedWrites({"a": os.path.join(out, "a.txt")}) as staging:
-    ...     with open(staging.paths["a"], "w") as f:
-    ...         _ = f.write("done")
-    ...     staging.commit()
-    >>> sorted(os.listdir(out))
-    ['a.txt']
+    Examples:
+        >>> import tempfile
+        >>> out = tempfile.mkdtemp()
+        >>> with StagedWrites({"a": os.path.join(out, "a.txt")}) as staging:
+        ...     with open(staging.paths["a"], "w") as f:
+        ...         _ = f.write("done")
+        ...     staging.commit()
+        >>> sorted(os.listdir(out))
+        ['a.txt']
     """
 
     def __init__(self, targets, overwrite=True):
@@ -305,14 +305,14 @@ def load_model(path, model_name=None, image_size=None, num_classes=None, safe_mo
             model that is not a keras-vit one.
         ValueError: an unknown ``model_name`` (the message suggests close ones).
 
-    Example:
-    >>> import tempfile, keras_vit
-    >>> path = os.path.join(tempfile.mkdtemp(), "tiny.keras")
-    >>> keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1).save(path)
-    >>> load_model(path).input_shape
-    (None, 16, 16, 3)
-    >>> load_model(path, image_size=32).input_shape  # position embeddings resampled
-    (None, 32, 32, 3)
+    Examples:
+        >>> import tempfile, keras_vit
+        >>> path = os.path.join(tempfile.mkdtemp(), "tiny.keras")
+        >>> keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1).save(path)
+        >>> load_model(path).input_shape
+        (None, 16, 16, 3)
+        >>> load_model(path, image_size=32).input_shape  # position embeddings resampled
+        (None, 32, 32, 3)
     """
     container = check_model_file(path, model_name)
     if container == "keras":

@@ -76,15 +76,15 @@ def load_weights(
     Returns:
         A ``LoadReport``.
 
-    Example:
-    >>> import os, tempfile, keras_vit
-    >>> source = keras_vit.create_model("vit_ti16", image_size=32, num_classes=10, depth=1)
-    >>> path = os.path.join(tempfile.mkdtemp(), "source.keras")
-    >>> source.save(path)
-    >>> target = keras_vit.create_model("vit_ti16", image_size=48, num_classes=10, depth=1)
-    >>> report = keras_vit.load_weights(target, path)
-    >>> list(report.resampled)
-    ['position_embedding/embedding']
+    Examples:
+        >>> import os, tempfile, keras_vit
+        >>> source = keras_vit.create_model("vit_ti16", image_size=32, num_classes=10, depth=1)
+        >>> path = os.path.join(tempfile.mkdtemp(), "source.keras")
+        >>> source.save(path)
+        >>> target = keras_vit.create_model("vit_ti16", image_size=48, num_classes=10, depth=1)
+        >>> report = keras_vit.load_weights(target, path)
+        >>> list(report.resampled)
+        ['position_embedding/embedding']
     """
     path = os.fspath(path)
     if not os.path.isfile(path):

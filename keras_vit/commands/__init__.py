@@ -8,7 +8,7 @@ package is not installed (naming the extra that installs it); a traceback is for
 The backends' start-up lines are held back (``keras_vit/quiet.py``); ``--verbose`` or
 ``KERAS_VIT_VERBOSE=1`` shows them.
 
-Example:
+Examples:
     >>> main(["presets", "vit_ti16.augreg_in21k_ft_in1k_384"])  # doctest: +ELLIPSIS
     vit_ti16.augreg_in21k_ft_in1k_384
       file            https://storage.googleapis.com/vit_models/augreg/Ti_16-i21k-300ep-...

@@ -2,7 +2,7 @@
 
 tf.data is the input engine on every Keras backend (TensorFlow, JAX, PyTorch).
 
-Example:
+Examples:
     >>> from keras_vit.data import load_dataset, make_pipeline
     >>> splits = load_dataset("digits")  # embedded, no download
     >>> train = make_pipeline(splits.train, image_size=32, batch_size=32, training=True)

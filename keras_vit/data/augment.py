@@ -52,7 +52,7 @@ def make_rand_augment(num_ops=2, factor=0.5, seed=None):
     Its Equalization is swapped for one that stays fast inside tf.data under the JAX
     backend (same results; see ``_GraphSafeEqualization``).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> layer = make_rand_augment(num_ops=2, factor=0.3, seed=0)
         >>> tuple(layer(np.full((2, 8, 8, 3), 128.0, np.float32), training=True).shape)
@@ -96,7 +96,7 @@ def parse_augment_options(rand_augment=False, mixup_alpha=None, cutmix_factor=No
     Each is None when off. Raises ValueError naming a bad value, so a pipeline fails
     when it is built, whether or not it trains.
 
-    Example:
+    Examples:
         >>> parse_augment_options(rand_augment=True, mixup_alpha=0.2)
         ({}, 0.2, None)
     """
@@ -111,7 +111,7 @@ def parse_augment_options(rand_augment=False, mixup_alpha=None, cutmix_factor=No
 def mixes_labels(mixup_alpha=None, cutmix_factor=None):
     """Whether MixUp or CutMix is on, i.e. whether labels must be one-hot floats.
 
-    Example:
+    Examples:
         >>> mixes_labels(mixup_alpha=0.2), mixes_labels()
         (True, False)
     """
@@ -128,7 +128,7 @@ def make_batch_augmentation(rand_augment=False, mixup_alpha=None, cutmix_factor=
     (a ``[2]`` int tensor) picks MixUp or CutMix per batch with probability 1/2 when both
     are on, as timm does. Returns None when every option is off.
 
-    Example:
+    Examples:
         >>> import numpy as np, tensorflow as tf
         >>> augment = make_batch_augmentation(mixup_alpha=0.2, seed=0)
         >>> images, labels = augment(tf.zeros((4, 8, 8, 3)), tf.one_hot([0, 1, 2, 3], 10), [0, 0])

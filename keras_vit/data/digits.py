@@ -20,7 +20,7 @@ def load_digits(validation_fraction=0.1, test_fraction=0.2, seed=0):
     ``info.horizontal_flip`` is False (a mirrored digit is another symbol or none) and
     ``info.crop_area_range`` is (0.5, 1.0) (an 8% crop of an 8x8 image is about 2x2 pixels).
 
-    Example:
+    Examples:
         >>> splits = load_digits()
         >>> splits.train.images.shape, splits.train.images.dtype
         ((1259, 8, 8, 3), dtype('uint8'))

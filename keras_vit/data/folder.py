@@ -184,7 +184,7 @@ def load_image_folder(path, validation_fraction=0.1, test_fraction=0.2, seed=0):
     mid-epoch. Damage the JPEG decoder does not notice (the data carries no checksum)
     decodes, with its "Corrupt JPEG data" warning, into the garbled image it holds.
 
-    Example:
+    Examples:
         >>> import os, tempfile, numpy as np
         >>> from PIL import Image
         >>> root = tempfile.mkdtemp()

@@ -42,7 +42,7 @@ def load_dataset(
     "test". ``data_dir``, ``download`` and the ``*_split`` strings go to tfds. Anything
     else raises ValueError, before any download, listing close names.
 
-    Example:
+    Examples:
         >>> splits = load_dataset("digits")
         >>> splits.info.name, splits.info.num_classes, splits.info.image_shape
         ('digits', 10, (8, 8, 3))

@@ -197,7 +197,7 @@ def make_pipeline(
     Raises:
         ValueError: on a bad ``image_size``, ``batch_size`` or option, naming the value.
 
-    Example:
+    Examples:
         >>> from keras_vit.data import load_dataset, make_pipeline
         >>> splits = load_dataset("digits")
         >>> train = make_pipeline(splits.train, image_size=32, batch_size=64, training=True)
@@ -302,7 +302,7 @@ def preprocess_split(
     int32 labels ``(N,)`` (float32 ``(N, num_classes)`` with ``one_hot=True``). For
     evaluation, exports and parity checks against other frameworks.
 
-    Example:
+    Examples:
         >>> from keras_vit.data import load_dataset, preprocess_split
         >>> images, labels = preprocess_split(load_dataset("digits").test, 16, max_examples=10)
         >>> images.shape, float(images.min()) >= -1.0, labels.shape

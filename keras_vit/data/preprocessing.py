@@ -31,7 +31,7 @@ def check_normalization(normalization):
 def normalize(images, normalization="vit"):
     """Scales 0..255 pixels (any shape ending in 3 channels) for the model, as float32.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> normalize(np.array([[[0.0, 127.5, 255.0]]]), "vit").numpy().tolist()
         [[[-1.0, 0.0, 1.0]]]
@@ -54,7 +54,7 @@ def resize(image, image_size):
 
     The evaluation and fine-tuning transform of upstream ViT: no crop, no antialiasing.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> resize(np.zeros((8, 8, 3), np.uint8), 16).shape
         TensorShape([16, 16, 3])
@@ -79,7 +79,7 @@ def random_resized_crop(
     upstream ViT's pre-training pipeline does with ``tf.image.sample_distorted_bounding_box``.
     ``seed`` is a ``[2]`` integer tensor; the same seed gives the same crop.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> crop = random_resized_crop(np.zeros((32, 32, 3), np.uint8), 16, seed=[0, 1])
         >>> crop.shape, crop.dtype.name
@@ -106,7 +106,7 @@ def random_resized_crop(
 def random_flip(image, seed):
     """Flips one image left-right with probability 1/2, chosen by ``seed`` (a [2] tensor).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> random_flip(np.zeros((4, 4, 3), np.float32), seed=[0, 1]).shape
         TensorShape([4, 4, 3])

@@ -91,7 +91,7 @@ def stratified_split_indices(labels, validation_fraction=0.1, test_fraction=0.2,
     cut by the fractions (rounded per class), so each split keeps the class proportions and
     the same seed gives the same split on every machine and run. Each index array is sorted.
 
-    Example:
+    Examples:
         >>> train, val, test = stratified_split_indices([0, 0, 0, 0, 1, 1, 1, 1], 0.25, 0.25)
         >>> len(train), len(val), len(test)
         (4, 2, 2)

@@ -122,7 +122,7 @@ def load_tfds(
     choose yourself. Images come as uint8 ``(H, W, 3)`` (grey repeated to RGB), labels as
     int32. ``data_dir`` and ``download`` go to tfds unchanged.
 
-    Example:
+    Examples:
         >>> import tensorflow_datasets as tfds
         >>> with tfds.testing.mock_data(num_examples=4):  # no download in this example
         ...     splits = load_tfds("cifar10")

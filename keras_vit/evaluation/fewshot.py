@@ -192,13 +192,14 @@ def fewshot_eval(
     Returns:
         A ``FewShotResult``.
 
-    >>> rng = np.random.default_rng(0)
-    >>> centres = 4 * rng.standard_normal((3, 8))
-    >>> labels = np.arange(300) % 3
-    >>> features = centres[labels] + rng.standard_normal((300, 8))
-    >>> result = fewshot_eval((features[:150], labels[:150]), (features[150:], labels[150:]), 3, shots=(1, 5))
-    >>> result.summary()[5][0] > 0.9
-    True
+    Examples:
+        >>> rng = np.random.default_rng(0)
+        >>> centres = 4 * rng.standard_normal((3, 8))
+        >>> labels = np.arange(300) % 3
+        >>> features = centres[labels] + rng.standard_normal((300, 8))
+        >>> result = fewshot_eval((features[:150], labels[:150]), (features[150:], labels[150:]), 3, shots=(1, 5))
+        >>> result.summary()[5][0] > 0.9
+        True
     """
     train_x, train_y = np.asarray(train[0]), np.asarray(train[1])
     shots = check_shots(train_y, shots, num_classes)
@@ -238,14 +239,14 @@ def fewshot_linear_eval(model, train, test, shots=DEFAULT_SHOTS, seeds=5, l2=DEF
     Returns:
         A ``FewShotResult``.
 
-    Example:
-    >>> import keras_vit
-    >>> from keras_vit.data import load_dataset
-    >>> splits = load_dataset("digits")
-    >>> model = keras_vit.create_model("vit_ti16", image_size=16, patch_size=4, depth=1, num_classes=10)
-    >>> result = fewshot_linear_eval(model, splits.train, splits.test, shots=(1, 5), seeds=2)
-    >>> sorted(result.accuracy), result.accuracy[5].shape
-    ([1, 5], (2,))
+    Examples:
+        >>> import keras_vit
+        >>> from keras_vit.data import load_dataset
+        >>> splits = load_dataset("digits")
+        >>> model = keras_vit.create_model("vit_ti16", image_size=16, patch_size=4, depth=1, num_classes=10)
+        >>> result = fewshot_linear_eval(model, splits.train, splits.test, shots=(1, 5), seeds=2)
+        >>> sorted(result.accuracy), result.accuracy[5].shape
+        ([1, 5], (2,))
     """
     num_classes = _num_classes(train)
     check_shots(_labels(train), shots, num_classes)

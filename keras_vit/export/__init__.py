@@ -13,7 +13,7 @@ converted in a child process with the backend that can (see ``export_model``).
   with the Keras model; ``runtime``: running an exported file.
 - ``errors``: what can go wrong, naming the layers a converter could not express.
 
-Example:
+Examples:
     >>> import tempfile, keras_vit
     >>> from keras_vit.export import export_model, load_exported
     >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1)

@@ -49,14 +49,14 @@ def load_exported(path, num_threads=2, signature="serving_default"):
             ``"serving_preprocessed"`` float32 images already pre-processed); the other formats have
             only the uint8 one.
 
-    Example:
-    >>> import tempfile, keras_vit
-    >>> from keras_vit.export import export_model
-    >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1)
-    >>> path = export_model(model, tempfile.mkdtemp(), "onnx").paths["onnx"]
-    >>> outputs = load_exported(path)(np.zeros((2, 16, 16, 3), np.uint8))
-    >>> sorted(outputs), outputs["probabilities"].shape
-    (['probabilities', 'top_k_indices', 'top_k_scores'], (2, 3))
+    Examples:
+        >>> import tempfile, keras_vit
+        >>> from keras_vit.export import export_model
+        >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1)
+        >>> path = export_model(model, tempfile.mkdtemp(), "onnx").paths["onnx"]
+        >>> outputs = load_exported(path)(np.zeros((2, 16, 16, 3), np.uint8))
+        >>> sorted(outputs), outputs["probabilities"].shape
+        (['probabilities', 'top_k_indices', 'top_k_scores'], (2, 3))
     """
     path = os.fspath(path)
     if os.path.isdir(path):

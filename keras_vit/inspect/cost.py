@@ -9,11 +9,11 @@ a fair fraction. Tables that say "GFLOPs" for multiply-adds (timm's 17.6 for ViT
 show half these numbers. A training step (forward, backward, optimizer) is counted as 3x
 the forward FLOPs.
 
-Example:
->>> round(count_flops("vit_b16") / 1e9, 2)
-35.13
->>> count_parameters("vit_ti16")
-5717416
+Examples:
+    >>> round(count_flops("vit_b16") / 1e9, 2)
+    35.13
+    >>> count_parameters("vit_ti16")
+    5717416
 """
 
 from keras_vit.layers.padding import conv_output_size
@@ -79,9 +79,9 @@ def count_flops(name_or_model, **options):
             ``representation_size``, ``num_channels``, ``resnet_width``, or an
             architecture field such as ``depth``.
 
-    Example:
-    >>> round(count_flops("vit_b16", image_size=384) / 1e9, 2)
-    110.97
+    Examples:
+        >>> round(count_flops("vit_b16", image_size=384) / 1e9, 2)
+        110.97
     """
     spec = _spec(name_or_model, options)
     (height, width), channels = spec.image_size, spec.num_channels
@@ -107,9 +107,9 @@ def count_parameters(name, **options):
     Built at depth 1 and extended by identical encoder blocks, so that ViT-H costs
     seconds and a few MB (the tests check this against full builds).
 
-    Example:
-    >>> count_parameters("vit_b16")
-    86567656
+    Examples:
+        >>> count_parameters("vit_b16")
+        86567656
     """
     depth = options.pop("depth", get_spec(name).depth)
     shallow = create_model(name, depth=1, **options)

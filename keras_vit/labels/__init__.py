@@ -85,12 +85,12 @@ def decode_predictions(probabilities, top=5, class_names=None):
     Returns:
         One list per image of ``(index, name, score)`` tuples of Python values.
 
-    Example:
-    >>> import numpy as np
-    >>> scores = np.full((1, 1000), 0.0005, "float32")
-    >>> scores[0, 281] = 0.5
-    >>> decode_predictions(scores, top=2)[0][0]
-    (281, 'tabby, tabby cat', 0.5)
+    Examples:
+        >>> import numpy as np
+        >>> scores = np.full((1, 1000), 0.0005, "float32")
+        >>> scores[0, 281] = 0.5
+        >>> decode_predictions(scores, top=2)[0][0]
+        (281, 'tabby, tabby cat', 0.5)
     """
     import keras
     import numpy as np

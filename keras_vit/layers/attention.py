@@ -112,12 +112,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     Call with ``as_rows=True`` for the output as the ``(batch * tokens, width)`` rows that the
     output projection computes, as ``EncoderBlock`` adds them to its residual stream.
 
-    Example:
-    >>> import numpy as np
-    >>> layer = MultiHeadSelfAttention(num_heads=2)
-    >>> out, weights = layer(np.zeros((1, 5, 8), "float32"), return_attention_scores=True)
-    >>> tuple(out.shape), tuple(weights.shape)
-    ((1, 5, 8), (1, 2, 5, 5))
+    Examples:
+        >>> import numpy as np
+        >>> layer = MultiHeadSelfAttention(num_heads=2)
+        >>> out, weights = layer(np.zeros((1, 5, 8), "float32"), return_attention_scores=True)
+        >>> tuple(out.shape), tuple(weights.shape)
+        ((1, 5, 8), (1, 2, 5, 5))
     """
 
     def __init__(self, num_heads, attention_dropout_rate=0.0, qkv_bias=True, **kwargs):

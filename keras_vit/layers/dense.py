@@ -10,13 +10,13 @@ class Dense(keras.layers.Dense):
 
     Models saved by earlier keras-vit versions name this class, so it stays registered.
 
-    Example:
-    >>> import numpy as np
-    >>> ours, keras_own = Dense(4, activation="gelu"), keras.layers.Dense(4, activation="gelu")
-    >>> x = np.random.default_rng(0).standard_normal((5, 3)).astype("float32")
-    >>> ours.build(x.shape); keras_own.build(x.shape); keras_own.set_weights(ours.get_weights())
-    >>> bool(np.allclose(keras.ops.convert_to_numpy(ours(x)), keras.ops.convert_to_numpy(keras_own(x)), atol=1e-6))
-    True
+    Examples:
+        >>> import numpy as np
+        >>> ours, keras_own = Dense(4, activation="gelu"), keras.layers.Dense(4, activation="gelu")
+        >>> x = np.random.default_rng(0).standard_normal((5, 3)).astype("float32")
+        >>> ours.build(x.shape); keras_own.build(x.shape); keras_own.set_weights(ours.get_weights())
+        >>> bool(np.allclose(keras.ops.convert_to_numpy(ours(x)), keras.ops.convert_to_numpy(keras_own(x)), atol=1e-6))
+        True
     """
 
     def quantize(self, mode=None, type_check=True, **kwargs):

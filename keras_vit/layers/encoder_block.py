@@ -48,12 +48,12 @@ class MlpBlock(keras.layers.Layer):
     matmul, its bias and the GELU into one oneDNN kernel. Three-dimensional matmuls, or a
     GELU outside ``fc1``'s name scope, defeat that fusion.
 
-    Example:
-    >>> import numpy as np
-    >>> tuple(MlpBlock(16)(np.zeros((1, 3, 8), "float32")).shape)
-    (1, 3, 8)
-    >>> tuple(MlpBlock(16)(np.zeros((3, 8), "float32")).shape)  # token rows stay rows
-    (3, 8)
+    Examples:
+        >>> import numpy as np
+        >>> tuple(MlpBlock(16)(np.zeros((1, 3, 8), "float32")).shape)
+        (1, 3, 8)
+        >>> tuple(MlpBlock(16)(np.zeros((3, 8), "float32")).shape)  # token rows stay rows
+        (3, 8)
     """
 
     def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, **kwargs):
@@ -112,13 +112,13 @@ class EncoderBlock(keras.layers.Layer):
     ``attention/qkv``, ``attention/out``, ``norm2``, ``mlp/fc1``, ``mlp/fc2``. Its four
     ``Dense`` layers can be quantized, and a quantized block saves and reloads.
 
-    Example:
-    >>> import numpy as np
-    >>> block = EncoderBlock(num_heads=2, mlp_dim=16, name="block_0")
-    >>> tuple(block(np.zeros((1, 5, 8), "float32")).shape)
-    (1, 5, 8)
-    >>> block.mlp.fc1.kernel.path
-    'block_0/mlp/fc1/kernel'
+    Examples:
+        >>> import numpy as np
+        >>> block = EncoderBlock(num_heads=2, mlp_dim=16, name="block_0")
+        >>> tuple(block(np.zeros((1, 5, 8), "float32")).shape)
+        (1, 5, 8)
+        >>> block.mlp.fc1.kernel.path
+        'block_0/mlp/fc1/kernel'
     """
 
     def __init__(

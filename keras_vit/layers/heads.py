@@ -16,10 +16,10 @@ class TokenPooling(keras.layers.Layer):
         num_prefix_tokens: tokens before the patch grid, left out of ``"gap"``.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
-    Example:
-    >>> import numpy as np
-    >>> tuple(TokenPooling("gap", num_prefix_tokens=1)(np.ones((2, 5, 8), "float32")).shape)
-    (2, 8)
+    Examples:
+        >>> import numpy as np
+        >>> tuple(TokenPooling("gap", num_prefix_tokens=1)(np.ones((2, 5, 8), "float32")).shape)
+        (2, 8)
     """
 
     def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):

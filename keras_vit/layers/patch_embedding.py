@@ -26,11 +26,11 @@ class PatchEmbedding(keras.layers.Layer):
     Keras has no quantized convolution: ``model.quantize(...)`` leaves this layer in
     float (with a warning) and quantizes the rest.
 
-    Example:
-    >>> import numpy as np
-    >>> layer = PatchEmbedding(hidden_size=8, patch_size=4, num_channels=3)
-    >>> tuple(layer(np.zeros((2, 16, 16, 3), "float32")).shape)
-    (2, 16, 8)
+    Examples:
+        >>> import numpy as np
+        >>> layer = PatchEmbedding(hidden_size=8, patch_size=4, num_channels=3)
+        >>> tuple(layer(np.zeros((2, 16, 16, 3), "float32")).shape)
+        (2, 16, 8)
     """
 
     def __init__(self, hidden_size, patch_size, num_channels=3, flatten=True, **kwargs):

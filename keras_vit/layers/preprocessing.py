@@ -101,15 +101,15 @@ class ImagePreprocessing(_DataLayer):
     numeric dtype (uint8 typically). Output: float32 ``(N, height, width, C)`` (or
     ``(height, width, C)``).
 
-    Example:
-    >>> import numpy as np
-    >>> layer = ImagePreprocessing(224, crop_fraction=0.875, interpolation="bicubic")
-    >>> images = np.full((2, 300, 400, 3), 255, np.uint8)
-    >>> out = keras.ops.convert_to_numpy(layer(images))
-    >>> out.shape, out.dtype, round(float(out.min()), 4), round(float(out.max()), 4)
-    ((2, 224, 224, 3), dtype('float32'), 1.0, 1.0)
-    >>> tuple(ImagePreprocessing.from_normalization(None, 32)(np.zeros((48, 64, 3), np.uint8)).shape)
-    (32, 32, 3)
+    Examples:
+        >>> import numpy as np
+        >>> layer = ImagePreprocessing(224, crop_fraction=0.875, interpolation="bicubic")
+        >>> images = np.full((2, 300, 400, 3), 255, np.uint8)
+        >>> out = keras.ops.convert_to_numpy(layer(images))
+        >>> out.shape, out.dtype, round(float(out.min()), 4), round(float(out.max()), 4)
+        ((2, 224, 224, 3), dtype('float32'), 1.0, 1.0)
+        >>> tuple(ImagePreprocessing.from_normalization(None, 32)(np.zeros((48, 64, 3), np.uint8)).shape)
+        (32, 32, 3)
     """
 
     def __init__(

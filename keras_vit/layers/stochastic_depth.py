@@ -17,11 +17,11 @@ class DropPath(keras.layers.Layer):
             global seed, see ``keras.utils.set_random_seed``).
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
-    Example:
-    >>> import keras, numpy as np
-    >>> x = np.ones((4, 3, 2), "float32")
-    >>> bool((keras.ops.convert_to_numpy(DropPath(0.5)(x, training=False)) == x).all())
-    True
+    Examples:
+        >>> import keras, numpy as np
+        >>> x = np.ones((4, 3, 2), "float32")
+        >>> bool((keras.ops.convert_to_numpy(DropPath(0.5)(x, training=False)) == x).all())
+        True
     """
 
     def __init__(self, rate=0.0, seed=None, **kwargs):

@@ -44,10 +44,10 @@ class ClassToken(keras.layers.Layer):
     Takes only ``Layer`` arguments (``name``, ``dtype``, ...); its weight is ``token``,
     shape ``(1, 1, width)``.
 
-    Example:
-    >>> import numpy as np
-    >>> tuple(ClassToken()(np.zeros((2, 4, 8), "float32")).shape)
-    (2, 5, 8)
+    Examples:
+        >>> import numpy as np
+        >>> tuple(ClassToken()(np.zeros((2, 4, 8), "float32")).shape)
+        (2, 5, 8)
     """
 
     def build(self, input_shape):
@@ -90,14 +90,14 @@ class PositionEmbedding(keras.layers.Layer):
             ``torch.nn.functional.interpolate(..., antialias=True)``.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
-    Example:
-    >>> import numpy as np
-    >>> layer = PositionEmbedding(grid_size=(2, 2), num_prefix_tokens=1)
-    >>> tuple(layer(np.zeros((3, 5, 8), "float32")).shape)
-    (3, 5, 8)
-    >>> patch_map = np.zeros((3, 3, 4, 8), "float32")  # a 3x4 grid: the table is resampled
-    >>> tuple(layer(np.zeros((3, 13, 8), "float32"), patch_map).shape)
-    (3, 13, 8)
+    Examples:
+        >>> import numpy as np
+        >>> layer = PositionEmbedding(grid_size=(2, 2), num_prefix_tokens=1)
+        >>> tuple(layer(np.zeros((3, 5, 8), "float32")).shape)
+        (3, 5, 8)
+        >>> patch_map = np.zeros((3, 3, 4, 8), "float32")  # a 3x4 grid: the table is resampled
+        >>> tuple(layer(np.zeros((3, 13, 8), "float32"), patch_map).shape)
+        (3, 13, 8)
     """
 
     def __init__(self, grid_size, num_prefix_tokens=1, kind="learned", interpolation="bicubic", **kwargs):
@@ -194,10 +194,10 @@ class PatchTokens(keras.layers.Layer):
         grid_size: ``(h, w)`` to reshape to (NHWC); None keeps ``(batch, h*w, width)``.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
-    Example:
-    >>> import numpy as np
-    >>> tuple(PatchTokens(1, grid_size=(2, 3))(np.zeros((4, 7, 8), "float32")).shape)
-    (4, 2, 3, 8)
+    Examples:
+        >>> import numpy as np
+        >>> tuple(PatchTokens(1, grid_size=(2, 3))(np.zeros((4, 7, 8), "float32")).shape)
+        (4, 2, 3, 8)
     """
 
     def __init__(self, num_prefix_tokens=1, grid_size=None, **kwargs):

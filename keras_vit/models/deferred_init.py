@@ -22,17 +22,17 @@ from keras_vit.layers import initializers
 def deferred_initialization():
     """The layers keras-vit makes in this block get zero weights and remember their initializers.
 
-    Example:
-    >>> import keras, keras_vit
-    >>> with deferred_initialization():
-    ...     model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1)
-    >>> kernel = model.get_layer("block_0").mlp.fc1.kernel
-    >>> float(keras.ops.max(keras.ops.abs(kernel)))
-    0.0
-    >>> initialize_unloaded(model, loaded=[v.path for v in model.weights if "fc1" not in v.path])
-    ['block_0/mlp/fc1/kernel', 'block_0/mlp/fc1/bias']
-    >>> float(keras.ops.max(keras.ops.abs(kernel))) > 0  # drawn as glorot_uniform would
-    True
+    Examples:
+        >>> import keras, keras_vit
+        >>> with deferred_initialization():
+        ...     model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1)
+        >>> kernel = model.get_layer("block_0").mlp.fc1.kernel
+        >>> float(keras.ops.max(keras.ops.abs(kernel)))
+        0.0
+        >>> initialize_unloaded(model, loaded=[v.path for v in model.weights if "fc1" not in v.path])
+        ['block_0/mlp/fc1/kernel', 'block_0/mlp/fc1/bias']
+        >>> float(keras.ops.max(keras.ops.abs(kernel))) > 0  # drawn as glorot_uniform would
+        True
     """
     with initializers.deferring():
         yield

@@ -55,11 +55,11 @@ def mean_colour_targets(images, patch_size, mean=0.5, std=0.5, bits=3):
         int32 ``(batch, grid_h * grid_w)`` class ids in ``[0, 2 ** (bits * channels))``,
         row-major as the patch tokens.
 
-    Example:
-    >>> import numpy as np
-    >>> white_then_black = np.concatenate([np.ones((1, 4, 4, 3)), -np.ones((1, 4, 4, 3))], axis=2)
-    >>> keras.ops.convert_to_numpy(mean_colour_targets(white_then_black, 4)).tolist()
-    [[511, 0]]
+    Examples:
+        >>> import numpy as np
+        >>> white_then_black = np.concatenate([np.ones((1, 4, 4, 3)), -np.ones((1, 4, 4, 3))], axis=2)
+        >>> keras.ops.convert_to_numpy(mean_colour_targets(white_then_black, 4)).tolist()
+        [[511, 0]]
     """
     levels = 2**bits
     std, mean = (ops.convert_to_tensor(np.asarray(v, "float32")) for v in (std, mean))
@@ -103,11 +103,11 @@ class PatchCorruption(keras.layers.Layer):
     corrupted tokens, and int32 ``(batch, tokens)``: ``CLEAN`` (0), ``MASKED`` (1),
     ``RANDOM`` (2) or ``KEPT`` (3) per patch.
 
-    Example:
-    >>> import numpy as np
-    >>> tokens, what = PatchCorruption(seed=0)(np.ones((2, 16, 8), "float32"), training=True)
-    >>> (keras.ops.convert_to_numpy(what) != CLEAN).sum(axis=1).tolist()  # half of each image
-    [8, 8]
+    Examples:
+        >>> import numpy as np
+        >>> tokens, what = PatchCorruption(seed=0)(np.ones((2, 16, 8), "float32"), training=True)
+        >>> (keras.ops.convert_to_numpy(what) != CLEAN).sum(axis=1).tolist()  # half of each image
+        [8, 8]
     """
 
     def __init__(self, corrupt_fraction=0.5, mask_fraction=0.8, random_fraction=0.1, seed=None, **kwargs):
@@ -201,16 +201,16 @@ class MaskedPatchPrediction(keras.Model):
     Call: ``model(images, training=None, corrupt=True)`` -> ``{"logits": (batch,
     patches, classes), "corruption": (batch, patches)}`` (``PatchCorruption``'s codes).
 
-    Example:
-    >>> import numpy as np
-    >>> model = MaskedPatchPrediction(image_size=16, patch_size=4, hidden_size=32, depth=1,
-    ...                               num_heads=2, mlp_dim=64, seed=0)
-    >>> out = model(np.zeros((2, 16, 16, 3), "float32"))
-    >>> tuple(out["logits"].shape), tuple(out["corruption"].shape)
-    ((2, 16, 512), (2, 16))
-    >>> model.compile("adam")
-    >>> sorted(model.evaluate(np.zeros((2, 16, 16, 3), "float32"), verbose=0, return_dict=True))
-    ['accuracy', 'loss']
+    Examples:
+        >>> import numpy as np
+        >>> model = MaskedPatchPrediction(image_size=16, patch_size=4, hidden_size=32, depth=1,
+        ...                               num_heads=2, mlp_dim=64, seed=0)
+        >>> out = model(np.zeros((2, 16, 16, 3), "float32"))
+        >>> tuple(out["logits"].shape), tuple(out["corruption"].shape)
+        ((2, 16, 512), (2, 16))
+        >>> model.compile("adam")
+        >>> sorted(model.evaluate(np.zeros((2, 16, 16, 3), "float32"), verbose=0, return_dict=True))
+        ['accuracy', 'loss']
     """
 
     def __init__(

@@ -12,15 +12,15 @@ def rebuild(model, spec, dtype=None, **own):
     and ``class_names`` unless ``own`` replaces them. The pre-processing follows the new
     image size; the class names are dropped when the class count changes.
 
-    Example:
-    >>> import keras_vit
-    >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=2, depth=1,
-    ...                                class_names=["cat", "dog"])
-    >>> wider = rebuild(model, model.spec.replace(image_size=32))
-    >>> wider.input_shape, wider.class_names
-    ((None, 32, 32, 3), ('cat', 'dog'))
-    >>> rebuild(model, model.spec.replace(num_classes=5)).class_names is None
-    True
+    Examples:
+        >>> import keras_vit
+        >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=2, depth=1,
+        ...                                class_names=["cat", "dog"])
+        >>> wider = rebuild(model, model.spec.replace(image_size=32))
+        >>> wider.input_shape, wider.class_names
+        ((None, 32, 32, 3), ('cat', 'dog'))
+        >>> rebuild(model, model.spec.replace(num_classes=5)).class_names is None
+        True
     """
     name = own.pop("name", model.name)
     preprocessing = own.pop("preprocessing", model.preprocessing)

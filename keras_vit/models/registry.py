@@ -46,10 +46,10 @@ def create_model(name, image_size=None, num_classes=None, *, dtype=None, **optio
     ``list_models()``, ``options`` are ``ViTSpec`` fields or the model's ``name``,
     ``preprocessing`` and ``class_names``. For presets and weights, use ``keras_vit.create_model``.
 
-    Example:
-    >>> model = create_model("vit_ti16", image_size=32, num_classes=10, depth=1)
-    >>> model.output_shape
-    (None, 10)
+    Examples:
+        >>> model = create_model("vit_ti16", image_size=32, num_classes=10, depth=1)
+        >>> model.output_shape
+        (None, 10)
     """
     if "weights" in options:
         raise ValueError("keras_vit.models.create_model builds an architecture; keras_vit.create_model loads weights.")

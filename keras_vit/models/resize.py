@@ -20,11 +20,11 @@ def resize(model, image_size, method="bicubic", antialias=True):
         method: ``"bicubic"``, ``"bilinear"`` or ``"nearest"``.
         antialias: antialias when the grid shrinks.
 
-    Example:
-    >>> import keras_vit
-    >>> model = keras_vit.create_model("vit_ti16", image_size=32, num_classes=3, depth=1)
-    >>> keras_vit.resize(model, (32, 64)).spec.grid_size
-    (2, 4)
+    Examples:
+        >>> import keras_vit
+        >>> model = keras_vit.create_model("vit_ti16", image_size=32, num_classes=3, depth=1)
+        >>> keras_vit.resize(model, (32, 64)).spec.grid_size
+        (2, 4)
     """
     if not isinstance(model, VisionTransformer):
         raise ValueError(f"Expected a keras_vit.VisionTransformer; got a {type(model).__name__}.")

@@ -40,16 +40,16 @@ class RunBackup(keras.callbacks.BackupAndRestore):
         backup_dir: the folder of the backup (created when first written).
         delete_checkpoint: remove the backup when training ends (Keras' default, True).
 
-    Example:
-    >>> import tempfile, numpy as np, keras_vit
-    >>> folder = tempfile.mkdtemp()
-    >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=2, depth=1)
-    >>> model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
-    >>> images, labels = np.zeros((4, 16, 16, 3)), np.zeros(4, "int32")
-    >>> backup = RunBackup(folder, delete_checkpoint=False)
-    >>> _ = model.fit(images, labels, epochs=2, callbacks=[backup], verbose=0)
-    >>> sorted(os.listdir(folder)), read_state(folder)["epoch"]
-    (['epoch-2.random.npz', 'epoch-2.weights.h5', 'state.json'], 2)
+    Examples:
+        >>> import tempfile, numpy as np, keras_vit
+        >>> folder = tempfile.mkdtemp()
+        >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=2, depth=1)
+        >>> model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+        >>> images, labels = np.zeros((4, 16, 16, 3)), np.zeros(4, "int32")
+        >>> backup = RunBackup(folder, delete_checkpoint=False)
+        >>> _ = model.fit(images, labels, epochs=2, callbacks=[backup], verbose=0)
+        >>> sorted(os.listdir(folder)), read_state(folder)["epoch"]
+        (['epoch-2.random.npz', 'epoch-2.weights.h5', 'state.json'], 2)
     """
 
     def __init__(self, backup_dir, delete_checkpoint=True):

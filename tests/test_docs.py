@@ -1,0 +1,80 @@
+"""The README is a page, the docs site builds in strict mode, and every link between them resolves."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import keras_vit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS = os.path.join(ROOT, "docs")
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _pages():
+    pages = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "CHANGELOG.md")]
+    for folder, _, names in os.walk(DOCS):
+        pages += [os.path.join(folder, n) for n in sorted(names) if n.endswith(".md")]
+    return pages
+
+
+def _outside_code(text):
+    """The page without its fenced code blocks and inline code (links there are examples)."""
+    return re.sub(r"`[^`\n]*`", "", re.sub(r"```.*?```", "", text, flags=re.S))
+
+
+def test_the_readme_is_a_page():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        lines = f.read().splitlines()
+    assert len(lines) <= 300, len(lines)
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: os.path.relpath(p, ROOT))
+def test_every_relative_link_resolves(page):
+    with open(page) as f:
+        text = _outside_code(f.read())
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue  # a URL, or an anchor on the same page
+        path = os.path.normpath(os.path.join(os.path.dirname(page), target.split("#")[0]))
+        if not os.path.exists(path):
+            broken.append(target)
+    assert not broken, f"{os.path.relpath(page, ROOT)} links to missing files: {broken}"
+
+
+def test_the_api_reference_covers_every_public_name():
+    with open(os.path.join(DOCS, "reference.md")) as f:
+        documented = set(re.findall(r"^::: keras_vit\.(\w+)$", f.read(), flags=re.M))
+    public = set(keras_vit.__all__) - {"__version__"}
+    assert all(hasattr(keras_vit, name) for name in public)
+    assert public <= documented, f"missing from docs/reference.md: {sorted(public - documented)}"
+
+
+def test_every_docs_page_is_in_the_sites_navigation():
+    with open(os.path.join(ROOT, "mkdocs.yml")) as f:
+        navigation = set(re.findall(r":\s*([\w/.-]+\.md)\s*$", f.read(), flags=re.M))
+    pages = {os.path.relpath(p, DOCS) for p in _pages() if p.startswith(DOCS + os.sep)}
+    # A benchmark folder's notes are shown inside the generated performance page.
+    pages = {p for p in pages if not p.startswith("benchmarks" + os.sep)}
+    assert pages == navigation, (sorted(pages - navigation), sorted(navigation - pages))
+
+
+@pytest.mark.slow
+def test_the_docs_site_builds_in_strict_mode(tmp_path):
+    mkdocs = shutil.which("mkdocs", path=os.path.dirname(sys.executable))
+    assert mkdocs, "mkdocs is a test dependency (pip install -e '.[test]')"
+    built = subprocess.run(
+        [mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr[-4000:]
+    assert (tmp_path / "site" / "index.html").exists()
+    with open(tmp_path / "site" / "reference" / "index.html") as f:
+        reference = f.read()
+    for name in set(keras_vit.__all__) - {"__version__"}:
+        assert f'id="keras_vit.{name}"' in reference, name
