@@ -54,10 +54,11 @@ def test_micro_batches_update_the_weights_as_one_batch(start, accumulation):
     assert whole_rates == pytest.approx([1e-3 * 2, 1e-3])  # digits_pretrain's peak 2e-3, decaying to 0 at 2
     assert rates == pytest.approx(np.repeat(whole_rates, accumulation).tolist())
     for before, one, many in zip(start, whole, accumulated):
-        # What the updates moved, relative to its size: float32 sums taken in another order
-        # (Adam's scaling amplifies them: measured up to 2.8e-4 over the three backends),
-        # where a schedule counting micro-batches misses by 0.67.
-        assert_close_to_scale(many - before, one - before, 1e-3)
+        # What the updates moved, relative to its size: float32 sums taken in another order,
+        # which Adam's scaling amplifies where a gradient is near its epsilon (measured
+        # 4e-5 to 1.1e-3 over the three backends and starting weights), where a schedule
+        # counting micro-batches misses by 0.67.
+        assert_close_to_scale(many - before, one - before, 1e-2)
 
 
 def test_a_batch_the_accumulation_cannot_split_is_refused_before_training(tmp_path):
