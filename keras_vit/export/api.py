@@ -175,16 +175,16 @@ def export_model(
     if unknown:
         raise ValueError(f"tolerances has unknown formats {sorted(unknown)}; known: {', '.join(FORMATS)}.")
     model_path = None
-    if isinstance(model, (str, os.PathLike)) and not os.path.isfile(model) and model_name is None:
-        # A preset's name or folder, through the front door (which names a missing file).
-        sized = {k: v for k, v in (("image_size", image_size), ("num_classes", num_classes)) if v is not None}
-        model = factory.create_model(os.fspath(model), **sized, **(model_kwargs or {}))
-    elif isinstance(model, (str, os.PathLike)):
-        model_path = os.fspath(model)
-        container = saving.check_model_file(model_path, model_name)
-        model = saving.load_model(model_path, model_name, image_size, num_classes, **(model_kwargs or {}))
-        if container != "keras" or image_size is not None:
-            model_path = None  # the child needs the model as built here, saved anew
+    if isinstance(model, (str, os.PathLike)):
+        source = os.fspath(model)
+        if model_name is None and not os.path.isfile(source):
+            # A preset's name or folder, through the front door (which names a missing file).
+            model = factory.create_model(source, image_size, num_classes, **(model_kwargs or {}))
+        else:
+            container = saving.check_model_file(source, model_name)
+            model = saving.load_model(source, model_name, image_size, num_classes, **(model_kwargs or {}))
+            if container == "keras" and image_size is None:
+                model_path = source  # the child converts from the file itself
     elif not isinstance(model, keras.Model):
         raise InvalidModelFileError(f"Expected a keras.Model or a model file path; got {type(model).__name__}.")
 
