@@ -8,13 +8,16 @@ import numpy as np
 import pytest
 
 # XLA (JAX, and TensorFlow's jit_compile) compiles the tests' tiny models and eager ops
-# thousands of times, and compiling is most of a test's time. XLA:CPU's older fusion emitters
-# compile each computation in about half the time of its newer MLIR ones and run these small
-# models somewhat slower; the HLO, and so the arithmetic, is the same, so the parity bounds hold. Set
-# here, before any framework is imported, so that the child processes inherit it; an
-# XLA_FLAGS that already chooses is left as it is.
-if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_use_fusion_emitters=false").strip()
+# thousands of times, and compiling is most of a test's time. Two settings make each compile
+# cheaper: XLA:CPU's older fusion emitters, and LLVM's optimisation level 1 instead of 2 (the
+# compiled code runs somewhat slower, which these small models barely feel). Neither changes
+# the HLO, and every parity bound holds with both. Set here, before
+# any framework is imported, so that the child processes inherit them; a flag XLA_FLAGS
+# already sets is left as it is.
+_XLA_TEST_FLAGS = {"xla_cpu_use_fusion_emitters": "false", "xla_backend_optimization_level": "1"}
+for _flag, _value in _XLA_TEST_FLAGS.items():
+    if _flag not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --{_flag}={_value}".strip()
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
