@@ -62,6 +62,31 @@ def test_compiled_inference_equals_the_model_at_any_batch_size_and_follows_its_w
 
 
 @torch_only
+def test_tanh_gelu_compiled_as_sigmoid_equals_the_model_and_the_switch_keeps_the_graph(rng):
+    # The paper's tanh GELU (the default): rewritten in every block on a CPU, left as exported
+    # with the switch off; both equal the Keras model. A wrong constant in the rewrite (the
+    # tanh's sqrt(2 / pi) instead of twice it, say) moves the outputs by far more than this.
+    import torch
+
+    model = _model(gelu_approximate=True)
+    images = _images(rng, 4)
+    expected = to_numpy(model(images, training=False))
+    rewritten = keras_vit.compile_for_inference(model)
+    kept = keras_vit.compile_for_inference(model, tanh_gelu_as_sigmoid=False)
+    assert (rewritten.gelus_rewritten, kept.gelus_rewritten) == (TINY["depth"], 0)
+    for predict in (rewritten, kept):
+        np.testing.assert_allclose(to_numpy(predict(images)), expected, atol=TOLERANCE)
+
+    def gelus(program):
+        return [n.kwargs.get("approximate") for n in program.graph.nodes if n.target is torch.ops.aten.gelu.default]
+
+    # The exported program itself is untouched (export_program's users get the exact graph).
+    assert gelus(rewritten.program) == gelus(kept.program) == ["tanh"] * TINY["depth"]
+    # The exact GELU is not the tanh form: nothing to rewrite.
+    assert keras_vit.compile_for_inference(_model()).gelus_rewritten == 0
+
+
+@torch_only
 def test_training_graph_trains_the_keras_model(rng):
     import torch
 
