@@ -9,6 +9,8 @@ in ``benchmarks/engines``):
     keras-vit:torch-compiled  this package on torch through keras_vit.compile_for_inference;
                               training: export_program(training=True) under torch.compile,
                               with torch's AdamW (as the timm rows)
+    keras-vit:torch-compiled-tanh   the same with the inference graph's tanh GELU kept as
+                              exported (compile_for_inference's tanh_gelu_as_sigmoid=False)
     keras-hub:<backend>       keras-hub's ViTImageClassifier on the same backend
     timm, timm-compile        timm's VisionTransformer in PyTorch, eager and torch.compile
     hf                        transformers' ViTForImageClassification (SDPA attention)
@@ -47,6 +49,9 @@ set before the row's first model.
     # the compiled torch path beside timm, in one process:
     python benchmarks/speed_benchmark.py --engines keras-vit:torch-compiled,keras-vit:torch,timm,timm-compile \
         --models vit_ti16@224,vit_b16@224 --modes infer_b1,infer_b32 --precisions float32
+    # compile_for_inference's GELU rewrite on and off, beside timm:
+    python benchmarks/speed_benchmark.py --engines keras-vit:torch-compiled,keras-vit:torch-compiled-tanh,timm \
+        --models vit_ti16@224 --modes infer_b1,infer_b8 --precisions float32
     # keras-vit's attention fused and written out, taking turns:
     python benchmarks/speed_benchmark.py --engines keras-vit:torch,timm --fused-attention 0,1
 
@@ -78,7 +83,7 @@ import threading
 
 import engines
 from engines.keras_steps import BACKENDS
-from engines.keras_vit_engine import COMPILED, FUSED_ATTENTION, NUMERICS
+from engines.keras_vit_engine import COMPILED, COMPILED_TANH, FUSED_ATTENTION, NUMERICS
 from harness.device import device_kind, framework_peaks
 from harness.measure import MODES, run_engines
 from harness.models import MODELS, Arch, architectures
@@ -89,8 +94,8 @@ from harness.timing import timings as _timings
 
 # Names other benchmarks (matmul_ceiling, reduced_precision) and the tests import from here.
 __all__ = [
-    "Arch", "BACKENDS", "COLUMNS", "COMPILED", "CSV_COLUMNS", "DEFAULT_MODES", "ENGINES", "MODELS", "MODES",
-    "NUMERICS", "PRECISIONS", "architectures", "device_kind", "format_table", "framework_peaks",
+    "Arch", "BACKENDS", "COLUMNS", "COMPILED", "COMPILED_TANH", "CSV_COLUMNS", "DEFAULT_MODES", "ENGINES",
+    "MODELS", "MODES", "NUMERICS", "PRECISIONS", "architectures", "device_kind", "format_table", "framework_peaks",
     "interleaved_timings", "main", "parse_args", "print_row", "ratios", "run_all", "run_engines", "worker_rows",
     "write_csv", "_timings",
 ]  # fmt: skip

@@ -86,7 +86,7 @@ def test_quick_mode_measures_every_row_beside_the_peers(speed_benchmark, tmp_pat
 
 @pytest.mark.skipif(BACKEND != "torch", reason=f"the compiled engine is the torch backend's own; this is {BACKEND}")
 def test_quick_mode_compiled_torch_rows_interleaved_with_timm(speed_benchmark, tmp_path, capsys):
-    engines = [speed_benchmark.COMPILED, "keras-vit:torch", "timm"]
+    engines = [speed_benchmark.COMPILED, speed_benchmark.COMPILED_TANH, "keras-vit:torch", "timm"]
     argv = ["--quick", "--engines", ",".join(engines), "--precisions", "float32", "--modes", "infer_b1,train_b32"]
     rows = speed_benchmark.main(argv + ["--csv", str(tmp_path / "speed.csv")])
     printed = capsys.readouterr().out
@@ -100,6 +100,7 @@ def test_quick_mode_compiled_torch_rows_interleaved_with_timm(speed_benchmark, t
     assert {(r["engine"], r["peer"]) for r in speedups} >= {
         (speed_benchmark.COMPILED, "keras-vit:torch"),
         (speed_benchmark.COMPILED, "timm"),
+        (speed_benchmark.COMPILED, speed_benchmark.COMPILED_TANH),  # the GELU rewrite on over off
     }
     _assert_paired_by_round(speedups)
     assert "spread" in printed and speed_benchmark.COMPILED in printed

@@ -1,5 +1,6 @@
 """keras-vit on a Keras backend (``keras-vit:<backend>``), and on torch through its compiled
-path (``keras-vit:torch-compiled``).
+path (``keras-vit:torch-compiled``; ``keras-vit:torch-compiled-tanh`` is the same with
+``compile_for_inference``'s GELU rewrite off, its ``tanh_gelu_as_sigmoid=False``).
 
 It honours two settings of the command line: ``numerics`` (its own GELU form and LayerNorm
 epsilon, or a checkpoint layout's) and ``fused_attention`` (``keras_vit``'s attention switch:
@@ -11,7 +12,8 @@ from harness.device import torch_sync
 from engines import keras_steps
 
 COMPILED = "keras-vit:torch-compiled"
-NAMES = tuple(f"keras-vit:{b}" for b in keras_steps.BACKENDS) + (COMPILED,)
+COMPILED_TANH = "keras-vit:torch-compiled-tanh"
+NAMES = tuple(f"keras-vit:{b}" for b in keras_steps.BACKENDS) + (COMPILED, COMPILED_TANH)
 FRAMEWORK = "keras"
 SETTINGS = ("numerics", "fused_attention")
 # --numerics: keras-vit's own defaults, or the numerics of a checkpoint layout
@@ -60,14 +62,14 @@ def steps(engine, arch, precision, batch, device, numerics="default", fused_atte
     _switch(fused_attention)  # before the model is built and traced
     built = keras_steps.compiled_model(lambda: model(arch, numerics), precision)
     x, y = keras_steps.batch_of(arch, batch)
-    if engine == COMPILED:
-        infer, train = _compiled_steps(built, x, y, device)
+    if engine in (COMPILED, COMPILED_TANH):
+        infer, train = _compiled_steps(built, x, y, device, tanh_gelu_as_sigmoid=engine == COMPILED)
     else:
         infer, train = keras_steps.steps(built, x, y, device)
     return _under_switch(fused_attention, infer), _under_switch(fused_attention, train), built
 
 
-def _compiled_steps(model, x, y, device):
+def _compiled_steps(model, x, y, device, tanh_gelu_as_sigmoid):
     """keras-vit's compiled torch path: ``compile_for_inference``, and a train step compiled
     from ``export_program(training=True)`` with torch's AdamW, as the timm rows train."""
     import torch
@@ -75,7 +77,8 @@ def _compiled_steps(model, x, y, device):
     import keras_vit
     from keras_vit.export.torch_program import export_program
 
-    predict = keras_vit.compile_for_inference(model)
+    # Only inference rewrites the GELU: the train step compiles the exported training graph.
+    predict = keras_vit.compile_for_inference(model, tanh_gelu_as_sigmoid=None if tanh_gelu_as_sigmoid else False)
     x, y = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
     graph = export_program(model, training=True).module()
     forward = torch.compile(graph)

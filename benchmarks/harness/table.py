@@ -4,7 +4,7 @@ import csv
 import os
 import statistics
 
-from engines.keras_vit_engine import COMPILED
+from engines.keras_vit_engine import COMPILED, COMPILED_TANH
 
 COLUMNS = (
     "engine",
@@ -58,8 +58,10 @@ def _peers(engine, fused):
     """The rows a keras-vit row is compared with: ``(engine, fused_attention)``."""
     backend = engine.split(":")[1].split("-")[0]
     peers = [(f"keras-hub:{backend}", "")]
-    if engine == COMPILED:
+    if engine in (COMPILED, COMPILED_TANH):
         peers.append(("keras-vit:torch", fused))
+    if engine == COMPILED:  # the GELU rewrite on over off
+        peers.append((COMPILED_TANH, fused))
     peers += [("timm", ""), ("timm-compile", ""), ("hf", "")]
     if fused == "1":  # fused attention over the written-out form, same engine
         peers.append((engine, "0"))
