@@ -232,11 +232,11 @@ def rewrite_tanh_gelu(graph_module):
     """Rewrites every tanh-form GELU node of an ATen graph as ``x * sigmoid(2 z)``, in place.
 
     The same function (the identity ``0.5 (1 + tanh z) = sigmoid(2 z)``; outputs differ by
-    float32 rounding), written as ops that Inductor compiles to cheaper CPU code than its
-    ``tanh``. It is ``compile_for_inference``'s one kernel choice: on by default where the
-    weights are on a CPU; ``tanh_gelu_as_sigmoid=False`` compiles the graph as exported
-    (the benchmark's ``keras-vit:torch-compiled-tanh`` rows). The exact (erf) GELU is left
-    as it is.
+    float32 rounding), in another form for Inductor's CPU code generation. It is
+    ``compile_for_inference``'s one kernel choice, on by default where the weights are on
+    a CPU (where it was measured: the benchmark's ``keras-vit:torch-compiled`` rows beside
+    its ``keras-vit:torch-compiled-tanh`` rows, which keep the graph as exported, in
+    ``docs/performance.md``). The exact (erf) GELU is left as it is.
 
     Args:
         graph_module: a ``torch.fx.GraphModule`` of ATen ops (``ExportedProgram.module()``).
