@@ -64,6 +64,28 @@ def test_every_docs_page_is_in_the_sites_navigation():
     assert pages == navigation, (sorted(pages - navigation), sorted(navigation - pages))
 
 
+SNIPPET = re.compile(r'^--8<-- "([^":]+):(\w+)"$', flags=re.M)
+
+
+def test_what_the_manual_shows_from_the_readme_is_a_marked_readme_section():
+    # The set-up commands and the command line at a glance are written once, in the README,
+    # and the site's pages show them from there (pymdownx.snippets): each page's
+    # include names a section the README marks, holding text with no relative link (a link
+    # relative to the README breaks on a page in docs/guide).
+    included = {}
+    for page in _pages():
+        with open(page) as f:
+            for source, section in SNIPPET.findall(f.read()):
+                included.setdefault((source, section), []).append(os.path.relpath(page, ROOT))
+    assert {("README.md", "setup"), ("README.md", "commands")} <= set(included), included
+    for (source, section), pages in included.items():
+        with open(os.path.join(ROOT, source)) as f:
+            text = f.read()
+        marks = re.search(rf"--8<-- \[start:{section}\] -->\n(.*?)\n<!-- --8<-- \[end:{section}\]", text, flags=re.S)
+        assert marks, f"{pages} include {source}:{section}, which {source} does not mark"
+        assert not LINK.findall(_outside_code(marks.group(1))), f"{source}:{section} holds a relative link"
+
+
 @pytest.mark.slow
 def test_the_docs_site_builds_in_strict_mode(tmp_path):
     mkdocs = shutil.which("mkdocs", path=os.path.dirname(sys.executable))
