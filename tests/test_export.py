@@ -15,6 +15,7 @@ run in a process that never imports Keras.
 
 import contextlib
 import csv
+import functools
 import os
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from keras_vit.export import (
     digits_images,
     export_model,
 )
+from keras_vit.export.serving import serving_preprocessing
 from keras_vit.layers import ImagePreprocessing
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -296,6 +298,90 @@ def test_onnx_matches_keras_at_two_batch_sizes(exported):
         images = exported["x_test"][:batch]
         (got,) = session.run(["probabilities"], {"images": images})
         assert_log_probabilities_close(got, exported["log_reference"][:batch])
+
+
+# ---------------------------------------------------------------- fed what a client may send
+
+
+def _runtimes(paths):
+    """``{name: run(images) -> probabilities}`` through each runtime's own API, as a client
+    calls it (nothing of keras-vit's in between)."""
+    import onnxruntime
+    import tensorflow as tf
+    import torch
+    from ai_edge_litert.interpreter import Interpreter
+
+    savedmodel = tf.saved_model.load(paths["savedmodel"]).signatures["serving_default"]
+    session = onnxruntime.InferenceSession(paths["onnx"], providers=["CPUExecutionProvider"])
+    program = torch.export.load(paths["torch_export"]).module()
+
+    def litert_interpreter(path):
+        # The Interpreter's own calls: the input tensor stays the shape it was converted with.
+        def run(images):
+            interpreter = Interpreter(model_path=path, num_threads=2)
+            interpreter.allocate_tensors()
+            (source,) = interpreter.get_input_details()
+            interpreter.set_tensor(source["index"], images)
+            interpreter.invoke()
+            output = next(o for o in interpreter.get_output_details() if o["shape"][-1] == 10)
+            return interpreter.get_tensor(output["index"])
+
+        return run
+
+    def pt2(images):
+        with torch.no_grad():
+            return program(torch.from_numpy(images))["probabilities"].numpy()
+
+    runs = {
+        "savedmodel": lambda images: savedmodel(images=tf.constant(images))["probabilities"].numpy(),
+        "onnx": lambda images: session.run(["probabilities"], {"images": images})[0],
+        "torch_export": pt2,
+    }
+    for name in ("tflite_float32", "tflite_float16", "tflite_dynamic_int8", "tflite_int8"):
+        # The signature runner resizes its input tensor to the images it is given.
+        runs[f"{name} (signature runner)"] = functools.partial(_litert_probabilities, paths[name])
+        runs[f"{name} (Interpreter)"] = litert_interpreter(paths[name])
+    return runs
+
+
+@pytest.mark.slow
+def test_every_runtime_answers_a_batch_a_wrong_size_and_a_grey_image_rightly_or_refuses(exported):
+    # Each export, fed through its runtime's own API what a client may send: two images, an
+    # image of twice the size, a one-channel grey image. Each answer is either right (one row
+    # per image, equal to the model on the image pre-processed as the exports do: resized to
+    # the model's size, grey as RGB) or an error; never rows that are not the images given.
+    model, two = exported["model"], exported["x_test"][:2]
+    preprocessing = serving_preprocessing(model, "vit")  # the exports' own: resizes any size
+
+    def expected(images):
+        rgb = np.repeat(images, 3, axis=-1) if images.shape[-1] == 1 else images
+        return log_softmax(to_numpy(model.predict_on_batch(to_numpy(preprocessing(rgb)))))
+
+    cases = {
+        "two images": two,
+        "twice the size": np.repeat(np.repeat(two[:1], 2, axis=1), 2, axis=2),
+        "grey": two[:1, ..., :1].copy(),
+    }
+    outcomes = {}
+    for runtime, run in _runtimes(exported["result"].paths).items():
+        for case, images in cases.items():
+            try:
+                got = np.asarray(run(images))
+            except Exception as error:  # a refusal, whatever the runtime calls it
+                outcomes[runtime, case] = f"refused: {' '.join(str(error).split())[:600]}"
+                continue
+            assert got.shape == (len(images), 10), f"{runtime} answered {case} with {got.shape[0]} rows"
+            if "int8" not in runtime and "float16" not in runtime:
+                assert_log_probabilities_close(got, expected(images), err_msg=f"{runtime}, {case}")
+            outcomes[runtime, case] = "answered"
+    print(f"\n{BACKEND} {exported['name']}:", *(f"{k}: {v}" for k, v in outcomes.items()), sep="\n  ")
+    # Two images of the model's size are what every export serves.
+    assert all(outcomes[runtime, "two images"] == "answered" for runtime, _ in outcomes if "Interpreter" not in runtime)
+    # The runtimes that check the shape name it: the model's image size in the refusal.
+    for runtime in ("savedmodel", "onnx", "torch_export", "tflite_float32 (Interpreter)"):
+        for case, expected_size in (("twice the size", IMAGE_SIZE), ("grey", 3)):
+            said = outcomes[runtime, case]
+            assert said.startswith("refused") and str(expected_size) in said, (runtime, case, said)
 
 
 # What a deployment runs: torch and numpy, no Keras (asserted after loading and running).

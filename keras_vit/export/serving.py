@@ -126,6 +126,10 @@ def build_archive(model, *, top_k=5, normalization="vit", outputs_probabilities=
         return _scores_to_outputs(tf, model(images, training=False), outputs_probabilities, top_k)
 
     def serve_raw(images):
+        # A signature call does not check the static shape: an image of another size or
+        # channel count is refused here, naming the expected shape, instead of failing (or,
+        # in a runtime that resizes its input, folding into extra rows) deep in the model.
+        images = tf.ensure_shape(images, (None, height, width, channels))
         return serve_preprocessed(preprocessing(images))
 
     archive = keras.export.ExportArchive()

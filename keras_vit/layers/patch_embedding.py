@@ -76,8 +76,12 @@ class PatchEmbedding(keras.layers.Layer):
         x = x + self.bias
         if not self.flatten:
             return x
-        _, grid_h, grid_w, _ = ops.shape(x)  # tensors where the graph does not know them
-        return ops.reshape(x, (-1, grid_h * grid_w, self.hidden_size))
+        batch, grid_h, grid_w, _ = ops.shape(x)  # tensors where the graph does not know them
+        # The batch read from the input, not inferred (-1): in a graph traced for one image
+        # size, the patches of a larger image must not fold into extra images (LiteRT's
+        # signature runner resizes its input tensor to whatever it is given); they fail here
+        # or at the position embeddings instead.
+        return ops.reshape(x, (batch, grid_h * grid_w, self.hidden_size))
 
     def compute_output_shape(self, input_shape):
         batch, height, width, _ = input_shape
