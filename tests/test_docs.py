@@ -100,3 +100,7 @@ def test_the_docs_site_builds_in_strict_mode(tmp_path):
         reference = f.read()
     for name in set(keras_vit.__all__) - {"__version__"}:
         assert f'id="keras_vit.{name}"' in reference, name
+    # The README's sections the manual shows are on its pages (the snippets were included).
+    with open(tmp_path / "site" / "guide" / "install" / "index.html") as f:
+        install = f.read()
+    assert "scripts/test.sh" in install and "--8&lt;" not in install
