@@ -5,8 +5,8 @@
 # The backends run side by side: much of a test is single-threaded work (tracing, compiling,
 # child processes starting), so on a small machine three processes finish well before three
 # runs in a row. KERAS_VIT_TEST_SERIAL=1 runs them one after another instead; KERAS_VIT_BACKENDS
-# picks backends (default: all three). Each line of output carries its run's name (jax-2: jax's
-# second process, below).
+# picks backends (default: all three). Each line of output carries its run's name (jax-2: the
+# second jax process, below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
@@ -17,10 +17,10 @@ trap 'rm -rf "$logs"' EXIT
 # recipe and fault tests compile the same train steps as each other.
 export JAX_COMPILATION_CACHE_DIR="$logs/jax-cache"
 
-# Side by side, the backends' runs end at different times, and the last one alone leaves a
-# core idle: each backend's heaviest files run in a second process of that backend from the
-# start (KERAS_VIT_TEST_SPLIT=0: one process per backend).
-SECOND=(tests/test_export.py tests/test_quantization.py tests/test_benchmarks.py tests/test_faults.py
+# The jax run is the longest (XLA compiles its tests' eager ops one shape at a time), and the
+# backends side by side leave a core idle while it runs alone at the end: these of its files
+# run in a second jax process from the start (KERAS_VIT_TEST_SPLIT=0: one jax process).
+JAX_SECOND=(tests/test_export.py tests/test_quantization.py tests/test_benchmarks.py tests/test_faults.py
   tests/test_packaging.py tests/test_recipes.py)
 
 # run NAME BACKEND PYTEST-ARGS...: one pytest process, its lines prefixed with [NAME].
@@ -30,8 +30,8 @@ run() {
   KERAS_BACKEND=$backend .venv/bin/python -m pytest -q -p no:cacheprovider "$@" 2>&1 |
     sed -u "s/^/[$name] /" | tee "$logs/$name.log"
   local status=${PIPESTATUS[0]}
-  # A second process may have nothing to run (-k, -m selecting none of its files).
-  [ "$name" = "$backend-2" ] && [ "$status" = 5 ] && status=0
+  # The second jax process may have nothing to run (-k, -m selecting none of its files).
+  [ "$name" = jax-2 ] && [ "$status" = 5 ] && status=0
   echo "$status" >"$logs/$name.status"
 }
 
@@ -40,10 +40,10 @@ runs=()
 for backend in "${backends[@]}"; do
   # --doctest-modules: the examples in the public docstrings run too, on every backend.
   everything=(tests keras_vit --doctest-modules)
-  if [ "${KERAS_VIT_TEST_SERIAL:-0}" != 1 ] && [ "${KERAS_VIT_TEST_SPLIT:-1}" != 0 ]; then
-    runs+=("$backend-2")
-    run "$backend-2" "$backend" "${SECOND[@]}" "$@" &
-    everything+=("${SECOND[@]/#/--ignore=}")
+  if [ "$backend" = jax ] && [ "${KERAS_VIT_TEST_SERIAL:-0}" != 1 ] && [ "${KERAS_VIT_TEST_SPLIT:-1}" != 0 ]; then
+    runs+=(jax-2)
+    run jax-2 jax "${JAX_SECOND[@]}" "$@" &
+    everything+=("${JAX_SECOND[@]/#/--ignore=}")
   fi
   runs+=("$backend")
   if [ "${KERAS_VIT_TEST_SERIAL:-0}" = 1 ]; then
