@@ -63,7 +63,8 @@ def steps(engine, arch, precision, batch, device, numerics="default", fused_atte
     built = keras_steps.compiled_model(lambda: model(arch, numerics), precision)
     x, y = keras_steps.batch_of(arch, batch)
     if engine in (COMPILED, COMPILED_TANH):
-        infer, train = _compiled_steps(built, x, y, device, tanh_gelu_as_sigmoid=engine == COMPILED)
+        # The rewrite as compile_for_inference decides it (None), or off.
+        infer, train = _compiled_steps(built, x, y, device, None if engine == COMPILED else False)
     else:
         infer, train = keras_steps.steps(built, x, y, device)
     return _under_switch(fused_attention, infer), _under_switch(fused_attention, train), built
@@ -78,7 +79,7 @@ def _compiled_steps(model, x, y, device, tanh_gelu_as_sigmoid):
     from keras_vit.export.torch_program import export_program
 
     # Only inference rewrites the GELU: the train step compiles the exported training graph.
-    predict = keras_vit.compile_for_inference(model, tanh_gelu_as_sigmoid=None if tanh_gelu_as_sigmoid else False)
+    predict = keras_vit.compile_for_inference(model, tanh_gelu_as_sigmoid=tanh_gelu_as_sigmoid)
     x, y = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
     graph = export_program(model, training=True).module()
     forward = torch.compile(graph)
