@@ -1,4 +1,5 @@
-"""Another input size for a built model: ``keras_vit.resize(model, image_size)``."""
+"""Another input size for a built model (``keras_vit.resize(model, image_size)``), and the
+weight copy it makes, which fine-tuning also uses."""
 
 import keras
 
@@ -32,12 +33,36 @@ def resize(model, image_size, method="bicubic", antialias=True):
         raise ValueError("Expected a float model: resize it before quantizing it (model.quantize).")
     spec = model.spec.replace(image_size=image_size)
     resized = rebuild(model, spec)
-    source = {variable.path: variable for variable in model.weights}
-    for variable in resized.weights:
-        value = keras.ops.convert_to_numpy(source[variable.path])
-        if variable.path == "position_embedding/embedding":
+    copy_weights(model, resized, method=method, antialias=antialias)
+    return resized
+
+
+def copy_weights(source, target, exclude=(), method="bicubic", antialias=True):
+    """Gives each weight of ``target`` the value of ``source``'s weight of the same path, the
+    position embeddings resampled to ``target``'s patch grid (both ``VisionTransformer``).
+
+    Weights whose path starts with one of ``exclude`` (``("head/",)``) keep their values, as
+    do those ``source`` lacks: their paths are returned, to refuse or to accept.
+
+    Examples:
+        >>> import keras_vit
+        >>> small = keras_vit.create_model("vit_ti16", image_size=16, num_classes=2, depth=1)
+        >>> big = keras_vit.create_model("vit_ti16", image_size=32, num_classes=3, depth=1)
+        >>> copy_weights(small, big, exclude=("head/",))
+        []
+    """
+    values = {variable.path: variable for variable in source.weights}
+    lacking = []
+    for variable in target.weights:
+        if variable.path.startswith(tuple(exclude)):
+            continue
+        if variable.path not in values:
+            lacking.append(variable.path)
+            continue
+        value = keras.ops.convert_to_numpy(values[variable.path])
+        if variable.path == "position_embedding/embedding" and value.shape != tuple(variable.shape):
             value = resample_position_embedding(
-                value, spec.grid_size, model.spec.grid_size, spec.num_prefix_tokens, method, antialias
+                value, target.spec.grid_size, source.spec.grid_size, target.spec.num_prefix_tokens, method, antialias
             )
         variable.assign(value)
-    return resized
+    return lacking
