@@ -11,6 +11,7 @@ outputs relative to their size and refuses expected values that carry no informa
 """
 
 import math
+import pathlib
 
 import numpy as np
 
@@ -163,3 +164,22 @@ def assert_close_to_scale(actual, expected, rtol, err_msg=""):
         f"(max |expected| = {scale:.3g}). {err_msg}"
     )
     return difference / scale
+
+
+def write_photos(root):
+    """Eight real photos (scikit-image's samples, six RGB and two grey), shrunk to at most
+    96 pixels a side and written as JPEGs under ``root``, four per class (folders ``a`` and
+    ``b``); returns their paths."""
+    import skimage.data
+    from PIL import Image
+
+    names = ["astronaut", "chelsea", "coffee", "rocket", "immunohistochemistry", "colorwheel", "camera", "coins"]
+    paths = []
+    for i, name in enumerate(names):
+        image = Image.fromarray(getattr(skimage.data, name)())
+        image.thumbnail((96, 96))
+        folder = pathlib.Path(root) / ("a" if i % 2 else "b")
+        folder.mkdir(parents=True, exist_ok=True)
+        image.save(folder / f"{name}.jpg", quality=95)
+        paths.append(folder / f"{name}.jpg")
+    return paths

@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import write_photos
 
 from keras_vit.data import (
     DatasetInfo,
@@ -185,24 +186,6 @@ def test_an_image_corrupt_inside_is_skipped_with_a_warning_naming_it(tmp_path):
     assert splits.train.num_examples == decoded == 11  # the rest read, no crash
 
 
-def _write_photos(root):
-    """Eight real photos (scikit-image's samples, six RGB and two grey), shrunk to at most
-    96 pixels a side and written as JPEGs, four per class; returns their paths."""
-    import skimage.data
-    from PIL import Image
-
-    names = ["astronaut", "chelsea", "coffee", "rocket", "immunohistochemistry", "colorwheel", "camera", "coins"]
-    paths = []
-    for i, name in enumerate(names):
-        image = Image.fromarray(getattr(skimage.data, name)())
-        image.thumbnail((96, 96))
-        folder = root / ("a" if i % 2 else "b")
-        os.makedirs(folder, exist_ok=True)
-        image.save(folder / f"{name}.jpg", quality=95)
-        paths.append(folder / f"{name}.jpg")
-    return paths
-
-
 def _corrupt_entropy_coded_data(path):
     """Changes one byte of a JPEG's entropy-coded data, keeping every marker in place
     (SOI, the headers, SOS, EOI): a stuffed 0xFF 0x00 pair nearest the middle of the scan
@@ -225,7 +208,7 @@ def _corrupt_entropy_coded_data(path):
 # the epoch ends.
 @pytest.mark.filterwarnings("ignore:Your input ran out of data")
 def test_a_jpeg_whose_entropy_coded_data_is_corrupt_is_skipped_by_the_pipeline_while_fit_runs(tmp_path):
-    paths = _write_photos(tmp_path)
+    paths = write_photos(tmp_path)
     damaged = paths[1]  # chelsea, class "a"
     _corrupt_entropy_coded_data(damaged)
     with pytest.raises(tf.errors.InvalidArgumentError):  # it does not decode
