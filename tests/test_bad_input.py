@@ -504,6 +504,49 @@ def _(tmp):
     cli("--init_from", str(tmp / "missing.keras"), "--output_dir", str(tmp), recipe=finetune, preset="digits_finetune")
 
 
+@case("fine-tuning from a model name alone", SystemExit, "--init_from 'vit_ti16' is not a file, a folder or a preset",
+      "vit_ti16.augreg_in21k_ft_in1k")  # fmt: skip
+def _(tmp):
+    cli("--init_from", "vit_ti16", "--output_dir", str(tmp / "runs"), recipe=finetune, preset="digits_finetune")
+
+
+@case("architecture options that contradict the pre-trained model", SystemExit, "built otherwise than the recipe asks",
+      "--depth 3 (the model's: 1)", "--patch_size 8 (the model's: 4)")  # fmt: skip
+def _(tmp):
+    keras_vit.save_preset(tiny(patch_size=4), tmp / "preset")
+    cli("--init_from", str(tmp / "preset"), "--depth", "3", "--patch_size", "8", "--output_dir", str(tmp / "runs"),
+        recipe=finetune, preset="digits_finetune")  # fmt: skip
+
+
+@case("a dataset folder too small to validate on", SystemExit, "The validation split(s) of", "are empty",
+      "5 images or more per class")  # fmt: skip
+def _(tmp):
+    (tmp / "photos").mkdir()
+    _image_folder(tmp / "photos", {"cats": 3, "dogs": 3})
+    cli("--dataset", str(tmp / "photos"), "--output_dir", str(tmp / "runs"))
+
+
+@case("a dataset with one class on the command line", SystemExit, "1 class subfolder(s) (cats)", "needs at least two")
+def _(tmp):
+    (tmp / "photos").mkdir()
+    _image_folder(tmp / "photos", {"cats": 6})
+    cli("--dataset", str(tmp / "photos"), "--output_dir", str(tmp / "runs"))
+
+
+@case("--resume with another configuration", SystemExit, "began as another run", "--learning_rate 0.002 -> 0.5")
+def _(tmp):
+    from keras_vit.training import run as run_module
+
+    config = make_config("digits_pretrain", output_dir=str(tmp))
+    run_dir, _ = run_module._run_dir(config, "pretrain-vit_ti16-digits")  # a run stopped before its end
+    run_module._record_config(run_dir, config, "pretrain", resumed=False)
+    before = os.listdir(run_dir)
+    try:
+        run_command_line(pretrain, ["--resume", "--learning_rate", "0.5", "--output_dir", str(tmp)], "digits_pretrain")
+    finally:
+        assert os.listdir(tmp) == ["pretrain-vit_ti16-digits"] and os.listdir(run_dir) == before
+
+
 @case("an output folder that is a file", SystemExit, "Cannot write the run folder", "output.txt", "Not a directory")
 def _(tmp):
     (tmp / "output.txt").write_text("a file, not a folder")

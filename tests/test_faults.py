@@ -126,7 +126,7 @@ class Steps(keras.callbacks.Callback):
         with open(sys.argv[2], "w") as f:
             f.write(str(self.done))
 
-pretrain(make_config("digits_pretrain", output_dir=sys.argv[1], run_name="run", **{OPTIONS}), callbacks=[Steps()])
+pretrain(make_config("digits_pretrain", output_dir=sys.argv[1], run_name="run", resume=True, **{OPTIONS}), callbacks=[Steps()])
 """
 STEPS, EPOCHS = 10, 4
 OPTIONS = dict(depth=1, hidden_size=32, num_heads=2, mlp_dim=64, epochs=EPOCHS, steps_per_epoch=STEPS,
@@ -170,7 +170,7 @@ def killed_and_resumed(tmp_path_factory):
     assert not (run_dir / "model.keras").exists(), killed  # it did not finish
     assert 1 <= read_state(run_dir / "backup")["epoch"] < EPOCHS, killed  # a finished epoch's backup to resume
 
-    # Started again, it resumes from the backup and finishes.
+    # Started again (with --resume, as the first time), it resumes from the backup and finishes.
     again = subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, f"{killed}\nstarted again: {again.stderr[-3000:]}"
     resumed = keras.saving.load_model(run_dir / "model.keras")

@@ -168,7 +168,8 @@ class _StartWeights(keras.callbacks.Callback):
 
 def test_fine_tuning_drops_the_mask_embedding_and_head(mpp_run, tmp_path):
     path = os.path.join(mpp_run.run_dir, "model.keras")
-    config = make_config("digits_finetune", init_from=path, run_name="fine", output_dir=str(tmp_path), **TINY_RECIPE)
+    config = make_config("digits_finetune", init_from=path, run_name="fine", output_dir=str(tmp_path), image_size=24,
+                         **TINY_RECIPE)  # fmt: skip
     start = _StartWeights()
     result = finetune(config, callbacks=[start])
     assert result.checks["head_max_abs_output"] == 0.0  # a fresh zero head

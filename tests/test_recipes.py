@@ -2,6 +2,8 @@
 run resumed: test_faults.py)."""
 
 import csv
+import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -11,9 +13,11 @@ import keras
 import numpy as np
 import pytest
 from conftest import TINY_ENCODER
+from helpers import randomize_keras, write_photos
 
 import keras_vit
 from keras_vit.data import load_dataset, make_pipeline
+from keras_vit.layers import ImagePreprocessing
 from keras_vit.training import finetune, make_config, pretrain
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -166,3 +170,109 @@ def test_main_recipe_runs_both_phases(tmp_path, capsys):
     for phase, result in (("pretrain", first), ("finetune", second)):
         row = next(line for line in table.splitlines() if line.startswith(phase))
         assert row.split()[4:] == ["1", f"{result.epoch_seconds[0]:.1f}", "s"], row
+
+
+# --- fine-tuning what the user names: a preset folder, a preset name, in a new run folder ------
+
+
+TINY_PRESET = dict(image_size=16, depth=1, hidden_size=32, num_heads=2, mlp_dim=64, patch_size=4)
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    from PIL import Image, ImageOps
+
+    root = tmp_path_factory.mktemp("data") / "photos"
+    for path in write_photos(root):  # two classes, a and b, of real photos; and their mirror images
+        ImageOps.mirror(Image.open(path)).save(path.with_name(f"{path.stem}-mirrored.jpg"), quality=95)
+    return root  # 8 a class: 5 to train on, 1 to validate, 2 to test
+
+
+def finetune_command(*args):
+    from keras_vit.commands import finetune as command
+
+    return command.main(["--epochs", "1", "--batch_size", "4", "--warmup_steps", "1", "--progress", "0", *args])
+
+
+def test_finetune_from_a_preset_folder_takes_its_model_and_writes_a_new_run_folder_each_run(
+    photos, tmp_path, capsys, recwarn
+):
+    from keras_vit.commands import classify
+
+    # A saved preset whose pre-processing is ImageNet's mean and std, at its own 16 px.
+    preprocessing = ImagePreprocessing.from_normalization("imagenet", 16)
+    base = keras_vit.create_model("vit_ti16", num_classes=3, preprocessing=preprocessing, **TINY_PRESET)
+    randomize_keras(base)
+    keras_vit.save_preset(base, tmp_path / "preset")
+    first = finetune_command("--init_from", str(tmp_path / "preset"), "--dataset", str(photos),
+                             "--output_dir", str(tmp_path / "runs"))  # fmt: skip
+    assert first.run_dir == str(tmp_path / "runs" / "finetune-vit_ti16-photos")
+    assert not [w for w in recwarn if "ran out of data" in str(w.message)]  # the splits end by design
+    out = capsys.readouterr().out
+    assert f"validation accuracy best {max(first.history['val_accuracy']):.4f} (epoch 1)" in out, out
+    # The model's size, normalisation and weights (the features at the start equal the preset's).
+    assert first.model.input_shape == (None, 16, 16, 3)
+    assert first.checks["feature_cosine_similarity"] > 0.9999, first.checks
+    with open(os.path.join(first.run_dir, "recipe.json")) as f:
+        recorded = json.load(f)
+    assert recorded["recipe"] == "finetune" and recorded["config"]["image_size"] == 16
+    assert recorded["config"]["normalization"] == "imagenet" and recorded["config"]["init_from"].endswith("preset")
+    saved = keras_vit.load_model(os.path.join(first.run_dir, "model.keras"))
+    assert saved.class_names == ("a", "b") and saved.preprocessing.mean == preprocessing.mean
+    capsys.readouterr()
+    classify.main([os.path.join(first.run_dir, "model.keras"), str(photos / "a"), "--top", "1"])
+    # Lines "  1.  51.20%  a (0)": rank, probability, the folder's class name, its index.
+    named = [line.split()[-2] for line in capsys.readouterr().out.splitlines() if line.strip()[:1].isdigit()]
+    assert named and set(named) <= {"a", "b"}, named
+
+    # The same command again: a new folder; the first run's files are untouched.
+    before = {name: (first_path := os.path.join(first.run_dir, name), os.path.getmtime(first_path))[1]
+              for name in ("model.keras", "log.csv", "recipe.json")}  # fmt: skip
+    second = finetune_command("--init_from", str(tmp_path / "preset"), "--dataset", str(photos),
+                              "--output_dir", str(tmp_path / "runs"))  # fmt: skip
+    assert second.run_dir == first.run_dir + "-2"
+    assert {name: os.path.getmtime(os.path.join(first.run_dir, name)) for name in before} == before
+    for run in (first, second):
+        with open(os.path.join(run.run_dir, "log.csv")) as f:
+            assert [row["epoch"] for row in csv.DictReader(f)] == ["0"]
+    # Resuming a finished run is refused, naming it.
+    with pytest.raises(SystemExit) as exit_:
+        finetune_command("--init_from", str(tmp_path / "preset"), "--dataset", str(photos), "--resume",
+                         "--output_dir", str(tmp_path / "runs"))  # fmt: skip
+    assert exit_.value.code == 2 and f"{second.run_dir}, has finished" in capsys.readouterr().err
+
+
+def test_finetune_from_a_preset_name_served_by_a_mirror(photos, tmp_path, monkeypatch):
+    from http_server import FileServer, download_env
+    from upstream import write_original_npz
+
+    from keras_vit.presets import catalog, download
+
+    # A small model under the name of a real preset, its file in the original .npz layout
+    # where the mirror keeps the publisher's path.
+    name = "vit_ti16.augreg_in21k_ft_in1k"
+    preset = dataclasses.replace(catalog.PRESETS[name], image_size=16, num_classes=3, sha256=None, size=None,
+                                 labels=None, options={k: v for k, v in TINY_PRESET.items() if k != "image_size"})  # fmt: skip
+    monkeypatch.setitem(catalog.PRESETS, name, preset)
+    with FileServer(tmp_path / "served") as server:
+        download_env(monkeypatch, tmp_path / "home", mirror=server.url)
+        path = tmp_path / "served" / download.source_url(preset.url)[len(server.url) :].lstrip("/")
+        path.parent.mkdir(parents=True)
+        write_original_npz(path, np.random.default_rng(0), 32, 1, 2, 64, 4, 17, 3)
+        result = finetune_command("--init_from", name, "--dataset", str(photos), "--image_size", "24",
+                                  "--output_dir", str(tmp_path / "runs"))  # fmt: skip
+        assert len(server.requests) == 1
+    # At the size asked for, the position embeddings resampled: the features of each image
+    # at both sizes are closer than those of two images.
+    assert result.model.input_shape == (None, 24, 24, 3) and result.model.class_names == ("a", "b")
+    checks = result.checks
+    assert checks["feature_cosine_similarity"] > checks["feature_cosine_other_images"], checks
+
+
+def test_a_model_the_user_names_is_built_as_named():
+    # The digits recipe's own model (patch 4, 128 wide, 16 px) gives way to the named one.
+    config = make_config("digits_pretrain", model="vit_s16", depth=2)
+    assert config.model_options == {"depth": 2, "representation_size": 128, "dropout_rate": 0.1}
+    assert config.image_size is None  # the model's: 224
+    assert make_config("digits_pretrain").model_options["patch_size"] == 4
+    assert make_config("digits_pretrain").image_size == 16

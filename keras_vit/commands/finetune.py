@@ -4,7 +4,8 @@ SGD with momentum 0.9, cosine decay, gradient clipping at global norm 1, no weig
 decay; the position embeddings are interpolated to the new patch grid and a fresh
 zero-initialised head is put on for the new classes.
 
-    keras-vit finetune --init_from saved_models/pretrain-vit_ti16-digits/model.keras
+    keras-vit finetune --init_from vit_b16.augreg2_in21k_ft_in1k --dataset photos/
+    keras-vit finetune --init_from saved_models/pretrain-vit_ti16-digits/model.keras --image_size 24
     keras-vit finetune --preset paper_finetune --init_from ViT-B_16.npz \
         --init_model vit_b16 --dataset cifar10 --image_size 384
 """
@@ -24,5 +25,5 @@ def main(argv=None):
     _, result = run_command_line(finetune, argv, "digits_finetune", "keras-vit finetune", __doc__)
     checks = ", ".join(f"{k} {v:.4f}" for k, v in result.checks.items())
     print(f"fine-tuning start: {checks}")
-    print(f"fine-tuning: test accuracy {result.test_accuracy:.4f} in {result.seconds:.1f} s -> {result.run_dir}")
+    print(f"fine-tuning: {result.summary()}")
     return result

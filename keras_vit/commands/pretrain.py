@@ -29,9 +29,8 @@ def build_parser():
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     config, result = run_command_line(pretrain, argv, "digits_pretrain", "keras-vit pretrain", __doc__)
-    if config.objective == "masked_patch_prediction":
-        measure = "masked patch prediction: test colour accuracy on the corrupted patches"
+    if config.objective == "masked_patch_prediction":  # its accuracy: the colours of the corrupted patches
+        print(f"masked patch prediction (colour accuracy on the corrupted patches): {result.summary()}")
     else:
-        measure = "pre-training: test accuracy"
-    print(f"{measure} {result.test_accuracy:.4f} in {result.seconds:.1f} s -> {result.run_dir}")
+        print(f"pre-training: {result.summary()}")
     return result

@@ -18,7 +18,7 @@ import typing
 
 from keras_vit import quiet
 from keras_vit.checks import CommandLineParser
-from keras_vit.models.spec import ViTSpec
+from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 from keras_vit.training.errors import RecipeInputError
 
 
@@ -27,12 +27,12 @@ class RecipeConfig:
     # data
     dataset: str = "digits"  # "digits" (embedded), a folder path, or a tensorflow-datasets name
     data_dir: str | None = None  # tensorflow-datasets data_dir
-    image_size: int = 224
+    image_size: int | None = None  # None: the model's (the named one's; fine-tuning: the pre-trained one's)
     batch_size: int = 4096  # images per optimizer update (with accumulation: over its micro-batches)
     accumulation_steps: int = 1  # micro-batches of batch_size / accumulation_steps per update
     epochs: int = 300
     steps_per_epoch: int | None = None  # None: one pass over the training split
-    normalization: str = "vit"  # pixels x / 127.5 - 1, as the original checkpoints expect
+    normalization: str | None = None  # "vit" (x / 127.5 - 1) or "imagenet"; None: the model's ("vit" if new)
     inception_crop: bool = True  # random resized crop (pre-training) vs resize (fine-tuning)
     crop_area_min: float | None = None  # None: the dataset's own default
     horizontal_flip: bool | None = None  # None: the dataset's own default
@@ -66,10 +66,11 @@ class RecipeConfig:
     fewshot_shots: str = "1,5,10,25"
     fewshot_seeds: int = 3
     # fine-tuning
-    init_from: str | None = None  # a .keras file or any load_weights checkpoint
-    init_model: str | None = None  # the model that checkpoint fits (non-.keras files)
+    init_from: str | None = None  # a preset name or folder, a .keras file or a load_weights checkpoint
+    init_model: str | None = None  # the model that checkpoint fits (checkpoints without architecture)
     # runtime
-    run_name: str | None = None  # default: "<recipe>-<model>-<dataset>"
+    run_name: str | None = None  # default: "<recipe>-<model>-<dataset>"; taken: "<name>-2", "<name>-3", ...
+    resume: bool = False  # continue the newest run folder of this name from its backup
     output_dir: str = "saved_models"
     mixed_precision: bool = False  # "mixed_bfloat16" compute, float32 weights
     jit_compile: bool = True  # XLA where the backend supports it
@@ -115,36 +116,34 @@ _RANGES = (
 
 
 # fmt: off
-# The paper's recipes (ImageNet-21k pre-training of ViT-B; fine-tuning at 384). Their batch
-# is the update's: the paper reaches 4096 over a TPU pod's devices in one step; a machine
-# that holds 64 images reaches it with --accumulation_steps 64 (the same updates).
+# The paper's recipes (ImageNet-21k pre-training of ViT-B; fine-tuning, at 384 in the paper:
+# --image_size 384, else at the pre-trained model's size). Their batch is the update's: the
+# paper reaches 4096 over a TPU pod's devices in one step; a machine that holds 64 images
+# reaches it with --accumulation_steps 64 (the same updates).
 PAPER_PRETRAIN = dict(
     optimizer="adam", beta1=0.9, beta2=0.999, weight_decay=0.1, learning_rate=1e-3,
     batch_size=4096, warmup_steps=10_000, decay="linear", dropout_rate=0.1,
-    representation_size=768, image_size=224, inception_crop=True, global_clipnorm=1.0,
+    representation_size=768, inception_crop=True, global_clipnorm=1.0,
 )
 PAPER_FINETUNE = dict(
     optimizer="sgd", momentum=0.9, weight_decay=0.0, learning_rate=0.01, batch_size=512,
     warmup_steps=500, decay="cosine", global_clipnorm=1.0, dropout_rate=0.1,
-    representation_size=None, image_size=384, inception_crop=False, epochs=8,
+    representation_size=None, inception_crop=False, epochs=8,
 )
 # The embedded default: a small ViT on scikit-learn's 8x8 digits, pre-trained at 16 px
-# and fine-tuned at 24 px (1.5x), fast enough for the README's main command on a CPU.
-# Tuned on the validation split: a milder crop than ImageNet's (8x8 digits lose their
-# identity in small crops), a higher peak learning rate for the short schedule, label
-# smoothing 0.1 and 50 + 20 epochs, each kept for a higher mean fine-tuned accuracy over
-# seeds and backends.
-_DIGITS_MODEL = dict(
-    dataset="digits", model="vit_ti16", patch_size=4, hidden_size=128, depth=4, num_heads=4,
-    mlp_dim=256, crop_area_min=0.8, horizontal_flip=False, label_smoothing=0.1,
-)
+# and fine-tuned at 24 px (1.5x: the main job's --image_size), fast enough for the README's
+# main command on a CPU. Tuned on the validation split: a milder crop than ImageNet's (8x8
+# digits lose their identity in small crops), a higher peak learning rate for the short
+# schedule, label smoothing 0.1 and 50 + 20 epochs, each kept for a higher mean fine-tuned
+# accuracy over seeds and backends.
+_DIGITS_DATA = dict(dataset="digits", crop_area_min=0.8, horizontal_flip=False, label_smoothing=0.1)
 DIGITS_PRETRAIN = dict(
-    PAPER_PRETRAIN, **_DIGITS_MODEL, image_size=16, batch_size=64, epochs=50,
-    learning_rate=2e-3, warmup_steps=100, representation_size=128, weight_decay=0.1,
+    PAPER_PRETRAIN, **_DIGITS_DATA, model="vit_ti16", patch_size=4, hidden_size=128, depth=4, num_heads=4,
+    mlp_dim=256, image_size=16, batch_size=64, epochs=50, learning_rate=2e-3, warmup_steps=100,
+    representation_size=128, weight_decay=0.1,
 )
 DIGITS_FINETUNE = dict(
-    PAPER_FINETUNE, **_DIGITS_MODEL, image_size=24, batch_size=64, epochs=20,
-    learning_rate=0.03, warmup_steps=20, inception_crop=False,
+    PAPER_FINETUNE, **_DIGITS_DATA, batch_size=64, epochs=20, learning_rate=0.03, warmup_steps=20,
 )
 # fmt: on
 PRESETS = {
@@ -160,6 +159,8 @@ FIELDS = {f.name: f for f in dataclasses.fields(RecipeConfig) if f.name != "mode
 MODEL_OPTIONS = {
     f.name: f for f in dataclasses.fields(ViTSpec) if f.name not in ("image_size", "num_classes", "resnet")
 }
+# What a recipe preset says about its own model, which a model the user names replaces.
+_ARCHITECTURE = {"image_size", *(n for n in ViTSpec.fields_with_role(ARCHITECTURE) if n in MODEL_OPTIONS)}
 
 
 def make_config(preset, **overrides):
@@ -170,12 +171,25 @@ def make_config(preset, **overrides):
     """
     if preset not in PRESETS:
         raise ValueError(f"Unknown preset {preset!r}; expected one of {sorted(PRESETS)}.")
-    values = {**PRESETS[preset], **overrides}
+    values = {**_for_the_named_model(PRESETS[preset], overrides), **overrides}
     unknown = [k for k in values if k not in FIELDS and k not in MODEL_OPTIONS]
     if unknown:
         raise ValueError(_unknown_keys_message(unknown))
     options = {k: values.pop(k) for k in list(values) if k in MODEL_OPTIONS}
     return RecipeConfig(**values, model_options=options)
+
+
+def _for_the_named_model(preset, overrides):
+    """The preset without what it says about its own model (architecture options, image size)
+    when the overrides name another model (``model``, ``init_model``, ``init_from``): a named
+    model is built as named, with only the options the overrides give it.
+
+    >>> sorted(_for_the_named_model(DIGITS_PRETRAIN, {"model": "vit_s16"}).keys() & _ARCHITECTURE)
+    []
+    """
+    named = overrides.get("model", preset.get("model")) != preset.get("model")
+    named = named or overrides.get("init_model") or overrides.get("init_from")
+    return {k: v for k, v in preset.items() if k not in _ARCHITECTURE} if named else preset
 
 
 def _unknown_keys_message(unknown, flags=False):
@@ -191,6 +205,11 @@ def _unknown_keys_message(unknown, flags=False):
     if flags:
         return f"Unknown flag(s): {', '.join(parts)}. Every RecipeConfig field is a flag: see --help."
     return f"Unknown config key(s): {', '.join(parts)}. Known keys: {', '.join(known)}."
+
+
+def _is_bool(field):
+    return field.type is bool or (typing.get_origin(field.type) in (typing.Union, types.UnionType)
+                                  and bool in typing.get_args(field.type))  # fmt: skip
 
 
 def _parse_value(text, field):
@@ -251,7 +270,9 @@ def build_parser(default_preset, prog=None, description=None):
         value = getattr(defaults, name) if name in FIELDS else defaults.model_options.get(name, "the model's")
         note = notes.get(name) or ("a ViTSpec option" if name in MODEL_OPTIONS else "")
         text = f"{note} (default: {value})".replace("%", "%%")  # argparse formats help with %
-        parser.add_argument(f"--{name}", default=argparse.SUPPRESS, metavar="VALUE", help=text)
+        # A true/false field alone on the line means true (--resume), or takes its value (--resume false).
+        switch = {"nargs": "?", "const": "true"} if name in FIELDS and _is_bool(FIELDS[name]) else {}
+        parser.add_argument(f"--{name}", default=argparse.SUPPRESS, metavar="VALUE", help=text, **switch)
     quiet.add_flag(parser)
     return parser
 

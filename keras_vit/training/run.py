@@ -8,9 +8,12 @@ from its last finished epoch), ``log.csv`` and ``tensorboard/``.
 import contextlib
 import dataclasses
 import difflib
+import itertools
+import json
 import math
 import os
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -18,9 +21,11 @@ import numpy as np
 import keras_vit
 from keras_vit.data import load_dataset, make_pipeline, mixes_labels
 from keras_vit.layers.preprocessing import ImagePreprocessing
+from keras_vit.factory import CHECKPOINT_EXTENSIONS
 from keras_vit.models.masked_patches import MaskedPatchPrediction
+from keras_vit.models.resize import copy_weights
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
-from keras_vit.saving import load_model, save_model
+from keras_vit.saving import atomic_path, load_model, save_model
 from keras_vit.training.checkpointing import BestModel, RunBackup, read_state
 from keras_vit.training.config import OBJECTIVES
 from keras_vit.training.distribution import check_strategy, distribution_scope
@@ -50,29 +55,77 @@ class RunResult:
     checks: dict  # fine-tuning start checks (head output, feature similarity)
     epoch_seconds: list = dataclasses.field(default_factory=list)  # each epoch's wall time
 
+    def summary(self):
+        """One line: the best and last validation accuracy, the test accuracy, the time, the folder."""
+        validation = self.history.get("val_accuracy") or [float("nan")]
+        best = int(np.nanargmax(validation)) if not np.isnan(validation).all() else 0
+        return (
+            f"validation accuracy best {validation[best]:.4f} (epoch {best + 1}), last {validation[-1]:.4f}; "
+            f"test accuracy {self.test_accuracy:.4f}; {self.seconds:.1f} s -> {self.run_dir}"
+        )
 
-def _run_dir(config, recipe):
+
+def _run_name(config, recipe, model_name):
     # Another objective's run is another model: its own folder, so no backup of the other is resumed.
     kind = recipe if config.objective == "classification" else f"{recipe}-{config.objective}"
-    name = config.run_name or f"{kind}-{config.model}-{os.path.basename(str(config.dataset).rstrip('/'))}"
-    return os.path.join(config.output_dir, name)
+    return config.run_name or f"{kind}-{model_name}-{os.path.basename(str(config.dataset).rstrip('/'))}"
 
 
-def _make_run_dir(run_dir):
-    """Creates the run folder, or says why it cannot be (a file in the way, no permission)."""
-    try:
-        os.makedirs(run_dir, exist_ok=True)
-        probe = os.path.join(run_dir, ".keras-vit-write-test")
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise RecipeInputError(
-            f"Cannot write the run folder {run_dir}: {reason} ({error.filename}). Expected --output_dir to be a "
-            "folder this process can write (or one it can create)."
-        ) from None
-    return run_dir
+def _run_dir(config, name):
+    """``(run folder, resumed)``: a new folder ``<name>``, else ``<name>-2``, ``<name>-3``, ...
+    (made here, so two runs never share one); with ``resume``, the newest of them, if any."""
+    base = os.path.join(config.output_dir, name)
+    taken = list(itertools.takewhile(os.path.exists, (base if k == 1 else f"{base}-{k}" for k in itertools.count(1))))
+    if config.resume and taken:
+        if os.path.exists(os.path.join(taken[-1], "model.keras")):
+            raise RecipeInputError(
+                f"--resume: the newest run, {taken[-1]}, has finished (its model.keras is written). Expected a run "
+                "stopped before its end; without --resume a new run starts."
+            )
+        return taken[-1], True  # from its backup, or from the start if it finished no epoch
+    for k in itertools.count(len(taken) + 1):
+        path = base if k == 1 else f"{base}-{k}"
+        try:
+            os.makedirs(path)  # not there before: this run's alone
+            return path, False
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise _unwritable(path, "a file is in the way") from None
+        except OSError as error:
+            raise _unwritable(path, f"{error.strerror or error} ({error.filename})") from None
+
+
+def _unwritable(path, reason):
+    return RecipeInputError(
+        f"Cannot write the run folder {path}: {reason}. Expected --output_dir to be a folder this process "
+        "can write (or one it can create)."
+    )
+
+
+CONFIG_FILE = "recipe.json"  # the run's whole configuration, beside its model
+
+
+def _record_config(run_dir, config, recipe, resumed):
+    """Writes the run's configuration, or, resuming, checks that it is the one the run began with."""
+    path = os.path.join(run_dir, CONFIG_FILE)
+    record = {"recipe": recipe, "config": dataclasses.asdict(config)}
+    if resumed and os.path.isfile(path):
+        with open(path) as f:
+            began = json.load(f)
+        # Resuming may change only how the run reports; everything else is the run's own.
+        began["config"].update({k: record["config"][k] for k in ("resume", "progress")})
+        differ = sorted(k for k in record["config"] if began["config"].get(k) != record["config"][k])
+        if began["recipe"] != recipe or differ:
+            changes = ", ".join(f"--{k} {began['config'].get(k)!r} -> {record['config'][k]!r}" for k in differ)
+            raise RecipeInputError(
+                f"--resume: {run_dir} began as another run ({changes or began['recipe'] + ' -> ' + recipe}). "
+                "Expected the command that began it; without --resume a new run starts."
+            )
+        return
+    with atomic_path(path) as temp:
+        with open(temp, "w") as f:
+            json.dump({**record, "keras_vit": keras_vit.__version__, "backend": keras.backend.backend()}, f,
+                      indent=2, default=str)  # fmt: skip
 
 
 def _pipelines(config, splits, drop_remainder):
@@ -98,6 +151,17 @@ def _pipelines(config, splits, drop_remainder):
     )
     evaluate = lambda split: make_pipeline(split, training=False, drop_remainder=drop_remainder, **common)  # noqa: E731
     return train, evaluate(splits.validation), evaluate(splits.test)
+
+
+def _check_splits(config, splits):
+    """Each split holds images (a small folder's validation split can be empty)."""
+    empty = [name for name in ("train", "validation", "test") if getattr(splits, name).num_examples == 0]
+    if empty:
+        raise RecipeInputError(
+            f"The {' and '.join(empty)} split(s) of {config.dataset} are empty: expected enough images of each "
+            "class for every split (a tenth of a class validates, a fifth tests: 5 images or more per class), "
+            "or train/, validation/ and test/ folders."
+        )
 
 
 def _full_batches(config, split):
@@ -182,12 +246,87 @@ def pretrain(config, callbacks=()):
 
 
 def finetune(config, callbacks=()):
-    """Fine-tunes a pre-trained model at ``config.image_size``; see ``recipes/finetune.py``."""
+    """Fine-tunes a pre-trained model (``config.init_from``); see ``recipes/finetune.py``."""
     if not config.init_from:
-        raise RecipeInputError("Fine-tuning needs --init_from: a .keras file or a checkpoint load_weights reads.")
-    if not os.path.isfile(config.init_from):
-        raise MissingInputFileError(f"--init_from {config.init_from!r} is not a file.")
+        raise RecipeInputError(
+            "Fine-tuning needs --init_from: a preset name or folder, a .keras file or a checkpoint load_weights reads."
+        )
     return _fit(config, "finetune", callbacks)
+
+
+def _pretrained(config):
+    """The model to fine-tune from ``init_from`` (a preset name or folder, a ``.keras`` file;
+    a masked patch prediction model's backbone), or None for a checkpoint without architecture."""
+    source = config.init_from
+    if os.path.isfile(source) and not source.endswith(".keras"):
+        return None  # loaded into the model to fine-tune by load_weights
+    if not os.path.exists(source):
+        if os.sep in source or os.path.splitext(source)[1] in CHECKPOINT_EXTENSIONS:
+            raise MissingInputFileError(f"--init_from {source!r} is not a file or folder.")
+        if "." not in source and not source.startswith("hf-hub:"):
+            raise RecipeInputError(
+                f"--init_from {source!r} is not a file, a folder or a preset: a model name alone has no "
+                f"pre-trained weights. Expected a preset such as {_presets_of(source)}, a preset folder "
+                "(keras_vit.save_preset) or a .keras file."
+            )
+    model = load_model(source) if os.path.isfile(source) else keras_vit.create_model(source)
+    return model.backbone if isinstance(model, MaskedPatchPrediction) else model
+
+
+def _presets_of(model_name):
+    names = keras_vit.list_models(f"{model_name}.*", pretrained=True) or keras_vit.list_models(pretrained=True)
+    return ", ".join(names[:3])
+
+
+def _model_name(config, recipe, pretrained):
+    """The name of the model a run trains (its run folder's), e.g. ``vit_ti16``."""
+    if pretrained is not None:
+        return pretrained.name
+    return config.init_model or config.model if recipe == "finetune" else config.model
+
+
+def _resolved(config, recipe, pretrained):
+    """``config`` with what it leaves to the model (image size, normalization) taken from it;
+    an option that contradicts the pre-trained model is an error listing each conflict."""
+    if pretrained is None:
+        spec = keras_vit.get_spec(_model_name(config, recipe, None)).replace(**config.model_options)
+        own_normalization = "vit"
+    else:
+        spec = pretrained.spec
+        architecture = set(ViTSpec.fields_with_role(ARCHITECTURE))
+        conflicts = [f"--{k} {v!r} (the model's: {getattr(spec, k)!r})" for k, v in config.model_options.items()
+                     if k in architecture and getattr(spec, k) != v]  # fmt: skip
+        own_normalization = _normalization_of(pretrained.preprocessing)
+        if config.normalization not in (None, own_normalization):
+            conflicts.append(f"--normalization {config.normalization!r} (the model's: {own_normalization!r})")
+        if conflicts:
+            raise RecipeInputError(
+                f"--init_from {config.init_from} is built otherwise than the recipe asks: {'; '.join(conflicts)}. "
+                "Expected no architecture options for a pre-trained model (drop them, or pre-train that architecture)."
+            )
+    if config.image_size is None and spec.image_size[0] != spec.image_size[1]:
+        raise RecipeInputError(f"The model takes {spec.image_size} images; give a square --image_size to train at.")
+    return dataclasses.replace(
+        config,
+        image_size=config.image_size or spec.image_size[0],
+        normalization=config.normalization or own_normalization,
+    )
+
+
+def _normalization_of(preprocessing):
+    """The recipes' name of a model's pre-processing mean and std ("vit" when it has none)."""
+    if preprocessing is None:
+        return "vit"
+    for name in ("vit", "imagenet"):
+        named = ImagePreprocessing.from_normalization(name, 1)
+        if np.allclose(np.broadcast_to(named.mean, 3), np.broadcast_to(preprocessing.mean, 3)) and np.allclose(
+            np.broadcast_to(named.std, 3), np.broadcast_to(preprocessing.std, 3)
+        ):
+            return name
+    raise ValueError(
+        f"The pre-trained model normalises with mean {preprocessing.mean} and std {preprocessing.std}; the recipes' "
+        "pipelines know 'vit' (0.5, 0.5) and 'imagenet' (ImageNet's mean and std)."
+    )
 
 
 def _spec(config, recipe, num_classes, pretrained):
@@ -205,8 +344,7 @@ def _spec(config, recipe, num_classes, pretrained):
     return ViTSpec(**{k: getattr(base, k) for k in architecture}, **{**own, "head_zero_init": True})
 
 
-def _build(config, recipe, class_names):
-    pretrained = _load_pretrained(config) if recipe == "finetune" else None
+def _build(config, recipe, class_names, pretrained):
     spec = _spec(config, recipe, len(class_names), pretrained)
     dtype = "mixed_bfloat16" if config.mixed_precision else None
     # What the evaluation pipeline does, so the saved model classifies raw images and its
@@ -214,35 +352,26 @@ def _build(config, recipe, class_names):
     preprocessing = ImagePreprocessing.from_normalization(config.normalization, spec.image_size)
     if config.objective == "masked_patch_prediction":
         # The ViT as its backbone, without classifier: the dataset's labels are unused.
-        return MaskedPatchPrediction(spec, dtype, preprocessing, seed=config.seed, name=config.model), None
-    model = keras_vit.VisionTransformer(
-        spec,
-        dtype=dtype,
-        preprocessing=preprocessing,
-        class_names=class_names,  # the dataset's
-        name=config.init_model or config.model,
-    )
+        return MaskedPatchPrediction(spec, dtype, preprocessing, seed=config.seed, name=config.model)
+    name = _model_name(config, recipe, pretrained)
+    # class_names: the dataset's.
+    model = keras_vit.VisionTransformer(spec, dtype=dtype, preprocessing=preprocessing, class_names=class_names,
+                                        name=name)  # fmt: skip
     if recipe == "finetune":
-        # A fresh zero head (and no pre-logits) for the new task, whatever the file holds; a
-        # masked patch prediction file's [mask] embedding and head are left unused.
+        # A fresh zero head (and no pre-logits) for the new task, whatever the source holds; a
+        # masked patch prediction model's [mask] embedding and head are left unused.
         fresh = ("head/", "pre_logits/")
-        report = keras_vit.load_weights(model, config.init_from, warn=False, exclude=fresh)
-        unloaded = [v.path for v in model.weights if v.path not in report.loaded and not v.path.startswith(fresh)]
+        if pretrained is not None:
+            unloaded = copy_weights(pretrained, model, exclude=fresh)
+        else:
+            report = keras_vit.load_weights(model, config.init_from, warn=False, exclude=fresh)
+            unloaded = [v.path for v in model.weights if v.path not in report.loaded and not v.path.startswith(fresh)]
         if unloaded:
             raise ValueError(
                 f"{config.init_from} left {', '.join(unloaded)} of the model to fine-tune freshly initialised; "
                 "only the head and pre-logits layer may start fresh."
             )
-    return model, pretrained
-
-
-def _load_pretrained(config):
-    """The pre-trained keras-vit model when ``init_from`` is a .keras file, else None: for a
-    masked patch prediction file, its backbone (the ViT without the objective's parts)."""
-    if not config.init_from.endswith(".keras"):
-        return None
-    model = load_model(config.init_from)
-    return model.backbone if isinstance(model, MaskedPatchPrediction) else model
+    return model
 
 
 def _cosine(a, b):
@@ -281,6 +410,16 @@ def start_checks(model, pretrained, images, pretrained_size):
     return checks
 
 
+@contextlib.contextmanager
+def _finite_evaluation():
+    # The validation and test pipelines end where their split does, which Keras, not knowing
+    # a filtered (folder) dataset's length, reports as "ran out of data"; the training stream
+    # repeats, so the warning could only ever be about those.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
+        yield
+
+
 def _jit_compile(config):
     # torch.compile is not what Keras' jit_compile means on torch; and XLA clusters under
     # MirroredStrategy read replica variables across devices, which TensorFlow rejects
@@ -296,25 +435,30 @@ def _fit(config, recipe, extra_callbacks):
     with _input_checks():
         _check_objective(config, recipe)
         keras.utils.set_random_seed(config.seed)
-        keras_vit.get_spec(config.model).replace(**config.model_options)
+        # Outside the distribution scope: only the source of the weights of the model to train.
+        pretrained = _pretrained(config) if recipe == "finetune" else None
+        config = _resolved(config, recipe, pretrained)
         splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
+        _check_splits(config, splits)
         fewshot = _fewshot_callback(config, splits)
         replicas = check_strategy(config.strategy, config.batch_size, config.accumulation_steps)
-        run_dir = _make_run_dir(_run_dir(config, recipe))
         train, validation, test = _pipelines(config, splits, drop_remainder=replicas > 1)
         updates = _steps_per_epoch(config, splits.train, drop_remainder=replicas > 1)
         steps = updates * config.accumulation_steps  # fit's steps: micro-batches
+        _spec(config, recipe, splits.info.num_classes, pretrained)  # its errors, before the run folder is made
+        run_dir, resumed = _run_dir(config, _run_name(config, recipe, _model_name(config, recipe, pretrained)))
+        _record_config(run_dir, config, recipe, resumed)
     # One stream of batches across the epochs, `steps` an epoch: a run resumed from its
     # backup skips the epochs it has done, so it sees the batches the uninterrupted run
     # would (the skipped ones are read again, not trained on).
     train = train.repeat()
-    resumed = read_state(_backup_dir(run_dir))
-    if resumed is not None:
-        train = train.skip(resumed["epoch"] * steps)
+    state = read_state(_backup_dir(run_dir)) if resumed else None
+    if state is not None:
+        train = train.skip(state["epoch"] * steps)
     # The whole run sits in the scope: JAX's keras.distribution shards each batch at fit time.
     with distribution_scope(config.strategy, config.tpu):
-        with _input_checks():  # the pre-trained file, loaded here
-            model, pretrained = _build(config, recipe, splits.info.class_names)
+        with _input_checks():  # the pre-trained weights, copied or loaded here
+            model = _build(config, recipe, splits.info.class_names, pretrained)
         model.compile(
             optimizer=make_optimizer(config, total_steps=updates * config.epochs),
             **_objective_terms(config),
@@ -326,17 +470,18 @@ def _fit(config, recipe, extra_callbacks):
             size = tuple(pretrained.input_shape[1:3]) if pretrained is not None else None
             checks = start_checks(model, pretrained, images, size)
         epochs = EpochTimes()  # last: each epoch's steps, validation and file writes
-        history = model.fit(
-            train,
-            epochs=config.epochs,
-            steps_per_epoch=steps,
-            validation_data=validation,
-            callbacks=[*_callbacks(run_dir, extra_callbacks, fewshot), epochs],
-            verbose=config.progress,
-            shuffle=False,  # the pipeline shuffles, seeded
-        )
+        with _finite_evaluation():
+            history = model.fit(
+                train,
+                epochs=config.epochs,
+                steps_per_epoch=steps,
+                validation_data=validation,
+                callbacks=[*_callbacks(run_dir, extra_callbacks, fewshot), epochs],
+                verbose=config.progress,
+                shuffle=False,  # the pipeline shuffles, seeded
+            )
         save_model(model, os.path.join(run_dir, "model.keras"))
-        # For masked patch prediction: the colour accuracy on the corrupted patches.
-        test_accuracy = model.evaluate(test, verbose=0, return_dict=True)["accuracy"]
+        with _finite_evaluation():  # for masked patch prediction: the colour accuracy on the corrupted patches
+            test_accuracy = model.evaluate(test, verbose=0, return_dict=True)["accuracy"]
     seconds = time.perf_counter() - started
     return RunResult(model, run_dir, history.history, float(test_accuracy), seconds, checks, epochs.seconds)
