@@ -17,11 +17,16 @@ trap 'rm -rf "$logs"' EXIT
 # recipe and fault tests compile the same train steps as each other.
 export JAX_COMPILATION_CACHE_DIR="$logs/jax-cache"
 
-# The jax run is the longest (XLA compiles its tests' eager ops one shape at a time), and the
-# backends side by side leave a core idle while it runs alone at the end: these of its files
-# run in a second jax process from the start (KERAS_VIT_TEST_SPLIT=0: one jax process).
-JAX_SECOND=(tests/test_export.py tests/test_quantization.py tests/test_benchmarks.py tests/test_faults.py
-  tests/test_packaging.py tests/test_recipes.py)
+# The jax and tensorflow runs are the longest (XLA compiles their tests' eager ops one shape
+# at a time; their export, benchmark and fault tests start many child processes), and the
+# backends side by side leave a core idle while one runs alone at the end: these of their
+# files run in a second process of that backend from the start (KERAS_VIT_TEST_SPLIT=0: one
+# process per backend).
+declare -A SECOND=(
+  [jax]="tests/test_export.py tests/test_quantization.py tests/test_benchmarks.py tests/test_faults.py
+    tests/test_packaging.py tests/test_recipes.py"
+  [tensorflow]="tests/test_export.py tests/test_benchmarks.py tests/test_faults.py tests/test_packaging.py"
+)
 
 # run NAME BACKEND PYTEST-ARGS...: one pytest process, its lines prefixed with [NAME].
 run() {
@@ -30,8 +35,8 @@ run() {
   KERAS_BACKEND=$backend .venv/bin/python -m pytest -q -p no:cacheprovider "$@" 2>&1 |
     sed -u "s/^/[$name] /" | tee "$logs/$name.log"
   local status=${PIPESTATUS[0]}
-  # The second jax process may have nothing to run (-k, -m selecting none of its files).
-  [ "$name" = jax-2 ] && [ "$status" = 5 ] && status=0
+  # A second process may have nothing to run (-k, -m selecting none of its files).
+  [[ $name == *-2 ]] && [ "$status" = 5 ] && status=0
   echo "$status" >"$logs/$name.status"
 }
 
@@ -40,10 +45,11 @@ runs=()
 for backend in "${backends[@]}"; do
   # --doctest-modules: the examples in the public docstrings run too, on every backend.
   everything=(tests keras_vit --doctest-modules)
-  if [ "$backend" = jax ] && [ "${KERAS_VIT_TEST_SERIAL:-0}" != 1 ] && [ "${KERAS_VIT_TEST_SPLIT:-1}" != 0 ]; then
-    runs+=(jax-2)
-    run jax-2 jax "${JAX_SECOND[@]}" "$@" &
-    everything+=("${JAX_SECOND[@]/#/--ignore=}")
+  if [ -n "${SECOND[$backend]:-}" ] && [ "${KERAS_VIT_TEST_SERIAL:-0}" != 1 ] && [ "${KERAS_VIT_TEST_SPLIT:-1}" != 0 ]; then
+    second=(${SECOND[$backend]})
+    runs+=("$backend-2")
+    run "$backend-2" "$backend" "${second[@]}" "$@" &
+    everything+=("${second[@]/#/--ignore=}")
   fi
   runs+=("$backend")
   if [ "${KERAS_VIT_TEST_SERIAL:-0}" = 1 ]; then
