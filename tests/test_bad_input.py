@@ -518,6 +518,28 @@ def _(tmp):
         recipe=finetune, preset="digits_finetune")  # fmt: skip
 
 
+@case("a LoRA rank of 0", SystemExit, "--lora_rank must be in [1, inf)", "got 0")
+def _(tmp):
+    cli("--lora_rank", "0", "--init_from", "x.keras", recipe=finetune, preset="digits_finetune")
+
+
+@case("a LoRA rank above the layer width", SystemExit, "--lora_rank must be from 1 to 32", "got 33")
+def _(tmp):
+    keras_vit.save_preset(tiny(patch_size=4), tmp / "preset")
+    cli("--init_from", str(tmp / "preset"), "--lora_rank", "33", "--output_dir", str(tmp / "runs"), recipe=finetune,
+        preset="digits_finetune")  # fmt: skip
+
+
+@case("a layer decay above 1", SystemExit, "--layer_decay must be in (0.0, 1.0]", "got 1.5")
+def _(tmp):
+    cli("--layer_decay", "1.5", "--init_from", "x.keras", recipe=finetune, preset="digits_finetune")
+
+
+@case("LoRA in pre-training", SystemExit, "--lora_rank: options of fine-tuning a pre-trained model")
+def _(tmp):
+    cli("--lora_rank", "4", "--output_dir", str(tmp / "runs"))
+
+
 @case("a dataset folder too small to validate on", SystemExit, "The validation split(s) of", "are empty",
       "5 images or more per class")  # fmt: skip
 def _(tmp):

@@ -126,7 +126,8 @@ class Steps(keras.callbacks.Callback):
         with open(sys.argv[2], "w") as f:
             f.write(str(self.done))
 
-pretrain(make_config("digits_pretrain", output_dir=sys.argv[1], run_name="run", resume=True, **{OPTIONS}), callbacks=[Steps()])
+config = make_config("digits_pretrain", output_dir=sys.argv[1], run_name="run", resume=True, **{OPTIONS})
+pretrain(config, callbacks=[Steps()])
 """
 STEPS, EPOCHS = 10, 4
 OPTIONS = dict(depth=1, hidden_size=32, num_heads=2, mlp_dim=64, epochs=EPOCHS, steps_per_epoch=STEPS,

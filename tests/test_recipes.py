@@ -251,8 +251,9 @@ def test_finetune_from_a_preset_name_served_by_a_mirror(photos, tmp_path, monkey
     # A small model under the name of a real preset, its file in the original .npz layout
     # where the mirror keeps the publisher's path.
     name = "vit_ti16.augreg_in21k_ft_in1k"
+    options = {k: v for k, v in TINY_PRESET.items() if k != "image_size"}
     preset = dataclasses.replace(catalog.PRESETS[name], image_size=16, num_classes=3, sha256=None, size=None,
-                                 labels=None, options={k: v for k, v in TINY_PRESET.items() if k != "image_size"})  # fmt: skip
+                                 labels=None, options=options)  # fmt: skip
     monkeypatch.setitem(catalog.PRESETS, name, preset)
     with FileServer(tmp_path / "served") as server:
         download_env(monkeypatch, tmp_path / "home", mirror=server.url)

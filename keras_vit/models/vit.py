@@ -90,6 +90,11 @@ class VisionTransformer(keras.Model):
         """One name per classifier output, or None."""
         return resolve_class_names(self._class_names, self.spec.num_classes if self.spec.include_top else None)
 
+    @class_names.setter
+    def class_names(self, names):
+        resolve_class_names(names, self.spec.num_classes if self.spec.include_top else None)  # checked first
+        object.__setattr__(self, "_class_names", names)
+
     def classify(self, images, batch_size=32):
         """Class probabilities of raw images, pre-processed by ``model.preprocessing``.
 

@@ -68,6 +68,13 @@ class RecipeConfig:
     # fine-tuning
     init_from: str | None = None  # a preset name or folder, a .keras file or a load_weights checkpoint
     init_model: str | None = None  # the model that checkpoint fits (checkpoints without architecture)
+    freeze: str | None = None  # "backbone": a linear probe, only the head trains
+    lora_rank: int | None = None  # LoRA of this rank on lora_targets; only it and the head train
+    lora_alpha: float | None = None  # the adapters' scale is lora_alpha / lora_rank (None: the rank)
+    lora_targets: str = "qkv,out"  # which projections: some of qkv, out, fc1, fc2
+    lora_norms: bool = False  # with LoRA, train the LayerNorms too
+    layer_decay: float | None = None  # block i's learning rate times decay ** (depth - i); embeddings lowest
+    ema: float | None = None  # momentum of the weights' moving average (0.9999), evaluated and saved
     # runtime
     run_name: str | None = None  # default: "<recipe>-<model>-<dataset>"; taken: "<name>-2", "<name>-3", ...
     resume: bool = False  # continue the newest run folder of this name from its backup
@@ -112,6 +119,10 @@ _RANGES = (
     ("label_smoothing", 0.0, 1.0, (True, False)),
     ("fewshot_every", 0, float("inf"), (True, False)),
     ("fewshot_seeds", 1, float("inf"), (True, False)),
+    ("lora_rank", 1, float("inf"), (True, False)),
+    ("lora_alpha", 0.0, float("inf"), (False, False)),
+    ("layer_decay", 0.0, 1.0, (False, True)),
+    ("ema", 0.0, 1.0, (False, False)),
 )
 
 

@@ -1,4 +1,7 @@
-"""The paper's optimisers from a ``RecipeConfig``."""
+"""The paper's optimisers from a ``RecipeConfig``, with layer-wise learning-rate decay and
+a moving average of the weights when it asks for them."""
+
+import re
 
 import keras
 
@@ -10,13 +13,14 @@ OPTIMIZERS = ("adam", "sgd")
 NO_WEIGHT_DECAY = ("bias", "beta", "gamma", "token", "embedding")
 
 
-def make_optimizer(config, total_steps):
+def make_optimizer(config, total_steps, model=None):
     """Adam with decoupled weight decay (pre-training) or SGD with momentum (fine-tuning).
 
     ``total_steps`` counts optimizer updates. With ``config.accumulation_steps`` K > 1 the
     optimizer averages the gradients of K micro-batches before each update (Keras'
     ``gradient_accumulation_steps``; clipping and weight decay act on the average), and the
-    schedule advances once per update.
+    schedule advances once per update. ``config.layer_decay`` scales each of ``model``'s
+    weights' rate (``layer_rates``); ``config.ema`` keeps Keras' moving average of them.
 
     >>> from keras_vit.training.config import make_config
     >>> type(make_optimizer(make_config("paper_finetune"), total_steps=100)).__name__
@@ -29,8 +33,13 @@ def make_optimizer(config, total_steps):
     common = dict(global_clipnorm=config.global_clipnorm) if config.global_clipnorm else {}
     if accumulation > 1:
         common.update(gradient_accumulation_steps=accumulation)
+    if config.ema:
+        common.update(use_ema=True, ema_momentum=config.ema)
+    decayed = bool(config.layer_decay)
+    if decayed:
+        common.update(layer_rates=layer_rates(model, config.layer_decay))
     if config.optimizer == "adam":
-        optimizer = keras.optimizers.AdamW(
+        optimizer = (LayerDecayAdamW if decayed else keras.optimizers.AdamW)(
             learning_rate=schedule,
             beta_1=config.beta1,
             beta_2=config.beta2,
@@ -41,10 +50,67 @@ def make_optimizer(config, total_steps):
         return optimizer
     if config.optimizer == "sgd":
         # The paper fine-tunes without weight decay; keep it an option all the same.
-        return keras.optimizers.SGD(
+        return (LayerDecaySGD if decayed else keras.optimizers.SGD)(
             learning_rate=schedule,
             momentum=config.momentum,
             weight_decay=config.weight_decay or None,
             **common,
         )
     raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {config.optimizer!r}.")
+
+
+def layer_rates(model, decay):
+    """Each weight's learning-rate factor for layer-wise decay (BEiT's, as timm's
+    ``param_groups_layer_decay``): ``decay ** (depth - i)`` in block ``i``, ``decay ** (depth + 1)``
+    in the embeddings (and a hybrid's ResNet stem), 1 in the final norm and the head.
+
+    >>> import keras_vit
+    >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=2, depth=2)
+    >>> rates = layer_rates(model, 0.5)
+    >>> [rates[p] for p in ("position_embedding/embedding", "block_0/norm1/gamma", "block_1/norm1/gamma", "head/bias")]
+    [0.125, 0.25, 0.5, 1.0]
+    """
+    depth = model.spec.depth
+    rates = {}
+    for variable in model.weights:
+        block = re.match(r"block_(\d+)/", variable.path)
+        if block:
+            layer = int(block[1]) + 1
+        elif variable.path.startswith(("encoder_norm/", "head/", "pre_logits/", "fc_norm/")):
+            layer = depth + 1
+        else:  # the patch, class-token and position embeddings, a hybrid's stem
+            layer = 0
+        rates[variable.path] = float(decay ** (depth + 1 - layer))
+    return rates
+
+
+class _LayerDecay:
+    """An optimizer whose step for each weight uses its rate times ``layer_rates[path]``
+    (decoupled weight decay stays at the base rate)."""
+
+    def __init__(self, *args, layer_rates, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.layer_rates = dict(layer_rates)
+
+    def build(self, variables):
+        super().build(variables)
+        self._rates = [self.layer_rates.get(variable.path, 1.0) for variable in variables]
+
+    def update_step(self, gradient, variable, learning_rate):
+        # The variable's index, as the optimizers' documented subclassing example finds its
+        # slots (TensorFlow hands update_step its own variable, which has no Keras path).
+        rate = self._rates[self._get_variable_index(variable)]
+        return super().update_step(gradient, variable, learning_rate * rate)
+
+    def get_config(self):
+        return {**super().get_config(), "layer_rates": self.layer_rates}
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class LayerDecaySGD(_LayerDecay, keras.optimizers.SGD):
+    """``keras.optimizers.SGD`` with a learning-rate factor per weight (``layer_rates``)."""
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class LayerDecayAdamW(_LayerDecay, keras.optimizers.AdamW):
+    """``keras.optimizers.AdamW`` with a learning-rate factor per weight (``layer_rates``)."""

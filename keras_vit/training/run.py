@@ -20,8 +20,8 @@ import numpy as np
 
 import keras_vit
 from keras_vit.data import load_dataset, make_pipeline, mixes_labels
-from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.factory import CHECKPOINT_EXTENSIONS
+from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.models.masked_patches import MaskedPatchPrediction
 from keras_vit.models.resize import copy_weights
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
@@ -31,6 +31,7 @@ from keras_vit.training.config import OBJECTIVES
 from keras_vit.training.distribution import check_strategy, distribution_scope
 from keras_vit.training.epoch_times import EpochTimes
 from keras_vit.training.errors import MissingInputFileError, RecipeInputError
+from keras_vit.training.lora import add_lora, merge_lora, save_adapter
 from keras_vit.training.optimizers import make_optimizer
 
 
@@ -228,11 +229,14 @@ def _backup_dir(run_dir):
     return os.path.join(run_dir, "backup")
 
 
-def _callbacks(run_dir, extra, fewshot=None):
+def _callbacks(run_dir, extra, fewshot=None, ema=False):
     return [
         # Before the loggers: it writes its numbers into the epoch's logs, which they record.
         *([fewshot] if fewshot is not None else []),
         RunBackup(_backup_dir(run_dir)),
+        # After the backup (the weights being trained, to resume), before the best model: the
+        # moving average is what is validated and saved.
+        *([keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if ema else []),
         BestModel(os.path.join(run_dir, "best.keras"), monitor="val_accuracy"),
         keras.callbacks.CSVLogger(os.path.join(run_dir, "log.csv"), append=True),
         keras.callbacks.TensorBoard(os.path.join(run_dir, "tensorboard")),
@@ -374,6 +378,42 @@ def _build(config, recipe, class_names, pretrained):
     return model
 
 
+FREEZE = ("backbone",)
+
+
+def _check_fine_tuning(config, recipe, spec):
+    """The fine-tuning techniques asked for fit the recipe and the model."""
+    asked = [f"--{k}" for k in ("freeze", "lora_rank", "layer_decay") if getattr(config, k)]
+    if recipe != "finetune" and asked:
+        raise ValueError(f"{', '.join(asked)}: options of fine-tuning a pre-trained model (keras-vit finetune).")
+    if config.freeze not in (None, *FREEZE):
+        raise ValueError(f"--freeze must be one of {', '.join(FREEZE)}; got {config.freeze!r}.")
+    if config.freeze and config.lora_rank:
+        raise ValueError("--freeze backbone trains the head alone and --lora_rank adapters too: choose one.")
+    if config.lora_rank:
+        targets = config.lora_targets.split(",")
+        widths = {"qkv": spec.hidden_size, "out": spec.hidden_size, "fc1": min(spec.hidden_size, spec.mlp_dim),
+                  "fc2": min(spec.hidden_size, spec.mlp_dim)}  # fmt: skip
+        unknown = [t for t in targets if t not in widths]
+        if unknown:
+            raise ValueError(f"--lora_targets must be some of {', '.join(widths)}; got {config.lora_targets!r}.")
+        narrowest = min(widths[t] for t in targets)
+        if config.lora_rank > narrowest:
+            raise ValueError(
+                f"--lora_rank must be from 1 to {narrowest} (the width of the narrowest projection it adapts); "
+                f"got {config.lora_rank}."
+            )
+
+
+def _adapt(config, model):
+    """Freezes the backbone or puts LoRA adapters on, as the config asks."""
+    if config.freeze == "backbone":
+        for variable in model.weights:
+            variable.trainable = variable.path.startswith(("head/", "pre_logits/"))
+    if config.lora_rank:
+        add_lora(model, config.lora_rank, config.lora_alpha, config.lora_targets, train_norms=config.lora_norms)
+
+
 def _cosine(a, b):
     return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1) + 1e-12)
 
@@ -445,7 +485,8 @@ def _fit(config, recipe, extra_callbacks):
         train, validation, test = _pipelines(config, splits, drop_remainder=replicas > 1)
         updates = _steps_per_epoch(config, splits.train, drop_remainder=replicas > 1)
         steps = updates * config.accumulation_steps  # fit's steps: micro-batches
-        _spec(config, recipe, splits.info.num_classes, pretrained)  # its errors, before the run folder is made
+        # Their errors before the run folder is made.
+        _check_fine_tuning(config, recipe, _spec(config, recipe, splits.info.num_classes, pretrained))
         run_dir, resumed = _run_dir(config, _run_name(config, recipe, _model_name(config, recipe, pretrained)))
         _record_config(run_dir, config, recipe, resumed)
     # One stream of batches across the epochs, `steps` an epoch: a run resumed from its
@@ -459,8 +500,9 @@ def _fit(config, recipe, extra_callbacks):
     with distribution_scope(config.strategy, config.tpu):
         with _input_checks():  # the pre-trained weights, copied or loaded here
             model = _build(config, recipe, splits.info.class_names, pretrained)
+            _adapt(config, model)
         model.compile(
-            optimizer=make_optimizer(config, total_steps=updates * config.epochs),
+            optimizer=make_optimizer(config, total_steps=updates * config.epochs, model=model),
             **_objective_terms(config),
             jit_compile=_jit_compile(config),
         )
@@ -476,11 +518,15 @@ def _fit(config, recipe, extra_callbacks):
                 epochs=config.epochs,
                 steps_per_epoch=steps,
                 validation_data=validation,
-                callbacks=[*_callbacks(run_dir, extra_callbacks, fewshot), epochs],
+                callbacks=[*_callbacks(run_dir, extra_callbacks, fewshot, ema=bool(config.ema)), epochs],
                 verbose=config.progress,
                 shuffle=False,  # the pipeline shuffles, seeded
             )
-        save_model(model, os.path.join(run_dir, "model.keras"))
+        if config.lora_rank:  # the adapter alone, and the model with it merged: a plain one
+            save_adapter(model, os.path.join(run_dir, "adapter.npz"))
+            save_model(merge_lora(model), os.path.join(run_dir, "model.keras"))
+        else:
+            save_model(model, os.path.join(run_dir, "model.keras"))
         with _finite_evaluation():  # for masked patch prediction: the colour accuracy on the corrupted patches
             test_accuracy = model.evaluate(test, verbose=0, return_dict=True)["accuracy"]
     seconds = time.perf_counter() - started

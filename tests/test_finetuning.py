@@ -1,0 +1,167 @@
+"""The fine-tuning techniques on a small pre-trained model: LoRA (trained weights counted,
+merged, the adapter reloaded on another backend), layer-wise learning-rate decay, the
+weights' moving average and the linear probe."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+from conftest import TINY_ENCODER
+from helpers import randomize_keras, to_numpy
+
+import keras_vit
+from keras_vit.data import load_dataset
+from keras_vit.training import finetune, make_config
+from keras_vit.training.lora import add_lora
+from keras_vit.training.optimizers import make_optimizer
+
+BACKEND = keras.backend.backend()
+DEPTH = 2
+# Three updates from the first (no warm-up): the zero head learns, then the weights below it.
+RUN = dict(epochs=1, steps_per_epoch=3, batch_size=16, warmup_steps=0, progress=0, learning_rate=0.05)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """A pre-trained stand-in: a random ViT (informative weights) saved at 16 px."""
+    model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=DEPTH, patch_size=4, **TINY_ENCODER)
+    randomize_keras(model)
+    path = str(tmp_path_factory.mktemp("base") / "base.keras")
+    keras_vit.save_model(model, path)
+    return path
+
+
+def tune(base, tmp_path, **options):
+    return finetune(make_config("digits_finetune", init_from=base, output_dir=str(tmp_path), **{**RUN, **options}))
+
+
+def weights(model):
+    return {v.path: to_numpy(v) for v in model.weights}
+
+
+def test_lora_trains_its_adapters_and_the_head_alone_and_its_merged_model_equals_base_plus_adapter(base, tmp_path):
+    result = tune(base, tmp_path, lora_rank=2)
+    width, blocks = TINY_ENCODER["hidden_size"], DEPTH
+    trained = sorted(v.path for v in result.model.trainable_weights)
+    expected = sorted(
+        [f"block_{i}/attention/{p}/lora_kernel_{ab}" for i in range(blocks) for p in ("qkv", "out") for ab in "ab"]
+        + ["head/bias", "head/kernel"]
+    )
+    assert trained == expected
+    # qkv: width x 2 + 2 x 3 width; out: width x 2 + 2 x width; head: width x 10 + 10.
+    count = sum(int(np.prod(v.shape)) for v in result.model.trainable_weights)
+    assert count == blocks * (2 * width + 2 * 3 * width + 2 * width + 2 * width) + width * 10 + 10
+    total = sum(int(np.prod(v.shape)) for v in result.model.weights)
+    assert count < 0.05 * total * 2  # a tiny model: LoRA's share shrinks as the width grows
+    # Every weight but the adapters and the head is the pre-trained one, after training.
+    before, after = weights(keras_vit.load_model(base)), weights(result.model)
+    for path, value in after.items():
+        if "lora" not in path and not path.startswith("head/"):
+            np.testing.assert_array_equal(value, before[path], err_msg=path)
+    assert any(np.abs(after[p]).max() > 0 for p in expected if "lora_kernel_b" in p)  # the adapters learnt
+    # The saved model is a plain one with the adapters merged: the same outputs.
+    merged = keras_vit.load_model(os.path.join(result.run_dir, "model.keras"))
+    assert not [v.path for v in merged.weights if "lora" in v.path]
+    images = np.asarray(load_dataset("digits").test.images[:8], np.float32)
+    x = to_numpy(result.model.preprocessing(images))
+    expected_logits = to_numpy(result.model(x))
+    np.testing.assert_allclose(to_numpy(merged(x)), expected_logits, rtol=1e-5, atol=1e-5)
+    assert np.abs(expected_logits).max() > 1e-3  # informative: the head learnt
+
+    # The adapter on its base model, on another backend, gives the same outputs.
+    other = {"tensorflow": "jax", "jax": "torch", "torch": "tensorflow"}[BACKEND]
+    np.save(tmp_path / "x.npy", x)
+    code = textwrap.dedent(f"""
+        import numpy as np, keras, keras_vit
+        from keras_vit.training.lora import load_adapter
+        model = keras_vit.create_model({base!r}, num_classes=10)  # the base with the task's head
+        load_adapter(model, {os.path.join(result.run_dir, "adapter.npz")!r})
+        np.save({str(tmp_path / "y.npy")!r}, keras.ops.convert_to_numpy(model(np.load({str(tmp_path / "x.npy")!r}))))
+        print(model.class_names[:2])
+    """)
+    env = {**os.environ, "KERAS_BACKEND": other}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "('0', '1')" in out.stdout  # the digits' names travel with the adapter
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected_logits, rtol=1e-4, atol=1e-5)
+
+
+def test_layer_decay_gives_each_block_its_rate_and_scales_its_steps():
+    config = make_config("digits_finetune", layer_decay=0.5, momentum=0.0, learning_rate=0.1, warmup_steps=0,
+                         global_clipnorm=None)  # fmt: skip
+    plain = make_config("digits_finetune", momentum=0.0, learning_rate=0.1, warmup_steps=0, global_clipnorm=None)
+    x = np.random.default_rng(0).standard_normal((4, 16, 16, 3)).astype("float32")
+    start, models, steps = None, [], []
+    for recipe in (config, plain):
+        model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=DEPTH, patch_size=4,
+                                       head_zero_init=False, **TINY_ENCODER)  # fmt: skip
+        if start is None:
+            randomize_keras(model)
+            start = weights(model)
+        model.set_weights([start[v.path] for v in model.weights])  # both from the same weights
+        model.compile(make_optimizer(recipe, 10, model), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.train_on_batch(x, np.array([0, 1, 2, 0]))
+        models.append(model)
+        steps.append({path: value - start[path] for path, value in weights(model).items()})
+    rates = models[0].optimizer.layer_rates
+    # Read from the optimizer: block i at decay ** (depth - i), embeddings lowest, head highest.
+    assert rates["position_embedding/embedding"] == 0.5 ** (DEPTH + 1)
+    assert [rates[f"block_{i}/mlp/fc1/kernel"] for i in range(DEPTH)] == [0.5 ** (DEPTH - i) for i in range(DEPTH)]
+    assert rates["head/kernel"] == rates["encoder_norm/gamma"] == 1.0
+    # And applied: each weight's first SGD step is its rate times the undecayed step.
+    for path, rate in rates.items():
+        np.testing.assert_allclose(steps[0][path], rate * steps[1][path], rtol=1e-4, atol=1e-7, err_msg=path)
+    assert np.abs(steps[1]["block_0/mlp/fc1/kernel"]).max() > 0
+
+
+class EpochWeights(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.seen.append(weights(self.model))
+
+
+MOMENTUM = 0.75
+
+
+@pytest.fixture(scope="module")
+def probes(base, tmp_path_factory):
+    """Two linear probes of two updates (two epochs of one step): one with its weights
+    recorded after each, one keeping their moving average."""
+    out, record = tmp_path_factory.mktemp("probes"), EpochWeights()
+    options = dict(init_from=base, freeze="backbone", **{**RUN, "epochs": 2, "steps_per_epoch": 1})
+    raw = finetune(make_config("digits_finetune", output_dir=str(out / "raw"), **options), callbacks=[record])
+    average = finetune(make_config("digits_finetune", output_dir=str(out / "ema"), ema=MOMENTUM, **options))
+    return raw, record.seen, average
+
+
+def test_a_linear_probe_changes_no_backbone_weight(base, probes):
+    raw, _, _ = probes
+    before, after = weights(keras_vit.load_model(base)), weights(raw.model)
+    changed = [p for p, v in after.items() if not p.startswith("head/") and not np.array_equal(v, before[p])]
+    assert changed == [], changed
+    assert sorted(v.path for v in raw.model.trainable_weights) == ["head/bias", "head/kernel"]
+    assert np.abs(after["head/kernel"]).max() > 0  # the head (zero at the start) learnt
+
+
+def test_the_saved_model_holds_the_moving_average_of_the_weights(probes):
+    _, (first, second), average = probes
+    # The same updates as the recorded run; Keras' average starts at the first update's weights.
+    saved = weights(keras_vit.load_model(os.path.join(average.run_dir, "model.keras")))
+    for path, value in saved.items():
+        np.testing.assert_allclose(value, MOMENTUM * first[path] + (1 - MOMENTUM) * second[path], rtol=1e-5,
+                                   atol=1e-6, err_msg=path)  # fmt: skip
+    assert not np.allclose(saved["head/kernel"], second["head/kernel"])  # the average, not the last weights
+
+
+def test_add_lora_refuses_a_rank_it_cannot_have():
+    model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1, **TINY_ENCODER)
+    for rank in (0, TINY_ENCODER["hidden_size"] + 1, 2.5):
+        with pytest.raises(ValueError, match=f"LoRA rank must be an int from 1 to {TINY_ENCODER['hidden_size']}"):
+            add_lora(model, rank)
