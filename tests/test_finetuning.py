@@ -141,6 +141,7 @@ def probes(base, tmp_path_factory):
     return raw, record.seen, average
 
 
+@pytest.mark.slow  # its fixture trains twice
 def test_a_linear_probe_changes_no_backbone_weight(base, probes):
     raw, _, _ = probes
     before, after = weights(keras_vit.load_model(base)), weights(raw.model)
@@ -150,6 +151,7 @@ def test_a_linear_probe_changes_no_backbone_weight(base, probes):
     assert np.abs(after["head/kernel"]).max() > 0  # the head (zero at the start) learnt
 
 
+@pytest.mark.slow
 def test_the_saved_model_holds_the_moving_average_of_the_weights(probes):
     _, (first, second), average = probes
     # The same updates as the recorded run; Keras' average starts at the first update's weights.
