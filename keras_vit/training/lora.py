@@ -58,8 +58,8 @@ def add_lora(model, rank, alpha=None, targets=DEFAULT_TARGETS, train_norms=False
         >>> import keras_vit
         >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=2, depth=1, hidden_size=32,
         ...                                num_heads=2, mlp_dim=64)
-        >>> add_lora(model, rank=4)  # qkv (32x4 + 4x96) + out (32x4 + 4x32) + head (32x2 + 2)
-        1090
+        >>> add_lora(model, rank=4)  # qkv: 32x4 + 4x96; out: 32x4 + 4x32; head: 32x2 + 2
+        834
     """
     targets = tuple(targets.split(",")) if isinstance(targets, str) else tuple(targets)
     layers = _projections(model, targets)
