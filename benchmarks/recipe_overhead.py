@@ -71,12 +71,13 @@ def recipe_step(config):
 def bare_step(config):
     """The same model's median step under a bare ``fit`` on the recipe's batches in memory."""
     keras.utils.set_random_seed(config.seed)
+    config = run._resolved(config, "pretrain", None)  # the image size and normalisation the recipe trains with
     splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
     train, _, _ = run._pipelines(config, splits, drop_remainder=False)
     batches = list(train.as_numpy_iterator())
     images = np.concatenate([images for images, _ in batches])
     labels = np.concatenate([labels for _, labels in batches])
-    model, _ = run._build(config, "pretrain", splits.info.class_names)
+    model = run._build(config, "pretrain", splits.info.class_names, None)
     model.compile(
         optimizer=make_optimizer(config, total_steps=len(batches) * config.epochs),
         **run._objective_terms(config),
