@@ -69,7 +69,8 @@ def main(argv=None):
     rows = []
     for objective, (path, vit) in pretrained_models(args).items():
         fewshot = fewshot_linear_eval(vit, splits.train, splits.test, shots, args.seeds).summary()
-        options = dict(output_dir=args.output_dir, progress=0, seed=args.seed, init_from=path)
+        # At 24 px, 1.5x the pre-training size, as the main job fine-tunes.
+        options = dict(output_dir=args.output_dir, progress=0, seed=args.seed, init_from=path, image_size=24)
         if args.finetune_epochs:
             options["epochs"] = args.finetune_epochs
         tuned = finetune(make_config("digits_finetune", run_name=f"finetune-{objective.split()[0]}", **options))
