@@ -33,6 +33,7 @@ from keras_vit.data import load_dataset
 from keras_vit.training import run
 from keras_vit.training.config import make_config
 from keras_vit.training.optimizers import make_optimizer
+from keras_vit.training.pretrained import resolved
 
 FIELDS = ("backend", "recipe", "round", "epochs", "recipe_step_ms", "bare_step_ms", "ratio", "machine")
 
@@ -71,13 +72,14 @@ def recipe_step(config):
 def bare_step(config):
     """The same model's median step under a bare ``fit`` on the recipe's batches in memory."""
     keras.utils.set_random_seed(config.seed)
-    config = run._resolved(config, "pretrain", None)  # the image size and normalisation the recipe trains with
+    config = resolved(config, "pretrain", None)  # the image size and normalisation the recipe trains with
     splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
     train, _, _ = run._pipelines(config, splits, drop_remainder=False)
     batches = list(train.as_numpy_iterator())
     images = np.concatenate([images for images, _ in batches])
     labels = np.concatenate([labels for _, labels in batches])
-    model = run._build(config, "pretrain", splits.info.class_names, None)
+    spec = run._spec(config, "pretrain", splits.info.num_classes, None)
+    model = run._build(config, "pretrain", spec, splits.info.class_names, None)
     model.compile(
         optimizer=make_optimizer(config, total_steps=len(batches) * config.epochs),
         **run._objective_terms(config),

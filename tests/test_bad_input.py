@@ -557,11 +557,11 @@ def _(tmp):
 
 @case("--resume with another configuration", SystemExit, "began as another run", "--learning_rate 0.002 -> 0.5")
 def _(tmp):
-    from keras_vit.training import run as run_module
+    from keras_vit.training.run_folder import open_run_dir, record_config
 
     config = make_config("digits_pretrain", output_dir=str(tmp))
-    run_dir, _ = run_module._run_dir(config, "pretrain-vit_ti16-digits")  # a run stopped before its end
-    run_module._record_config(run_dir, config, "pretrain", resumed=False)
+    run_dir, _ = open_run_dir(config, "pretrain-vit_ti16-digits")  # a run stopped before its end
+    record_config(run_dir, config, "pretrain", resumed=False)
     before = os.listdir(run_dir)
     try:
         run_command_line(pretrain, ["--resume", "--learning_rate", "0.5", "--output_dir", str(tmp)], "digits_pretrain")

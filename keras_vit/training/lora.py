@@ -23,15 +23,34 @@ from keras_vit.saving import atomic_path
 
 TARGETS = ("qkv", "out", "fc1", "fc2")
 DEFAULT_TARGETS = ("qkv", "out")  # the attention projections, as the LoRA paper's ViT and LLM use
-HEAD = ("head/", "pre_logits/")  # trained with the adapter: the task's own layers
+HEAD = ("head/", "pre_logits/")  # the task's own layers: new when fine-tuning, trained with an adapter
 _FORMAT = "keras-vit-lora/1"
+
+
+def _targets(targets):
+    """``targets`` (a tuple, or "qkv,out") as a checked tuple of ``TARGETS``."""
+    targets = tuple(targets.split(",")) if isinstance(targets, str) else tuple(targets)
+    unknown = sorted(set(targets) - set(TARGETS))
+    if unknown or not targets:
+        raise ValueError(f"LoRA targets must be some of {', '.join(TARGETS)}; got {', '.join(targets) or 'none'}.")
+    return targets
+
+
+def narrowest_projection(spec, targets):
+    """The narrowest side of the projections ``targets`` names in a model of ``spec``: the
+    highest LoRA rank they can have.
+
+    >>> import keras_vit
+    >>> narrowest_projection(keras_vit.get_spec("vit_ti16"), "qkv,out")
+    192
+    """
+    sides = {"qkv": (spec.hidden_size,), "out": (spec.hidden_size,), "fc1": (spec.hidden_size, spec.mlp_dim),
+             "fc2": (spec.hidden_size, spec.mlp_dim)}  # fmt: skip
+    return min(min(sides[target]) for target in _targets(targets))
 
 
 def _projections(model, targets):
     """The encoder's Dense layers named in ``targets``, in order."""
-    unknown = sorted(set(targets) - set(TARGETS))
-    if unknown or not targets:
-        raise ValueError(f"LoRA targets must be some of {', '.join(TARGETS)}; got {', '.join(targets) or 'none'}.")
     return [
         layer
         for layer in model._flatten_layers(include_self=False)
@@ -61,9 +80,9 @@ def add_lora(model, rank, alpha=None, targets=DEFAULT_TARGETS, train_norms=False
         >>> add_lora(model, rank=4)  # qkv: 32x4 + 4x96; out: 32x4 + 4x32; head: 32x2 + 2
         834
     """
-    targets = tuple(targets.split(",")) if isinstance(targets, str) else tuple(targets)
+    targets = _targets(targets)
     layers = _projections(model, targets)
-    narrowest = min(min(layer.kernel.shape) for layer in layers)
+    narrowest = narrowest_projection(model.spec, targets)
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 1 <= rank <= narrowest:
         raise ValueError(f"LoRA rank must be an int from 1 to {narrowest} (the narrowest projection); got {rank!r}.")
     if any(layer.lora_enabled for layer in layers):

@@ -1,0 +1,127 @@
+"""What fine-tuning starts from: the pre-trained model ``--init_from`` names, the recipe's
+settings it decides (image size, normalisation), and the checks of the start."""
+
+import dataclasses
+import os
+
+import keras
+import numpy as np
+
+import keras_vit
+from keras_vit.factory import CHECKPOINT_EXTENSIONS
+from keras_vit.layers.preprocessing import ImagePreprocessing
+from keras_vit.models.masked_patches import MaskedPatchPrediction
+from keras_vit.models.spec import ARCHITECTURE, ViTSpec
+from keras_vit.saving import load_model
+from keras_vit.training.errors import MissingInputFileError, RecipeInputError
+
+
+def load_pretrained(config):
+    """The model to fine-tune from ``init_from`` (a preset name or folder, a ``.keras`` file;
+    a masked patch prediction model's backbone), or None for a checkpoint without architecture."""
+    source = config.init_from
+    if os.path.isfile(source) and not source.endswith(".keras"):
+        return None  # loaded into the model to fine-tune by load_weights
+    if not os.path.exists(source):
+        if os.sep in source or os.path.splitext(source)[1] in CHECKPOINT_EXTENSIONS:
+            raise MissingInputFileError(f"--init_from {source!r} is not a file or folder.")
+        if "." not in source and not source.startswith("hf-hub:"):
+            raise RecipeInputError(
+                f"--init_from {source!r} is not a file, a folder or a preset: a model name alone has no "
+                f"pre-trained weights. Expected a preset such as {_presets_of(source)}, a preset folder "
+                "(keras_vit.save_preset) or a .keras file."
+            )
+    model = load_model(source) if os.path.isfile(source) else keras_vit.create_model(source)
+    return model.backbone if isinstance(model, MaskedPatchPrediction) else model
+
+
+def _presets_of(model_name):
+    names = keras_vit.list_models(f"{model_name}.*", pretrained=True) or keras_vit.list_models(pretrained=True)
+    return ", ".join(names[:3])
+
+
+def model_name(config, recipe, pretrained):
+    """The name of the model a run trains (its run folder's), e.g. ``vit_ti16``."""
+    if pretrained is not None:
+        return pretrained.name
+    return config.init_model or config.model if recipe == "finetune" else config.model
+
+
+def resolved(config, recipe, pretrained):
+    """``config`` with what it leaves to the model (image size, normalization) taken from it;
+    an option that contradicts the pre-trained model is an error listing each conflict."""
+    if pretrained is None:
+        spec = keras_vit.get_spec(model_name(config, recipe, None)).replace(**config.model_options)
+        own_normalization = "vit"
+    else:
+        spec = pretrained.spec
+        architecture = set(ViTSpec.fields_with_role(ARCHITECTURE))
+        conflicts = [f"--{k} {v!r} (the model's: {getattr(spec, k)!r})" for k, v in config.model_options.items()
+                     if k in architecture and getattr(spec, k) != v]  # fmt: skip
+        own_normalization = _normalization_of(pretrained.preprocessing)
+        if config.normalization not in (None, own_normalization):
+            conflicts.append(f"--normalization {config.normalization!r} (the model's: {own_normalization!r})")
+        if conflicts:
+            raise RecipeInputError(
+                f"--init_from {config.init_from} is built otherwise than the recipe asks: {'; '.join(conflicts)}. "
+                "Expected no architecture options for a pre-trained model (drop them, or pre-train that architecture)."
+            )
+    if config.image_size is None and spec.image_size[0] != spec.image_size[1]:
+        raise RecipeInputError(f"The model takes {spec.image_size} images; give a square --image_size to train at.")
+    return dataclasses.replace(
+        config,
+        image_size=config.image_size or spec.image_size[0],
+        normalization=config.normalization or own_normalization,
+    )
+
+
+def _normalization_of(preprocessing):
+    """The recipes' name of a model's pre-processing mean and std ("vit" when it has none)."""
+    if preprocessing is None:
+        return "vit"
+    for name in ("vit", "imagenet"):
+        named = ImagePreprocessing.from_normalization(name, 1)
+        if np.allclose(np.broadcast_to(named.mean, 3), np.broadcast_to(preprocessing.mean, 3)) and np.allclose(
+            np.broadcast_to(named.std, 3), np.broadcast_to(preprocessing.std, 3)
+        ):
+            return name
+    raise ValueError(
+        f"The pre-trained model normalises with mean {preprocessing.mean} and std {preprocessing.std}; the recipes' "
+        "pipelines know 'vit' (0.5, 0.5) and 'imagenet' (ImageNet's mean and std)."
+    )
+
+
+def _cosine(a, b):
+    return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1) + 1e-12)
+
+
+def start_checks(model, pretrained, images, pretrained_size):
+    """What fine-tuning starts from, measured before any step.
+
+    - ``head_max_abs_output``: the new zero head outputs exactly 0.
+    - ``feature_cosine_similarity``: mean cosine similarity between the pre-trained model's
+      pooled features of each image at its own resolution and the new model's features of
+      the same image upsampled; ``feature_cosine_other_images`` is the same measure
+      between *different* images at the pre-training resolution, the baseline it must beat.
+    - ``pretrained_head_agreement``: the pre-trained classifier applied to the new
+      model's features agrees with its own top-1 on this fraction of the images.
+    """
+    to_numpy = keras.ops.convert_to_numpy
+    checks = {"head_max_abs_output": float(np.abs(to_numpy(model.predict(images, verbose=0))).max())}
+    if pretrained is None:
+        return checks
+    small = to_numpy(keras.ops.image.resize(images, pretrained_size, interpolation="bilinear", antialias=True))
+    old = to_numpy(pretrained.feature_model().predict(small, verbose=0))
+    new = to_numpy(model.feature_model().predict(images, verbose=0))
+    checks["feature_cosine_similarity"] = float(_cosine(old, new).mean())
+    checks["feature_cosine_other_images"] = float(_cosine(old, np.roll(old, 1, axis=0)).mean())
+    top = [layer for layer in pretrained.layers if layer.name in ("pre_logits", "head")]
+    if [layer.name for layer in top][-1:] == ["head"]:
+
+        def classify(features):
+            for layer in top:
+                features = layer(features)
+            return to_numpy(features).argmax(-1)
+
+        checks["pretrained_head_agreement"] = float((classify(old) == classify(new)).mean())
+    return checks

@@ -1,0 +1,80 @@
+"""A run's folder: ``saved_models/<run>``, a new one for each run (``<name>-2``, ...) unless
+it resumes, with the configuration it ran with (``recipe.json``) and its backup."""
+
+import dataclasses
+import itertools
+import json
+import os
+
+import keras
+
+from keras_vit.saving import atomic_path
+from keras_vit.training.errors import RecipeInputError
+from keras_vit.version import __version__
+
+
+def run_name(config, recipe, model_name):
+    # Another objective's run is another model: its own folder, so no backup of the other is resumed.
+    kind = recipe if config.objective == "classification" else f"{recipe}-{config.objective}"
+    return config.run_name or f"{kind}-{model_name}-{os.path.basename(str(config.dataset).rstrip('/'))}"
+
+
+def open_run_dir(config, name):
+    """``(run folder, resumed)``: a new folder ``<name>``, else ``<name>-2``, ``<name>-3``, ...
+    (made here, so two runs never share one); with ``resume``, the newest of them, if any."""
+    base = os.path.join(config.output_dir, name)
+    taken = list(itertools.takewhile(os.path.exists, (base if k == 1 else f"{base}-{k}" for k in itertools.count(1))))
+    if config.resume and taken:
+        if os.path.exists(os.path.join(taken[-1], "model.keras")):
+            raise RecipeInputError(
+                f"--resume: the newest run, {taken[-1]}, has finished (its model.keras is written). Expected a run "
+                "stopped before its end; without --resume a new run starts."
+            )
+        return taken[-1], True  # from its backup, or from the start if it finished no epoch
+    for k in itertools.count(len(taken) + 1):
+        path = base if k == 1 else f"{base}-{k}"
+        try:
+            os.makedirs(path)  # not there before: this run's alone
+            return path, False
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise _unwritable(path, "a file is in the way") from None
+        except OSError as error:
+            raise _unwritable(path, f"{error.strerror or error} ({error.filename})") from None
+
+
+def _unwritable(path, reason):
+    return RecipeInputError(
+        f"Cannot write the run folder {path}: {reason}. Expected --output_dir to be a folder this process "
+        "can write (or one it can create)."
+    )
+
+
+CONFIG_FILE = "recipe.json"  # the run's whole configuration, beside its model
+
+
+def record_config(run_dir, config, recipe, resumed):
+    """Writes the run's configuration, or, resuming, checks that it is the one the run began with."""
+    path = os.path.join(run_dir, CONFIG_FILE)
+    record = {"recipe": recipe, "config": dataclasses.asdict(config)}
+    if resumed and os.path.isfile(path):
+        with open(path) as f:
+            began = json.load(f)
+        # Resuming may change only how the run reports; everything else is the run's own.
+        began["config"].update({k: record["config"][k] for k in ("resume", "progress")})
+        differ = sorted(k for k in record["config"] if began["config"].get(k) != record["config"][k])
+        if began["recipe"] != recipe or differ:
+            changes = ", ".join(f"--{k} {began['config'].get(k)!r} -> {record['config'][k]!r}" for k in differ)
+            raise RecipeInputError(
+                f"--resume: {run_dir} began as another run ({changes or began['recipe'] + ' -> ' + recipe}). "
+                "Expected the command that began it; without --resume a new run starts."
+            )
+        return
+    with atomic_path(path) as temp:
+        with open(temp, "w") as f:
+            json.dump({**record, "keras_vit": __version__, "backend": keras.backend.backend()}, f,
+                      indent=2, default=str)  # fmt: skip
+
+
+def backup_dir(run_dir):
+    return os.path.join(run_dir, "backup")
