@@ -16,6 +16,11 @@ trap 'rm -rf "$logs"' EXIT
 # One persistent JAX compilation cache per run, fresh each time: the child processes of the
 # recipe and fault tests compile the same train steps as each other.
 export JAX_COMPILATION_CACHE_DIR="$logs/jax-cache"
+# Five test processes (and their children) share the machine's cores: each framework's own
+# pool of worker threads per process would oversubscribe them, its threads spinning while
+# they wait. PyTorch and TensorFlow run one compute thread per process here (a value
+# already set is kept); JAX keeps its own, where the limit made its compiles slower.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TF_NUM_INTRAOP_THREADS=${TF_NUM_INTRAOP_THREADS:-1}
 
 # The jax and tensorflow runs are the longest (XLA compiles their tests' eager ops one shape
 # at a time; their export, benchmark and fault tests start many child processes), and the
