@@ -15,6 +15,13 @@ def positive_int(value, name):
     return int(value)
 
 
+def non_negative_int(value, name):
+    """Returns ``value`` as an int, or raises ValueError naming ``name`` and the value given."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer; got {name}={value!r}.")
+    return int(value)
+
+
 def pair(value, name="image_size"):
     """``(a, b)`` from a positive int or a pair of them, else a ValueError naming ``name``.
 

@@ -13,7 +13,7 @@ import os
 import re
 import typing
 
-from keras_vit.checkpoints import table
+from keras_vit.checkpoints import table, timm_config
 
 
 def _no_special_cases(spec, arrays):
@@ -32,6 +32,41 @@ def _timm_final_norm(spec, arrays):
             f"with norm_after_pool={after}."
         )
     return {("norm." + k[len("fc_norm.") :] if k.startswith("fc_norm.") else k): v for k, v in arrays.items()}
+
+
+def _timm_structure(spec, arrays):
+    """The options a timm file's keys show (registers, a norm before the blocks, the
+    patch embedding's bias, LayerScale, the final norm) must be the model's: else it
+    would load without error and compute another function, or leave weights unused."""
+    if spec is None:
+        return
+    found = {
+        "num_register_tokens": int(arrays["reg_token"].shape[1]) if "reg_token" in arrays else 0,
+        "pre_norm": "norm_pre.weight" in arrays,
+        "patch_bias": "patch_embed.proj.bias" in arrays,
+        "layer_scale_init": "blocks.0.ls1.gamma" in arrays,
+        "final_norm": "norm.weight" in arrays or "fc_norm.weight" in arrays,
+    }
+    has = {
+        "num_register_tokens": spec.num_register_tokens,
+        "pre_norm": spec.pre_norm,
+        "patch_bias": spec.patch_bias,
+        "layer_scale_init": spec.layer_scale_init is not None,
+        "final_norm": spec.final_norm,
+    }
+    differ = [name for name in found if found[name] != has[name]]
+    if differ:
+        wanted = ", ".join(
+            f"layer_scale_init={'a number' if found[n] else None}" if n == "layer_scale_init" else f"{n}={found[n]}"
+            for n in differ
+        )
+        now = ", ".join(f"{n}={getattr(spec, n)!r}" for n in differ)
+        raise ValueError(f"The timm checkpoint needs a model built with {wanted}; this one has {now}.")
+
+
+def _timm_prepare(spec, arrays):
+    _timm_structure(spec, arrays)
+    return _timm_final_norm(spec, arrays)
 
 
 # HF transformers' ViTConfig names for the spec's fields (``ViTSpec`` field: HF name).
@@ -64,6 +99,19 @@ def _hf_config_numerics(path):
     with open(config_json) as f:
         options = spec_options_from_hf_config({"hidden_act": "gelu", **json.load(f)})
     return {k: v for k, v in options.items() if k in ("gelu_approximate", "layer_norm_epsilon")}
+
+
+def _timm_config_numerics(path):
+    """A timm hub folder's ``config.json`` names its architecture, whose numerics are known."""
+    config_json = os.path.join(os.path.dirname(path), "config.json")
+    if not os.path.isfile(config_json):
+        return {}
+    try:
+        with open(config_json) as f:
+            options = timm_config.from_hub_config(json.load(f))[0]
+    except ValueError:  # not timm's, or an architecture keras-vit does not build
+        return {}
+    return {k: options[k] for k in ("gelu_approximate", "layer_norm_epsilon", "mlp_activation")}
 
 
 def _hf_grid(path):
@@ -170,7 +218,8 @@ LAYOUTS = {
             numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-6},
             # StdConv2dSame(eps=1e-8) and torch's GroupNorm.
             resnet_numerics={"std_conv_form": "var_eps", "std_conv_epsilon": 1e-8, "group_norm_epsilon": 1e-5},
-            prepare=_timm_final_norm,
+            prepare=_timm_prepare,
+            file_numerics=_timm_config_numerics,
         ),
         Layout(
             "hf",

@@ -267,7 +267,7 @@ def _missing_keys(model, layout, arrays):
 
 def _resample(model, posemb, method, antialias, key, source_grid):
     """The position embedding on the model's grid, and what is known of the file's grid."""
-    num_prefix, grid = model.spec.num_prefix_tokens, model.spec.grid_size
+    num_prefix, grid = model.spec.position_prefix_rows, model.spec.grid_size
     if posemb.ndim == 2:  # some files drop the leading batch axis
         posemb = posemb[None]
     assumed = source_grid is None

@@ -113,6 +113,11 @@ VIT = [
     (r"patch_embedding/bias",
         same("embedding/bias"), same("patch_embed.proj.bias"), same("embeddings.patch_embeddings.projection.bias")),
     (r"class_token/token", same("cls"), same("cls_token"), same("embeddings.cls_token")),
+    # The descendants' options (registers, a norm before the blocks, LayerScale): timm's.
+    (r"register_tokens/tokens", None, same("reg_token"), None),
+    (r"pre_norm/gamma", None, same("norm_pre.weight"), None),
+    (r"pre_norm/beta", None, same("norm_pre.bias"), None),
+    (_B + r"layer_scale([12])/gamma", None, same("blocks.{0}.ls{1}.gamma"), None),
     (r"position_embedding/embedding",
         same("Transformer/posembed_input/pos_embedding"), same("pos_embed"), same("embeddings.position_embeddings")),
     (_B + r"norm1/gamma",
@@ -150,6 +155,18 @@ VIT = [
     # renames it after checking that the model pools the same way.)
     (r"encoder_norm/gamma", same("Transformer/encoder_norm/scale"), same("norm.weight"), same("layernorm.weight")),
     (r"encoder_norm/beta", same("Transformer/encoder_norm/bias"), same("norm.bias"), same("layernorm.bias")),
+    # Attention pooling (pooling="map"): timm's AttentionPoolLatent.
+    (r"pooling/latent", None, same("attn_pool.latent"), None),
+    (r"pooling/query/kernel", None, linear("attn_pool.q.weight"), None),
+    (r"pooling/query/bias", None, same("attn_pool.q.bias"), None),
+    (r"pooling/key_value/kernel", None, linear("attn_pool.kv.weight"), None),
+    (r"pooling/key_value/bias", None, same("attn_pool.kv.bias"), None),
+    (r"pooling/out/kernel", None, linear("attn_pool.proj.weight"), None),
+    (r"pooling/out/bias", None, same("attn_pool.proj.bias"), None),
+    (r"pooling/norm/gamma", None, same("attn_pool.norm.weight"), None),
+    (r"pooling/norm/beta", None, same("attn_pool.norm.bias"), None),
+    (r"pooling/mlp/(fc[12])/kernel", None, linear("attn_pool.mlp.{0}.weight"), None),
+    (r"pooling/mlp/(fc[12])/bias", None, same("attn_pool.mlp.{0}.bias"), None),
     # The paper's pre-logits layer; timm dropped it; HF's ViTModel "pooler" is one.
     (r"pre_logits/kernel", same("pre_logits/kernel"), None, linear("pooler.dense.weight")),
     (r"pre_logits/bias", same("pre_logits/bias"), None, same("pooler.dense.bias")),

@@ -42,7 +42,7 @@ def position_embedding_similarity(model):
     check_vit(model, "position_embedding_similarity")
     layer = model.get_layer("position_embedding")
     table = keras.ops.convert_to_numpy(keras.ops.cast(layer.table(model.spec.grid_size), "float32"))
-    return cosine_similarity_grid(table[0, model.spec.num_prefix_tokens :], model.spec.grid_size)
+    return cosine_similarity_grid(table[0, model.spec.position_prefix_rows :], model.spec.grid_size)
 
 
 def principal_components(vectors, num_components):

@@ -1,7 +1,10 @@
-"""Activations the layers name in their configs: the MLP's two GELU forms."""
+"""Activations the layers name in their configs: the MLP's GELU forms."""
 
 import keras
 from keras import ops
+
+# The MLP's activations by the spec's name (``ViTSpec.mlp_activation``).
+MLP_ACTIVATIONS = ("gelu", "quick_gelu")
 
 
 def _in_float32(x):
@@ -40,3 +43,27 @@ def gelu_erf(x):
     0.8413
     """
     return _gelu(x, approximate=False)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+def quick_gelu(x):
+    """OpenAI CLIP's sigmoid approximation of GELU, ``x * sigmoid(1.702 x)``.
+
+    >>> import numpy as np
+    >>> round(float(quick_gelu(np.float32(1.0))), 4)
+    0.8458
+    """
+    return x * ops.sigmoid(ops.cast(1.702, x.dtype) * x)
+
+
+def mlp_activation(name, gelu_approximate):
+    """The MLP's activation function for ``ViTSpec.mlp_activation`` and ``gelu_approximate``.
+
+    >>> mlp_activation("gelu", False).__name__, mlp_activation("quick_gelu", True).__name__
+    ('gelu_erf', 'quick_gelu')
+    """
+    if name not in MLP_ACTIVATIONS:
+        raise ValueError(f"mlp_activation must be one of {MLP_ACTIVATIONS}, got {name!r}.")
+    if name == "quick_gelu":
+        return quick_gelu
+    return gelu_tanh if gelu_approximate else gelu_erf

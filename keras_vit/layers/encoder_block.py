@@ -3,12 +3,13 @@
 import keras
 from keras import ops
 
-from keras_vit.layers.activations import gelu_erf, gelu_tanh
+from keras_vit.layers.activations import mlp_activation
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.dense import Dense
 from keras_vit.layers.initializers import deferrable
 from keras_vit.layers.inline import call_inline, composite_config, sublayer_policy
 from keras_vit.layers.layer_norm import LayerNorm
+from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.stochastic_depth import DropPath
 
 
@@ -38,6 +39,7 @@ class MlpBlock(keras.layers.Layer):
         dropout_rate: dropout after each Dense.
         gelu_approximate: ``True`` for the tanh approximation that the original JAX code
             (flax's ``nn.gelu``) uses, ``False`` for the exact erf form of timm and HF.
+        activation: ``"gelu"`` (the form above) or ``"quick_gelu"`` (CLIP's).
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     ``fc1`` and ``fc2`` are Keras ``Dense`` layers (``keras_vit.layers.Dense``):
@@ -56,16 +58,18 @@ class MlpBlock(keras.layers.Layer):
         (3, 8)
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, activation="gelu", **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
         self.gelu_approximate = bool(gelu_approximate)
+        mlp_activation(activation, self.gelu_approximate)  # a bad name fails here, not at build
+        self.activation = activation
 
     def build(self, input_shape):
         # Sublayers are made and built here, in this layer's name scope, so that their
         # paths are complete: a reloaded quantized block finds their policies by path.
-        activation = gelu_tanh if self.gelu_approximate else gelu_erf
+        activation = mlp_activation(self.activation, self.gelu_approximate)
         self.fc1 = deferrable(
             Dense(self.mlp_dim, activation=activation, name="fc1", dtype=sublayer_policy(self, "fc1"))
         )
@@ -105,6 +109,9 @@ class EncoderBlock(keras.layers.Layer):
         layer_norm_epsilon: 1e-6 in the original code and timm, 1e-12 in HF transformers.
         gelu_approximate: see ``MlpBlock``.
         qkv_bias: see ``MultiHeadSelfAttention``.
+        mlp_activation: the MLP's ``activation``, see ``MlpBlock``.
+        layer_scale_init: scale each residual branch by a ``LayerScale`` starting at this
+            value (sublayers ``layer_scale1`` and ``layer_scale2``); None for none.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Call with ``return_attention_scores=True`` to also get ``(batch, heads, tokens, tokens)``
@@ -131,6 +138,8 @@ class EncoderBlock(keras.layers.Layer):
         layer_norm_epsilon=1e-6,
         gelu_approximate=True,
         qkv_bias=True,
+        mlp_activation="gelu",
+        layer_scale_init=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -142,6 +151,8 @@ class EncoderBlock(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu_approximate = bool(gelu_approximate)
         self.qkv_bias = bool(qkv_bias)
+        self.mlp_activation = mlp_activation
+        self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
 
     def build(self, input_shape):
         # Sublayers are made and built here, in this layer's name scope, so that their
@@ -155,7 +166,18 @@ class EncoderBlock(keras.layers.Layer):
             self.num_heads, self.attention_dropout_rate, self.qkv_bias, name="attention", dtype=self.dtype_policy
         )
         self.norm2 = deferrable(LayerNorm(epsilon=epsilon, name="norm2", dtype=sublayer_policy(self, "norm2")))
-        self.mlp = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate, name="mlp", dtype=self.dtype_policy)
+        self.mlp = MlpBlock(
+            self.mlp_dim, self.dropout_rate, self.gelu_approximate, self.mlp_activation, name="mlp",
+            dtype=self.dtype_policy,
+        )  # fmt: skip
+        self.layer_scale1 = self.layer_scale2 = None
+        if self.layer_scale_init is not None:
+            self.layer_scale1, self.layer_scale2 = (
+                LayerScale(self.layer_scale_init, name=name, dtype=sublayer_policy(self, name))
+                for name in ("layer_scale1", "layer_scale2")
+            )
+            for layer in (self.layer_scale1, self.layer_scale2):
+                layer.build((None, input_shape[-1]))
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=sublayer_policy(self, "dropout"))
         self.drop_path = DropPath(self.drop_path_rate, name="drop_path", dtype=sublayer_policy(self, "drop_path"))
         for layer in (self.norm1, self.attention, self.norm2, self.mlp, self.dropout, self.drop_path):
@@ -175,17 +197,19 @@ class EncoderBlock(keras.layers.Layer):
             as_rows=True,
         )
         y, weights = y if return_attention_scores else (y, None)
-        rows = rows + self._residual(y, x, training)
+        rows = rows + self._residual(y, x, training, self.layer_scale1)
         mlp = call_inline(self.norm2, rows)
         if training and self.dropout_rate > 0:  # the MLP's dropouts over the tokens' view
             mlp = ops.reshape(call_inline(self.mlp, ops.reshape(mlp, ops.shape(x)), training=training), ops.shape(rows))
         else:
             mlp = call_inline(self.mlp, mlp, training=training)
-        rows = rows + self._residual(mlp, x, training)
+        rows = rows + self._residual(mlp, x, training, self.layer_scale2)
         x = ops.reshape(rows, ops.shape(x))
         return (x, weights) if return_attention_scores else x
 
-    def _residual(self, branch, x, training):
+    def _residual(self, branch, x, training, layer_scale):
+        if layer_scale is not None:
+            branch = call_inline(layer_scale, branch)
         branch = dropout_rows(self.dropout, branch, x, training)
         if not training or self.drop_path_rate == 0:
             return branch

@@ -21,6 +21,7 @@ class PatchEmbedding(keras.layers.Layer):
         flatten: return the tokens ``(batch, rows * cols, hidden_size)``, row-major; False
             keeps the ``(batch, rows, cols, hidden_size)`` map (a dynamic-size model reads
             the patch grid from it).
+        use_bias: add a bias (CLIP's patch embedding has none).
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Keras has no quantized convolution: ``model.quantize(...)`` leaves this layer in
@@ -33,8 +34,9 @@ class PatchEmbedding(keras.layers.Layer):
         (2, 16, 8)
     """
 
-    def __init__(self, hidden_size, patch_size, num_channels=3, flatten=True, **kwargs):
+    def __init__(self, hidden_size, patch_size, num_channels=3, flatten=True, use_bias=True, **kwargs):
         super().__init__(**kwargs)
+        self.use_bias = bool(use_bias)
         self.hidden_size = int(hidden_size)
         self.patch_size = int(patch_size)
         self.num_channels = int(num_channels)
@@ -67,13 +69,16 @@ class PatchEmbedding(keras.layers.Layer):
             shape=(self.patch_size, self.patch_size, self.num_channels, self.hidden_size),
             initializer="lecun_normal",
         )
-        self.bias = deferrable_weight(self, name="bias", shape=(self.hidden_size,), initializer="zeros")
+        self.bias = None
+        if self.use_bias:
+            self.bias = deferrable_weight(self, name="bias", shape=(self.hidden_size,), initializer="zeros")
 
     def call(self, images):
         # Functional models do not enforce their input shape; say what is wrong here.
         self._check_shape(tuple(images.shape))
         x = ops.conv(images, self.kernel, strides=self.patch_size, padding="valid")
-        x = x + self.bias
+        if self.bias is not None:
+            x = x + self.bias
         if not self.flatten:
             return x
         batch, grid_h, grid_w, _ = ops.shape(x)  # tensors where the graph does not know them
@@ -97,5 +102,6 @@ class PatchEmbedding(keras.layers.Layer):
             patch_size=self.patch_size,
             num_channels=self.num_channels,
             flatten=self.flatten,
+            use_bias=self.use_bias,
         )
         return config

@@ -70,6 +70,51 @@ class ClassToken(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
+class RegisterTokens(keras.layers.Layer):
+    """Prepends ``count`` learned tokens that no output reads: the register tokens of
+    Darcet et al., "Vision Transformers Need Registers" (timm's ``reg_token``).
+
+    Placed after the class token: called on the patch tokens before ``ClassToken`` is.
+    Its weight is ``tokens``, shape ``(1, count, width)``.
+
+    Args:
+        count: how many tokens.
+        **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
+
+    Examples:
+        >>> import numpy as np
+        >>> tuple(RegisterTokens(4)(np.zeros((2, 9, 8), "float32")).shape)
+        (2, 13, 8)
+    """
+
+    def __init__(self, count, **kwargs):
+        super().__init__(**kwargs)
+        self.count = int(count)
+
+    def build(self, input_shape):
+        self.tokens = deferrable_weight(
+            self,
+            name="tokens",
+            shape=(1, self.count, input_shape[-1]),
+            initializer=keras.initializers.RandomNormal(stddev=1e-6),
+        )
+
+    def call(self, tokens):
+        batch = ops.shape(tokens)[0]
+        registers = ops.broadcast_to(ops.cast(self.tokens, tokens.dtype), (batch, self.count, tokens.shape[-1]))
+        return ops.concatenate([registers, tokens], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        batch, length, width = input_shape
+        return (batch, None if length is None else length + self.count, width)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(count=self.count)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
 class PositionEmbedding(keras.layers.Layer):
     """Adds a position embedding to ``num_prefix_tokens`` + grid tokens.
 
@@ -81,7 +126,9 @@ class PositionEmbedding(keras.layers.Layer):
 
     Args:
         grid_size: ``(rows, cols)`` of the patch grid the table is stored for.
-        num_prefix_tokens: tokens before the grid (1 with a class token, else 0).
+        num_prefix_tokens: rows of the table before the grid's: the tokens before the
+            grid (class and register tokens), or 0 where the table is added to the patch
+            tokens before those are prepended.
         kind: ``"learned"`` (the paper's 1D table, one row per token, the class token
             included: shape ``(1, prefix + rows * cols, width)`` as in every checkpoint) or
             ``"sincos2d"`` (fixed, no weights; prefix tokens get no position).

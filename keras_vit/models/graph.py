@@ -10,13 +10,14 @@ import dataclasses
 import keras
 from keras.dtype_policies import DTypePolicyMap
 
+from keras_vit.layers.attention_pooling import ATTENTION_POOLING, AttentionPooling
 from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.heads import TokenPooling
 from keras_vit.layers.initializers import deferrable
 from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.resnet import ResNetBackbone
-from keras_vit.layers.tokens import ClassToken, PositionEmbedding
+from keras_vit.layers.tokens import ClassToken, PositionEmbedding, RegisterTokens
 
 
 def layer_dtypes(dtype):
@@ -52,7 +53,7 @@ def make_layers(spec, dtype_for):
             dropout_rate=spec.dropout_rate, attention_dropout_rate=spec.attention_dropout_rate,
             drop_path_rate=spec.drop_path_rate * i / max(spec.depth - 1, 1),  # rising linearly
             layer_norm_epsilon=spec.layer_norm_epsilon, gelu_approximate=spec.gelu_approximate,
-            qkv_bias=spec.qkv_bias,
+            qkv_bias=spec.qkv_bias, mlp_activation=spec.mlp_activation, layer_scale_init=spec.layer_scale_init,
         )  # fmt: skip
 
     initializer = "zeros" if spec.head_zero_init else "glorot_uniform"
@@ -65,18 +66,23 @@ def make_layers(spec, dtype_for):
             spec.patch_size,
             spec.embedding_channels,
             flatten=not spec.dynamic_image_size,  # a dynamic model reads the grid from the map
+            use_bias=spec.patch_bias,
         ),
         patch_flatten=(
             make("patch_flatten", keras.layers.Reshape, (-1, spec.hidden_size)) if spec.dynamic_image_size else None
         ),
+        register_tokens=(
+            make("register_tokens", RegisterTokens, spec.num_register_tokens) if spec.num_register_tokens else None
+        ),
         class_token=make("class_token", ClassToken) if spec.has_class_token else None,
         position_embedding=make(
-            "position_embedding", PositionEmbedding, spec.grid_size, spec.num_prefix_tokens, spec.position_embedding
+            "position_embedding", PositionEmbedding, spec.grid_size, spec.position_prefix_rows, spec.position_embedding
         ),
         embedding_dropout=make("embedding_dropout", keras.layers.Dropout, spec.dropout_rate),
+        pre_norm=make("pre_norm", LayerNorm, epsilon=spec.layer_norm_epsilon) if spec.pre_norm else None,
         blocks=[block(i) for i in range(spec.depth)],
-        encoder_norm=make("encoder_norm", LayerNorm, epsilon=spec.layer_norm_epsilon),
-        pooling=make("pooling", TokenPooling, spec.pooling, spec.num_prefix_tokens) if spec.pooling else None,
+        encoder_norm=make("encoder_norm", LayerNorm, epsilon=spec.layer_norm_epsilon) if spec.final_norm else None,
+        pooling=pooling_layer(spec, make),
         pre_logits=(
             make("pre_logits", keras.layers.Dense, spec.representation_size, activation="tanh")
             if spec.representation_size
@@ -90,6 +96,17 @@ def make_layers(spec, dtype_for):
             else None
         ),
     )
+
+
+def pooling_layer(spec, make):
+    """The layer that pools the tokens to one vector, None for ``pooling=None``."""
+    if spec.pooling == ATTENTION_POOLING:
+        return make(
+            "pooling", AttentionPooling, spec.num_heads, spec.mlp_dim, spec.num_prefix_tokens, composite=True,
+            layer_norm_epsilon=spec.layer_norm_epsilon, gelu_approximate=spec.gelu_approximate,
+            mlp_activation=spec.mlp_activation, qkv_bias=spec.qkv_bias,
+        )  # fmt: skip
+    return make("pooling", TokenPooling, spec.pooling, spec.num_prefix_tokens) if spec.pooling else None
 
 
 def block_indices(blocks, depth):
@@ -111,18 +128,31 @@ def block_indices(blocks, depth):
 
 def embed(layers, x):
     """Stem output (or images) -> (the token sequence that enters the first block, the
-    ``(batch, rows, cols, width)`` patch map of a dynamic-size model, else None)."""
+    ``(batch, rows, cols, width)`` patch map of a dynamic-size model, else None).
+
+    The prefix tokens go before the patches as ``[class, registers..., patches...]``; the
+    position table is added after them when it has rows for them, else before."""
     patch_map = None
     x = layers["patch_embedding"](x)
     if layers["patch_flatten"] is not None:
         patch_map, x = x, layers["patch_flatten"](x)
-    if layers["class_token"] is not None:
-        x = layers["class_token"](x)
-    if patch_map is None:
-        x = layers["position_embedding"](x)
-    else:
-        x = layers["position_embedding"](x, patch_map)
-    return layers["embedding_dropout"](x), patch_map
+    position = layers["position_embedding"]
+
+    def add_position(tokens):
+        return position(tokens) if patch_map is None else position(tokens, patch_map)
+
+    prefix_rows = position.num_prefix_tokens
+    if not prefix_rows:
+        x = add_position(x)
+    for name in ("register_tokens", "class_token"):  # each prepends: the class token ends first
+        if layers[name] is not None:
+            x = layers[name](x)
+    if prefix_rows:
+        x = add_position(x)
+    x = layers["embedding_dropout"](x)
+    if layers["pre_norm"] is not None:
+        x = layers["pre_norm"](x)
+    return x, patch_map
 
 
 def encode(layers, images, return_attention_scores=False):
@@ -139,15 +169,20 @@ def encode(layers, images, return_attention_scores=False):
     return x, attention
 
 
+def final_norm(layers, x):
+    """The final LayerNorm, where the model has one."""
+    return x if layers["encoder_norm"] is None else layers["encoder_norm"](x)
+
+
 def forward(layers, images, norm_after_pool):
     x, _ = encode(layers, images)
     if layers["pooling"] is None:
-        return layers["encoder_norm"](x)
+        return final_norm(layers, x)
     if not norm_after_pool:
-        x = layers["encoder_norm"](x)
+        x = final_norm(layers, x)
     x = layers["pooling"](x)
     if norm_after_pool:
-        x = layers["encoder_norm"](x)
+        x = final_norm(layers, x)
     if layers["pre_logits"] is not None:
         x = layers["pre_logits"](x)
     if layers["head"] is not None:

@@ -24,7 +24,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit import checks
-from keras_vit.models.graph import encode
+from keras_vit.models.graph import encode, final_norm
 from keras_vit.models.vit import VisionTransformer
 
 # What ``PatchCorruption`` did to each patch.
@@ -269,7 +269,7 @@ class MaskedPatchPrediction(keras.Model):
 
         tokens, _ = encode(dict(layers, **{step: embed_and_corrupt}), images)
         if not self.backbone.spec.norm_after_pool:  # else the norm is the pooled vector's
-            tokens = layers["encoder_norm"](tokens)
+            tokens = final_norm(layers, tokens)
         tokens = tokens[:, self.backbone.spec.num_prefix_tokens :]
         return {"logits": self.head(tokens), "corruption": corruption[0]}
 

@@ -63,7 +63,7 @@ def copy_weights(source, target, exclude=(), method="bicubic", antialias=True):
         # By grid, not by shape: a 6x10 table and a 10x6 one have the same shape.
         if variable.path == "position_embedding/embedding" and source.spec.grid_size != target.spec.grid_size:
             value = resample_position_embedding(
-                value, target.spec.grid_size, source.spec.grid_size, target.spec.num_prefix_tokens, method, antialias
+                value, target.spec.grid_size, source.spec.grid_size, target.spec.position_prefix_rows, method, antialias
             )
         variable.assign(value)
     return lacking

@@ -17,6 +17,8 @@ import difflib
 import typing
 
 from keras_vit import checks
+from keras_vit.layers.activations import MLP_ACTIVATIONS
+from keras_vit.layers.attention_pooling import ATTENTION_POOLING
 from keras_vit.layers.heads import POOLINGS
 from keras_vit.layers.resnet import check_block_units, resnet_feature_stride, resnet_out_channels
 from keras_vit.layers.std_conv import check_std_conv_form
@@ -122,17 +124,36 @@ class ViTSpec(_Spec):
             blocks, heads and MLP width (the paper's Table 1).
         num_channels: input channels.
         pooling: ``"token"`` (the class token, the paper's default), ``"gap"`` (mean of
-            the patch tokens) or ``None`` (no pooling, only with ``include_top=False``).
+            the patch tokens), ``"map"`` (multi-head attention pooling, SigLIP's head:
+            ``keras_vit.layers.AttentionPooling``) or ``None`` (no pooling, only with
+            ``include_top=False``).
         class_token: prepend a class token; defaults to ``pooling != "gap"``, as in the
             original code (its "gap" models have none; timm's usually keep one).
+        num_register_tokens: learned tokens after the class token that no output reads
+            (Darcet et al., "Vision Transformers Need Registers"; timm's ``reg_tokens``).
         position_embedding: ``"learned"`` (the paper's) or ``"sincos2d"`` (fixed).
+        embed_prefix_tokens: the learned table has a row for each prefix token (class and
+            register tokens), added after they are prepended (the paper's); False: it
+            covers the patch grid alone, added before (timm's ``no_embed_class=True``:
+            DeiT III, big_vision, the register models).
+        pre_norm: a LayerNorm on the tokens before the first block (CLIP's ``ln_pre``;
+            timm's ``pre_norm``).
+        patch_bias: a bias in the patch embedding (CLIP's has none; timm leaves it out
+            with ``pre_norm``).
         layer_norm_epsilon: 1e-6 (original code, timm); HF transformers uses 1e-12.
         gelu_approximate: True for the tanh GELU of the original JAX code (flax's
             ``nn.gelu``); False for the exact erf GELU of timm and HF.
+        mlp_activation: ``"gelu"`` (the form ``gelu_approximate`` picks) or
+            ``"quick_gelu"`` (``x * sigmoid(1.702 x)``, OpenAI CLIP's).
+        layer_scale_init: LayerScale (Touvron et al., CaiT): each block's two residual
+            branches scaled per channel by learned weights starting at this value (DeiT
+            III, DINOv2; timm's ``init_values``); None for none.
         qkv_bias: a bias on the query, key and value projections (every published ViT
             has one; timm's ``qkv_bias=False`` models have none).
         norm_after_pool: apply the final LayerNorm to the pooled vector instead of every
             token (timm's ``fc_norm``, its default for average pooling).
+        final_norm: the final LayerNorm at all; False: none (timm's ``final_norm=False``:
+            RADIO, InternViT).
         resnet: a ``ResNetSpec`` (or its fields as a dict) for a hybrid; None for a plain
             ViT.
         dynamic_image_size: take images of any size divisible by ``stride`` (at least one
@@ -167,11 +188,18 @@ class ViTSpec(_Spec):
     num_channels: int = _field(3)
     pooling: str | None = _field("token")
     class_token: bool | None = _field(None)
+    num_register_tokens: int = _field(0)
     position_embedding: str = _field("learned")
+    embed_prefix_tokens: bool = _field(True)
+    pre_norm: bool = _field(False)
+    patch_bias: bool = _field(True)
     layer_norm_epsilon: float = _field(1e-6)
     gelu_approximate: bool = _field(True)
+    mlp_activation: str = _field("gelu")
+    layer_scale_init: float | None = _field(None)
     qkv_bias: bool = _field(True)
     norm_after_pool: bool = _field(False)
+    final_norm: bool = _field(True)
     resnet: ResNetSpec | None = _field(None)
     dynamic_image_size: bool = _field(False, TASK)
     num_classes: int = _field(1000, TASK)
@@ -195,10 +223,16 @@ class ViTSpec(_Spec):
         if self.pooling is None and self.include_top:
             raise ValueError("pooling=None is only possible with include_top=False.")
         if self.pooling is not None:
-            _one_of(self.pooling, POOLINGS, "pooling")
+            _one_of(self.pooling, (*POOLINGS, ATTENTION_POOLING), "pooling")
         if self.pooling == "token" and not self.has_class_token:
             raise ValueError("pooling='token' needs class_token=True.")
         _one_of(self.position_embedding, POSITION_EMBEDDINGS, "position_embedding")
+        _one_of(self.mlp_activation, MLP_ACTIVATIONS, "mlp_activation")
+        checks.non_negative_int(self.num_register_tokens, "num_register_tokens")
+        if self.layer_scale_init is not None and (
+            isinstance(self.layer_scale_init, bool) or not isinstance(self.layer_scale_init, (int, float))
+        ):
+            raise ValueError(f"layer_scale_init must be a number or None; got {self.layer_scale_init!r}.")
         for name in self.fields_with_role(REGULARIZATION):  # the dropout rates
             rate = getattr(self, name)
             if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate < 1.0:
@@ -254,7 +288,14 @@ class ViTSpec(_Spec):
 
     @property
     def num_prefix_tokens(self):
-        return int(self.has_class_token)
+        """Tokens before the patch grid: the class token, then the register tokens."""
+        return int(self.has_class_token) + self.num_register_tokens
+
+    @property
+    def position_prefix_rows(self):
+        """Rows of the position table before the grid's: the prefix tokens', or none
+        (``embed_prefix_tokens=False``)."""
+        return self.num_prefix_tokens if self.embed_prefix_tokens else 0
 
     @property
     def embedding_channels(self):

@@ -7,7 +7,7 @@ from keras_vit.images import as_pixels
 from keras_vit.labels import label_set_name, resolve_class_names
 from keras_vit.layers.inline import own_policy
 from keras_vit.layers.tokens import PatchTokens
-from keras_vit.models.graph import block_indices, embed, encode, forward, layer_dtypes, make_layers
+from keras_vit.models.graph import block_indices, embed, encode, final_norm, forward, layer_dtypes, make_layers
 from keras_vit.models.inputs import check_data, check_images, input_shape
 from keras_vit.models.spec import ViTSpec
 
@@ -219,7 +219,7 @@ class VisionTransformer(keras.Model):
         for i, block in enumerate(layers["blocks"][: max(indices) + 1]):  # later blocks are not needed
             x = block(x)
             if i in indices:
-                outputs[f"block_{i}"] = to_output(layers["encoder_norm"](x) if norm else x)
+                outputs[f"block_{i}"] = to_output(final_norm(layers, x) if norm else x)
         return keras.Model(inputs, outputs, name=f"{self.name}_intermediates")
 
     def feature_model(self):
@@ -235,7 +235,7 @@ class VisionTransformer(keras.Model):
         """
         if self._vit_layers["pooling"] is None:
             raise ValueError("This model has no pooling (pooling=None): its output is the tokens.")
-        last = "encoder_norm" if self.spec.norm_after_pool else "pooling"
+        last = "encoder_norm" if self.spec.norm_after_pool and self.spec.final_norm else "pooling"
         return keras.Model(self.input, self.get_layer(last).output, name=f"{self.name}_features")
 
     def get_config(self):

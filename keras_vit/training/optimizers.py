@@ -62,7 +62,8 @@ def make_optimizer(config, total_steps, model=None):
 def layer_rates(model, decay):
     """Each weight's learning-rate factor for layer-wise decay (BEiT's, as timm's
     ``param_groups_layer_decay``): ``decay ** (depth - i)`` in block ``i``, ``decay ** (depth + 1)``
-    in the embeddings (and a hybrid's ResNet stem), 1 in the final norm and the head.
+    in the embeddings (and a hybrid's ResNet stem), 1 in the final norm, an attention-pooling
+    head and the classifier.
 
     >>> import keras_vit
     >>> model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=2, depth=2)
@@ -76,9 +77,9 @@ def layer_rates(model, decay):
         block = re.match(r"block_(\d+)/", variable.path)
         if block:
             layer = int(block[1]) + 1
-        elif variable.path.startswith(("encoder_norm/", "head/", "pre_logits/", "fc_norm/")):
+        elif variable.path.startswith(("encoder_norm/", "pooling/", "head/", "pre_logits/", "fc_norm/")):
             layer = depth + 1
-        else:  # the patch, class-token and position embeddings, a hybrid's stem
+        else:  # the patch, class-token, register and position embeddings, the pre-norm, a hybrid's stem
             layer = 0
         rates[variable.path] = float(decay ** (depth + 1 - layer))
     return rates

@@ -1,0 +1,193 @@
+"""timm's names and ``config.json`` files as keras-vit specs and pre-processing.
+
+timm's hub folders (``timm/<architecture>.<tag>`` on the Hugging Face hub, or what
+``timm.models.push_to_hf_hub`` / ``save_for_hf`` write) hold a ``config.json``: the
+``architecture`` (a name in ``timm_architectures.ARCHITECTURES``, whose row holds the
+arguments timm's factory passes to its ``VisionTransformer``), the ``model_args`` the folder
+was made with on top of those (``num_classes``, ``img_size``, ``depth``, ...), and the
+``pretrained_cfg`` with the pre-processing it was evaluated with. ``spec_options`` turns the
+arguments into ``ViTSpec`` fields, or names what keras-vit does not build yet.
+"""
+
+import difflib
+
+from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
+
+# timm's VisionTransformer defaults for the arguments read here.
+_DEFAULTS = dict(
+    img_size=224, patch_size=16, in_chans=3, num_classes=1000, global_pool="token", embed_dim=768, depth=12,
+    num_heads=12, mlp_ratio=4.0, qkv_bias=True, qk_norm=False, proj_bias=True, init_values=None, class_token=True,
+    pos_embed="learn", no_embed_class=False, reg_tokens=0, pre_norm=False, final_norm=True, fc_norm=None,
+    dynamic_img_size=False, act_layer="gelu", norm_layer="layernorm:1e-06",
+)  # fmt: skip
+# Arguments that change nothing keras-vit builds (drop rates are the recipe's).
+_IGNORED = ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
+            "weight_init", "fix_init", "dynamic_img_pad")  # fmt: skip
+# timm's activations by the names the table writes: (mlp_activation, gelu_approximate).
+_ACTIVATIONS = {"gelu": ("gelu", False), "gelu_tanh": ("gelu", True), "quick_gelu": ("quick_gelu", False)}
+_POOLINGS = {"token": "token", "avg": "gap", "map": "map"}
+# What keras-vit does not build yet, by argument: why an architecture that uses it fails.
+_NOT_YET = {
+    "global_pool": "pooling other than 'token', 'avg' and 'map'",
+    "act_layer": "this MLP activation (SiLU and SwiGLU MLPs: AIMv2, the so150m2 models)",
+    "norm_layer": "RMSNorm",
+    "embed_norm_layer": "a norm on the patch embedding",
+    "mlp_layer": "gated MLPs (SwiGLU, GluMlp)",
+    "proj_bias": "projections without bias",
+    "distilled": "DeiT's distillation token and second head",
+    "block_fn": "residual post-norm and parallel blocks",
+    "attn_layer": "differential attention",
+    "scale_attn_norm": "norms inside the attention and MLP",
+    "scale_mlp_norm": "norms inside the attention and MLP",
+    "pool_include_prefix": "pooling over the prefix tokens",
+    "qk_norm": "query/key norm",
+    "pos_embed": "position embeddings other than timm's learned table",
+}
+
+
+class UnsupportedArchitectureError(ValueError):
+    """A timm architecture keras-vit cannot build (yet): the message says which part."""
+
+
+def architecture_args(name):
+    """The arguments timm's factory passes for the architecture ``name``.
+
+    >>> architecture_args("vit_small_patch16_224")
+    {'depth': 12, 'embed_dim': 384, 'num_heads': 6, 'patch_size': 16}
+    """
+    if name not in ARCHITECTURES:
+        close = difflib.get_close_matches(name, ARCHITECTURES, n=3)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise UnsupportedArchitectureError(
+            f"{name!r} is not one of timm's {len(ARCHITECTURES)} pretrained ViT architectures "
+            f"(keras_vit.checkpoints.timm_architectures).{hint}"
+        )
+    return dict(ARCHITECTURES[name])
+
+
+def _norm_epsilon(value):
+    kind, _, epsilon = str(value).partition(":")
+    if kind != "layernorm":
+        raise UnsupportedArchitectureError(f"norm_layer={value!r}: keras-vit does not build {_NOT_YET['norm_layer']}.")
+    return float(epsilon or 1e-5)  # torch's LayerNorm default
+
+
+def spec_options(args):
+    """``ViTSpec`` fields from timm ``VisionTransformer`` arguments (an architecture's row
+    updated with a ``config.json``'s ``model_args``).
+
+    >>> options = spec_options(architecture_args("vit_small_patch14_reg4_dinov2"))
+    >>> options["num_register_tokens"], options["embed_prefix_tokens"], options["layer_scale_init"]
+    (4, False, 1e-05)
+    """
+    args = {**_DEFAULTS, **{k: v for k, v in args.items() if k not in _IGNORED}}
+    problems = [k for k in args if k not in _DEFAULTS and k in _NOT_YET]
+    unknown = sorted(k for k in args if k not in _DEFAULTS and k not in _NOT_YET)
+    if unknown:
+        raise UnsupportedArchitectureError(f"timm arguments keras-vit does not know: {', '.join(unknown)}.")
+    checks = {
+        "global_pool": args["global_pool"] in _POOLINGS or (args["global_pool"] == "" and args["num_classes"] == 0),
+        "act_layer": args["act_layer"] in _ACTIVATIONS,
+        "proj_bias": args["proj_bias"],
+        "qk_norm": not args["qk_norm"],
+        "pos_embed": args["pos_embed"] == "learn",
+    }
+    problems += [k for k, fine in checks.items() if not fine]
+    if problems:
+        what = "; ".join(f"{k}={args.get(k)!r} ({_NOT_YET[k]})" for k in problems)
+        raise UnsupportedArchitectureError(f"keras-vit does not build these timm options yet: {what}.")
+    activation, approximate = _ACTIVATIONS[args["act_layer"]]
+    pooling = _POOLINGS.get(args["global_pool"])
+    fc_norm = args["global_pool"] == "avg" if args["fc_norm"] is None else bool(args["fc_norm"])
+    return dict(
+        image_size=tuple(args["img_size"]) if isinstance(args["img_size"], (list, tuple)) else args["img_size"],
+        patch_size=args["patch_size"],
+        num_channels=args["in_chans"],
+        hidden_size=args["embed_dim"],
+        depth=args["depth"],
+        num_heads=args["num_heads"],
+        mlp_dim=int(args["embed_dim"] * args["mlp_ratio"]),
+        qkv_bias=bool(args["qkv_bias"]),
+        pooling=pooling,
+        class_token=bool(args["class_token"]),
+        num_register_tokens=int(args["reg_tokens"]),
+        embed_prefix_tokens=not args["no_embed_class"],
+        pre_norm=bool(args["pre_norm"]),
+        patch_bias=not args["pre_norm"],  # timm's VisionTransformer ties the two
+        layer_scale_init=args["init_values"],
+        mlp_activation=activation,
+        gelu_approximate=approximate,
+        layer_norm_epsilon=_norm_epsilon(args["norm_layer"]),
+        norm_after_pool=fc_norm and pooling is not None,
+        final_norm=bool(args["final_norm"]),
+        dynamic_image_size=bool(args["dynamic_img_size"]),
+        num_classes=args["num_classes"] or 1000,
+        include_top=bool(args["num_classes"]),
+    )
+
+
+def support(name):
+    """None if keras-vit builds the timm architecture ``name``, else why not.
+
+    >>> support("vit_base_patch16_clip_224") is None
+    True
+    >>> support("deit_base_distilled_patch16_224")
+    "keras-vit does not build these timm options yet: distilled=True (DeiT's distillation token and second head)."
+    """
+    try:
+        spec_options(architecture_args(name))
+    except UnsupportedArchitectureError as error:
+        return str(error)
+    return None
+
+
+def preprocessing_options(pretrained_cfg):
+    """``(image_size, ImagePreprocessing arguments)`` from a timm ``pretrained_cfg``.
+
+    >>> size, options = preprocessing_options({"input_size": [3, 224, 224], "interpolation": "bicubic",
+    ...                                        "crop_pct": 0.9, "mean": [0.5] * 3, "std": [0.5] * 3})
+    >>> size, options["crop_fraction"], options["crop_mode"], options["mean"]
+    ((224, 224), 0.9, 'center', (0.5, 0.5, 0.5))
+    """
+    size = tuple(int(s) for s in pretrained_cfg["input_size"][1:])
+    options = dict(
+        crop_fraction=float(pretrained_cfg.get("crop_pct", 0.875)),
+        crop_mode=pretrained_cfg.get("crop_mode", "center"),
+        interpolation=pretrained_cfg.get("interpolation", "bicubic"),
+        mean=tuple(float(m) for m in pretrained_cfg.get("mean", (0.485, 0.456, 0.406))),
+        std=tuple(float(s) for s in pretrained_cfg.get("std", (0.229, 0.224, 0.225))),
+    )
+    if options["crop_mode"] not in ("center", "squash"):
+        raise UnsupportedArchitectureError(
+            f"crop_mode={options['crop_mode']!r}: keras-vit's pre-processing takes 'center' or 'squash'."
+        )
+    return size, options
+
+
+def from_hub_config(config):
+    """``(ViTSpec options, image size, ImagePreprocessing arguments, class names or None)``
+    from a timm ``config.json`` (as a dict)."""
+    if not isinstance(config, dict) or "architecture" not in config:
+        raise ValueError(
+            "Expected a timm config.json with an 'architecture' (as timm's save_for_hf writes); got "
+            + (f"keys {sorted(config)[:8]}." if isinstance(config, dict) else f"{type(config).__name__}.")
+        )
+    args = architecture_args(config["architecture"])
+    args.update(config.get("model_args") or {})
+    if "num_classes" in config:
+        args["num_classes"] = config["num_classes"]
+    if "global_pool" in config and "global_pool" not in (config.get("model_args") or {}):
+        args["global_pool"] = config["global_pool"]
+    options = spec_options(args)
+    size, preprocessing = preprocessing_options(config.get("pretrained_cfg") or {"input_size": [3, *_pair(args)]})
+    names = config.get("label_names")
+    if isinstance(names, dict):  # id -> name, possibly with gaps
+        names = [names.get(str(i), names.get(i, str(i))) for i in range(options["num_classes"])]
+    if names is not None and len(names) != options["num_classes"]:
+        names = None
+    return options, size, preprocessing, names
+
+
+def _pair(args):
+    size = args.get("img_size", 224)
+    return tuple(size) if isinstance(size, (list, tuple)) else (size, size)
