@@ -14,16 +14,18 @@ This module joins ``models``, ``checkpoints`` and ``presets`` from above; none o
 imports it.
 """
 
+import json
 import os
 
-from keras_vit.checkpoints import load_weights
+from keras_vit.checkpoints import load_weights, timm_config
 from keras_vit.checkpoints.loader import trained_numerics
 from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.models import registry
 from keras_vit.models.deferred_init import deferred_initialization, initialize_unloaded
+from keras_vit.models.spec import ViTSpec
 from keras_vit.models.variants import VARIANTS
 from keras_vit.models.vit import VisionTransformer
-from keras_vit.presets import download, local
+from keras_vit.presets import download, hub, local
 from keras_vit.presets.catalog import PRESETS, get_preset, list_presets
 
 # What a weights path ends in (the readers' containers), to tell a missing file from a tag.
@@ -51,7 +53,12 @@ def create_model(name, image_size=None, num_classes=None, *, weights=None, dtype
         name: one of ``list_models()``: ``"vit_{ti,s,b,l,h}{8,14,16,32}"`` (size and patch)
             or a hybrid such as ``"r50_vit_b16"``; or a preset, ``"<model>.<tag>"`` from
             ``list_models(pretrained=True)`` (e.g. ``"vit_b16.augreg2_in21k_ft_in1k"``);
-            or the path of a local preset folder (``keras_vit.save_preset``) or ``.keras`` file.
+            or the path of a local preset folder (``keras_vit.save_preset``) or ``.keras`` file;
+            or a timm model on the Hugging Face hub, ``"hf-hub:timm/<architecture>.<tag>"``
+            (e.g. ``"hf-hub:timm/vit_small_patch14_reg4_dinov2.lvd142m"``), or a folder
+            holding one (timm's ``config.json`` and ``model.safetensors``): its
+            architecture, weights, pre-processing and class names
+            (``keras_vit.checkpoints.timm_config`` says which architectures build).
         image_size: input side or ``(height, width)``, divisible by the total stride
             (default: the variant's 224, or the preset's own). Pretrained position
             embeddings are resampled to it.
@@ -74,6 +81,10 @@ def create_model(name, image_size=None, num_classes=None, *, weights=None, dtype
         >>> model.output_shape
         (None, 10)
     """
+    if hub.is_hub_name(name) or is_timm_folder(name):
+        if weights is not None:
+            raise ValueError(f"{name!r} holds its own weights; weights={weights!r} would be a second source.")
+        return _timm_model(name, image_size, num_classes, dtype, options)
     model_name, source = resolve(name, weights)
     if source is None:
         return registry.create_model(name, image_size, num_classes, dtype=dtype, **options)
@@ -130,6 +141,41 @@ def resolve(name, weights):
     if preset.model != name:
         raise ValueError(f"The preset {full!r} holds {preset.model!r} weights, not {name!r}.")
     return name, preset
+
+
+def is_timm_folder(path):
+    """Whether ``path`` is a folder of a timm model as its hub repositories hold one: a
+    ``config.json`` naming an ``architecture`` beside a ``model.safetensors``."""
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
+        return False
+    config = os.path.join(path, "config.json")
+    if not os.path.isfile(config) or os.path.isfile(os.path.join(path, local.PRESET_FILE)):
+        return False
+    try:
+        with open(config, encoding="utf-8") as f:
+            return "architecture" in json.load(f)
+    except (OSError, ValueError):
+        return False
+
+
+def _timm_model(name, image_size, num_classes, dtype, options):
+    """A timm hub repository's (or a folder's) model: spec, weights, pre-processing, labels."""
+    if hub.is_hub_name(name):
+        files = hub.fetch(name)
+    else:
+        files = {f: os.path.join(os.fspath(name), f) for f in hub.FILES}
+        if not os.path.isfile(files["model.safetensors"]):
+            raise FileNotFoundError(f"{name}: a timm folder holds model.safetensors beside config.json; it is missing.")
+    with open(files["config.json"], encoding="utf-8") as f:
+        config = json.load(f)
+    spec_options, _, preprocessing, class_names = timm_config.from_hub_config(config)
+    own = {k: options.pop(k) for k in registry.MODEL_ARGUMENTS if k in options}
+    task = {k: v for k, v in dict(image_size=image_size, num_classes=num_classes).items() if v is not None}
+    spec = ViTSpec(**spec_options).replace(**{**task, **options})
+    own.setdefault("name", config["architecture"])
+    own.setdefault("preprocessing", ImagePreprocessing(spec.image_size, **preprocessing))
+    own.setdefault("class_names", class_names if spec.num_classes == spec_options["num_classes"] else None)
+    return _built_and_loaded(spec, dtype, own, files["model.safetensors"])
 
 
 def _built_and_loaded(spec, dtype, own, path):

@@ -145,7 +145,9 @@ def is_offline():
     return os.environ.get("KERAS_VIT_OFFLINE", "").strip().lower() in _TRUE
 
 
-def download(url, *, sha256=None, size=None, progress=True, timeout=60.0, retries=3, backoff=1.0, rehash=False):
+def download(
+    url, *, sha256=None, size=None, progress=True, timeout=60.0, retries=3, backoff=1.0, rehash=False, offline=None
+):
     """Returns the local path of ``url``'s file, downloading it into the cache if needed.
 
     A cached file is used only if its size is ``size`` (when given) and its SHA-256 is
@@ -159,7 +161,8 @@ def download(url, *, sha256=None, size=None, progress=True, timeout=60.0, retrie
     ``timeout`` is in seconds without data. A failure that may pass (a timeout, a refused
     or cut connection, HTTP 408, 429 or 5xx) is tried again up to ``retries`` times, after
     ``backoff`` seconds, then twice as long each time (1, 2, 4 s by default); the wrong
-    file, a missing one (HTTP 404) or a full disk fail at once.
+    file, a missing one (HTTP 404) or a full disk fail at once. ``offline``: True forbids
+    the network for this file (None: as ``KERAS_VIT_OFFLINE`` says).
 
     Raises ``NotCachedError`` (offline and not cached), ``IntegrityError`` (wrong size or
     hash) or ``DownloadError`` (the network or server failed): each names the URL, the cache
@@ -183,7 +186,7 @@ def download(url, *, sha256=None, size=None, progress=True, timeout=60.0, retrie
     problem = _problem(target, expected, size, rehash)  # no lock: a read-only cache works
     if problem is None:
         return target
-    if is_offline():
+    if offline or is_offline():
         raise _offline_error(url, target, problem)
     os.makedirs(os.path.dirname(target), exist_ok=True)
     with _lock(target, progress) as locked:
