@@ -76,3 +76,13 @@ def _seeded():
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+@pytest.fixture
+def mirror(tmp_path, monkeypatch):
+    """A mirror on 127.0.0.1 that keeps the publishers' paths, and a fresh cache."""
+    from http_server import FileServer, download_env
+
+    with FileServer(tmp_path / "served") as server:
+        download_env(monkeypatch, tmp_path / "home", mirror=server.url)
+        yield server

@@ -183,3 +183,27 @@ def write_photos(root):
         image.save(folder / f"{name}.jpg", quality=95)
         paths.append(folder / f"{name}.jpg")
     return paths
+
+
+PIL_FILTERS = {"bicubic": "BICUBIC", "bilinear": "BILINEAR", "nearest": "NEAREST"}
+
+
+def pil_reference(image, size, crop_fraction, crop_mode, interpolation):
+    """timm's transforms_imagenet_eval with torchvision on a PIL image, as 0..255 floats."""
+    from PIL import Image
+
+    height, width = (size, size) if isinstance(size, int) else size
+    scaled = (math.floor(height / crop_fraction), math.floor(width / crop_fraction))
+    rows, cols = image.shape[:2]
+    if crop_mode == "squash":
+        new_h, new_w = scaled
+    else:  # torchvision Resize(int): the shorter side to it, the longer int(size * long / short)
+        assert height == width, "timm's center mode is defined for square sizes"
+        short, long = min(rows, cols), max(rows, cols)
+        new_short, new_long = scaled[0], int(scaled[0] * long / short)
+        new_h, new_w = (new_short, new_long) if rows <= cols else (new_long, new_short)
+    resized = np.asarray(
+        Image.fromarray(image).resize((new_w, new_h), getattr(Image, PIL_FILTERS[interpolation])), np.float32
+    )
+    top, left = int(round((new_h - height) / 2.0)), int(round((new_w - width) / 2.0))  # CenterCrop
+    return resized[top : top + height, left : left + width]

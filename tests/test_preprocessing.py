@@ -5,13 +5,11 @@ The reference is the evaluation transform of timm and torchvision written out wi
 photos: scikit-learn's embedded sample images (no download).
 """
 
-import math
-
 import keras
 import numpy as np
 import pytest
 from conftest import to_numpy
-from PIL import Image
+from helpers import pil_reference
 
 from keras_vit.data.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from keras_vit.layers import ImagePreprocessing
@@ -26,7 +24,6 @@ MEAN_LEVELS = 0.4
 # Sizes known only at run time (tf.data on images of varying sizes): the same weights in
 # float32, measured at most 9e-4 levels from the static path.
 DYNAMIC_LEVELS = 5e-3
-FILTERS = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "nearest": Image.NEAREST}
 
 
 @pytest.fixture(scope="module")
@@ -34,23 +31,6 @@ def photo():
     from sklearn.datasets import load_sample_image
 
     return load_sample_image("china.jpg")  # (427, 640, 3) uint8
-
-
-def pil_reference(image, size, crop_fraction, crop_mode, interpolation):
-    """timm's transforms_imagenet_eval with torchvision on a PIL image, as 0..255 floats."""
-    height, width = (size, size) if isinstance(size, int) else size
-    scaled = (math.floor(height / crop_fraction), math.floor(width / crop_fraction))
-    rows, cols = image.shape[:2]
-    if crop_mode == "squash":
-        new_h, new_w = scaled
-    else:  # torchvision Resize(int): the shorter side to it, the longer int(size * long / short)
-        assert height == width, "timm's center mode is defined for square sizes"
-        short, long = min(rows, cols), max(rows, cols)
-        new_short, new_long = scaled[0], int(scaled[0] * long / short)
-        new_h, new_w = (new_short, new_long) if rows <= cols else (new_long, new_short)
-    resized = np.asarray(Image.fromarray(image).resize((new_w, new_h), FILTERS[interpolation]), np.float32)
-    top, left = int(round((new_h - height) / 2.0)), int(round((new_w - width) / 2.0))  # CenterCrop
-    return resized[top : top + height, left : left + width]
 
 
 def levels(normalised, mean=IMAGENET_MEAN, std=IMAGENET_STD):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import TINY_ENCODER
 from helpers import assert_close_to_scale, log_softmax, randomize_keras, randomize_torch, to_numpy, torch_logits
-from http_server import FileServer, download_env, unused_url
+from http_server import download_env, unused_url
 from upstream import write_original_npz
 
 import keras_vit
@@ -114,14 +114,6 @@ def serve(server, preset, write):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write(path)
     return path
-
-
-@pytest.fixture
-def mirror(tmp_path, monkeypatch):
-    """A mirror on 127.0.0.1 that keeps the publishers' paths, and a fresh cache."""
-    with FileServer(tmp_path / "served") as server:
-        download_env(monkeypatch, tmp_path / "home", mirror=server.url)
-        yield server
 
 
 def photo():
