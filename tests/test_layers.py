@@ -42,7 +42,8 @@ CASES = {
     "ImagePreprocessing": (dict(image_size=4, crop_fraction=0.875), (2, 7, 6, 3)),
     "LayerNorm": (dict(epsilon=1e-6), (2, 5, 8)),
     "LayerScale": (dict(init_value=0.5), (2, 5, 8)),
-    "MlpBlock": (dict(mlp_dim=16), (2, 5, 8)),
+    # Gated (SwiGLU): the plain MLP is the EncoderBlock case's.
+    "MlpBlock": (dict(mlp_dim=16, gated=True, activation="silu", use_bias=False), (2, 5, 8)),
     "MultiHeadSelfAttention": (dict(num_heads=2), (2, 5, 8)),
     "PatchEmbedding": (dict(hidden_size=8, patch_size=4, num_channels=3), (2, 8, 8, 3)),
     "PatchTokens": (dict(num_prefix_tokens=1, grid_size=(2, 2)), (2, 5, 8)),

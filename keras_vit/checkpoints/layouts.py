@@ -13,6 +13,8 @@ import os
 import re
 import typing
 
+import numpy as np
+
 from keras_vit.checkpoints import table, timm_config
 
 
@@ -46,6 +48,12 @@ def _timm_structure(spec, arrays):
         "patch_bias": "patch_embed.proj.bias" in arrays,
         "layer_scale_init": "blocks.0.ls1.gamma" in arrays,
         "final_norm": "norm.weight" in arrays or "fc_norm.weight" in arrays,
+        "patch_norm": "patch_embed.norm.weight" in arrays,
+        "proj_bias": "blocks.0.attn.proj.bias" in arrays,
+        "norm_type": "rmsnorm"
+        if "blocks.0.norm1.weight" in arrays and "blocks.0.norm1.bias" not in arrays
+        else "layernorm",
+        "gated_mlp": "blocks.0.mlp.fc1_g.weight" in arrays or None,  # GluMlp's fused fc1: not told by its keys
     }
     has = {
         "num_register_tokens": spec.num_register_tokens,
@@ -53,8 +61,12 @@ def _timm_structure(spec, arrays):
         "patch_bias": spec.patch_bias,
         "layer_scale_init": spec.layer_scale_init is not None,
         "final_norm": spec.final_norm,
+        "patch_norm": spec.patch_norm,
+        "proj_bias": spec.proj_bias,
+        "norm_type": spec.norm_type,
+        "gated_mlp": spec.gated_mlp,
     }
-    differ = [name for name in found if found[name] != has[name]]
+    differ = [name for name in found if found[name] is not None and found[name] != has[name]]
     if differ:
         wanted = ", ".join(
             f"layer_scale_init={'a number' if found[n] else None}" if n == "layer_scale_init" else f"{n}={found[n]}"
@@ -64,9 +76,25 @@ def _timm_structure(spec, arrays):
         raise ValueError(f"The timm checkpoint needs a model built with {wanted}; this one has {now}.")
 
 
+def _timm_gated_mlps(arrays):
+    """timm's SwiGLU keeps the gate and the value projections apart (``fc1_g``, ``fc1_x``);
+    keras-vit's gated MLP has them in one ``fc1``, gate first (as timm's ``GluMlp`` with
+    ``gate_last=False``)."""
+    gates = [k for k in arrays if ".mlp.fc1_g." in k]
+    if not gates:
+        return arrays
+    arrays = dict(arrays)
+    for gate in gates:
+        value = gate.replace(".fc1_g.", ".fc1_x.")
+        arrays[gate.replace(".fc1_g.", ".fc1.")] = np.concatenate(
+            [np.asarray(arrays.pop(gate)), np.asarray(arrays.pop(value))]
+        )
+    return arrays
+
+
 def _timm_prepare(spec, arrays):
     _timm_structure(spec, arrays)
-    return _timm_final_norm(spec, arrays)
+    return _timm_final_norm(spec, _timm_gated_mlps(arrays))
 
 
 # HF transformers' ViTConfig names for the spec's fields (``ViTSpec`` field: HF name).

@@ -18,22 +18,26 @@ _DEFAULTS = dict(
     img_size=224, patch_size=16, in_chans=3, num_classes=1000, global_pool="token", embed_dim=768, depth=12,
     num_heads=12, mlp_ratio=4.0, qkv_bias=True, qk_norm=False, proj_bias=True, init_values=None, class_token=True,
     pos_embed="learn", no_embed_class=False, reg_tokens=0, pre_norm=False, final_norm=True, fc_norm=None,
-    dynamic_img_size=False, act_layer="gelu", norm_layer="layernorm:1e-06",
+    dynamic_img_size=False, act_layer="gelu", norm_layer="layernorm:1e-06", embed_norm_layer=None, mlp_layer="mlp",
 )  # fmt: skip
 # Arguments that change nothing keras-vit builds (drop rates are the recipe's).
 _IGNORED = ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
             "weight_init", "fix_init", "dynamic_img_pad")  # fmt: skip
 # timm's activations by the names the table writes: (mlp_activation, gelu_approximate).
-_ACTIVATIONS = {"gelu": ("gelu", False), "gelu_tanh": ("gelu", True), "quick_gelu": ("quick_gelu", False)}
+_ACTIVATIONS = {
+    "gelu": ("gelu", False), "gelu_tanh": ("gelu", True), "quick_gelu": ("quick_gelu", False), "silu": ("silu", False),
+}  # fmt: skip
+# timm's MLPs by the names the table writes: (gated, hidden width per fc1 width, activation
+# that overrides act_layer). GluMlp's fc1 holds gate then value (gate_last=False) in its width.
+_MLPS = {"mlp": (False, 1, None), "swiglu": (True, 1, None), "glumlp:act_layer=silu,gate_last=False": (True, 2, "silu")}
 _POOLINGS = {"token": "token", "avg": "gap", "map": "map"}
 # What keras-vit does not build yet, by argument: why an architecture that uses it fails.
 _NOT_YET = {
     "global_pool": "pooling other than 'token', 'avg' and 'map'",
-    "act_layer": "this MLP activation (SiLU and SwiGLU MLPs: AIMv2, the so150m2 models)",
-    "norm_layer": "RMSNorm",
-    "embed_norm_layer": "a norm on the patch embedding",
-    "mlp_layer": "gated MLPs (SwiGLU, GluMlp)",
-    "proj_bias": "projections without bias",
+    "act_layer": "this MLP activation",
+    "norm_layer": "this norm",
+    "embed_norm_layer": "a norm on the patch embedding of another kind than the blocks'",
+    "mlp_layer": "this MLP",
     "distilled": "DeiT's distillation token and second head",
     "block_fn": "residual post-norm and parallel blocks",
     "attn_layer": "differential attention",
@@ -65,11 +69,10 @@ def architecture_args(name):
     return dict(ARCHITECTURES[name])
 
 
-def _norm_epsilon(value):
+def _norm(value):
+    """``(norm_type, epsilon)`` from a norm's name in the table (``"rmsnorm:1e-05"``)."""
     kind, _, epsilon = str(value).partition(":")
-    if kind != "layernorm":
-        raise UnsupportedArchitectureError(f"norm_layer={value!r}: keras-vit does not build {_NOT_YET['norm_layer']}.")
-    return float(epsilon or 1e-5)  # torch's LayerNorm default
+    return kind, float(epsilon or 1e-5)  # torch's and timm's default
 
 
 def spec_options(args):
@@ -88,7 +91,9 @@ def spec_options(args):
     checks = {
         "global_pool": args["global_pool"] in _POOLINGS or (args["global_pool"] == "" and args["num_classes"] == 0),
         "act_layer": args["act_layer"] in _ACTIVATIONS,
-        "proj_bias": args["proj_bias"],
+        "norm_layer": _norm(args["norm_layer"])[0] in ("layernorm", "rmsnorm"),
+        "embed_norm_layer": args["embed_norm_layer"] in (None, args["norm_layer"]),
+        "mlp_layer": args["mlp_layer"] in _MLPS,
         "qk_norm": not args["qk_norm"],
         "pos_embed": args["pos_embed"] == "learn",
     }
@@ -96,7 +101,9 @@ def spec_options(args):
     if problems:
         what = "; ".join(f"{k}={args.get(k)!r} ({_NOT_YET[k]})" for k in problems)
         raise UnsupportedArchitectureError(f"keras-vit does not build these timm options yet: {what}.")
-    activation, approximate = _ACTIVATIONS[args["act_layer"]]
+    gated, hidden_per_width, mlp_act = _MLPS[args["mlp_layer"]]
+    activation, approximate = _ACTIVATIONS[mlp_act or args["act_layer"]]
+    norm_type, epsilon = _norm(args["norm_layer"])
     pooling = _POOLINGS.get(args["global_pool"])
     fc_norm = args["global_pool"] == "avg" if args["fc_norm"] is None else bool(args["fc_norm"])
     return dict(
@@ -106,7 +113,7 @@ def spec_options(args):
         hidden_size=args["embed_dim"],
         depth=args["depth"],
         num_heads=args["num_heads"],
-        mlp_dim=int(args["embed_dim"] * args["mlp_ratio"]),
+        mlp_dim=int(args["embed_dim"] * args["mlp_ratio"]) // hidden_per_width,
         qkv_bias=bool(args["qkv_bias"]),
         pooling=pooling,
         class_token=bool(args["class_token"]),
@@ -117,7 +124,11 @@ def spec_options(args):
         layer_scale_init=args["init_values"],
         mlp_activation=activation,
         gelu_approximate=approximate,
-        layer_norm_epsilon=_norm_epsilon(args["norm_layer"]),
+        gated_mlp=gated,
+        proj_bias=bool(args["proj_bias"]),
+        norm_type=norm_type,
+        patch_norm=args["embed_norm_layer"] is not None,
+        layer_norm_epsilon=epsilon,
         norm_after_pool=fc_norm and pooling is not None,
         final_norm=bool(args["final_norm"]),
         dynamic_image_size=bool(args["dynamic_img_size"]),

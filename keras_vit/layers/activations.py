@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 # The MLP's activations by the spec's name (``ViTSpec.mlp_activation``).
-MLP_ACTIVATIONS = ("gelu", "quick_gelu")
+MLP_ACTIVATIONS = ("gelu", "quick_gelu", "silu")
 
 
 def _in_float32(x):
@@ -66,4 +66,6 @@ def mlp_activation(name, gelu_approximate):
         raise ValueError(f"mlp_activation must be one of {MLP_ACTIVATIONS}, got {name!r}.")
     if name == "quick_gelu":
         return quick_gelu
+    if name == "silu":
+        return keras.activations.silu
     return gelu_tanh if gelu_approximate else gelu_erf

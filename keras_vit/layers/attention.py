@@ -107,6 +107,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         attention_dropout_rate: dropout on the attention weights (the paper uses 0).
         qkv_bias: add a bias to the query, key and value projections (the paper's and
             timm's default; some timm models have none).
+        out_bias: add a bias to the output projection (AIMv2's has none).
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Call with ``as_rows=True`` for the output as the ``(batch * tokens, width)`` rows that the
@@ -120,8 +121,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         ((1, 5, 8), (1, 2, 5, 5))
     """
 
-    def __init__(self, num_heads, attention_dropout_rate=0.0, qkv_bias=True, **kwargs):
+    def __init__(self, num_heads, attention_dropout_rate=0.0, qkv_bias=True, out_bias=True, **kwargs):
         super().__init__(**kwargs)
+        self.out_bias = bool(out_bias)
         self.num_heads = int(num_heads)
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.qkv_bias = bool(qkv_bias)
@@ -136,7 +138,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # policies by path (see `sublayer_policy`).
         self.qkv = deferrable(Dense(3 * width, use_bias=self.qkv_bias, name="qkv", dtype=sublayer_policy(self, "qkv")))
         self.qkv.build(input_shape)
-        self.out = deferrable(Dense(width, name="out", dtype=sublayer_policy(self, "out")))
+        self.out = deferrable(Dense(width, use_bias=self.out_bias, name="out", dtype=sublayer_policy(self, "out")))
         self.out.build(input_shape)
         self.attention_dropout = keras.layers.Dropout(
             self.attention_dropout_rate, name="attention_dropout", dtype=sublayer_policy(self, "attention_dropout")

@@ -7,7 +7,7 @@ from keras_vit.layers.dense import Dense
 from keras_vit.layers.encoder_block import MlpBlock
 from keras_vit.layers.initializers import deferrable, deferrable_weight
 from keras_vit.layers.inline import composite_config, sublayer_policy
-from keras_vit.layers.layer_norm import LayerNorm
+from keras_vit.layers.layer_norm import make_norm
 
 ATTENTION_POOLING = "map"  # the spec's pooling name, timm's global_pool
 
@@ -30,6 +30,7 @@ class AttentionPooling(keras.layers.Layer):
         layer_norm_epsilon: the norm's epsilon.
         gelu_approximate, mlp_activation: the MLP's activation, see ``MlpBlock``.
         qkv_bias: a bias on the query and key/value projections.
+        norm_type: the norm's kind, see ``keras_vit.layers.layer_norm.make_norm``.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Sublayer paths: ``latent``, ``query``, ``key_value``, ``out``, ``norm``, ``mlp/fc1``,
@@ -50,9 +51,11 @@ class AttentionPooling(keras.layers.Layer):
         gelu_approximate=True,
         mlp_activation="gelu",
         qkv_bias=True,
+        norm_type="layernorm",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.norm_type = norm_type
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
         self.num_prefix_tokens = int(num_prefix_tokens)
@@ -80,7 +83,7 @@ class AttentionPooling(keras.layers.Layer):
         self.key_value = dense(2 * width, "key_value", self.qkv_bias)
         self.out = dense(width, "out")
         self.norm = deferrable(
-            LayerNorm(epsilon=self.layer_norm_epsilon, name="norm", dtype=sublayer_policy(self, "norm"))
+            make_norm(self.norm_type, self.layer_norm_epsilon, name="norm", dtype=sublayer_policy(self, "norm"))
         )
         self.norm.build((None, width))
         self.mlp = MlpBlock(

@@ -8,7 +8,7 @@ from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.dense import Dense
 from keras_vit.layers.initializers import deferrable
 from keras_vit.layers.inline import call_inline, composite_config, sublayer_policy
-from keras_vit.layers.layer_norm import LayerNorm
+from keras_vit.layers.layer_norm import make_norm
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.stochastic_depth import DropPath
 
@@ -39,7 +39,10 @@ class MlpBlock(keras.layers.Layer):
         dropout_rate: dropout after each Dense.
         gelu_approximate: ``True`` for the tanh approximation that the original JAX code
             (flax's ``nn.gelu``) uses, ``False`` for the exact erf form of timm and HF.
-        activation: ``"gelu"`` (the form above) or ``"quick_gelu"`` (CLIP's).
+        activation: ``"gelu"`` (the form above), ``"quick_gelu"`` (CLIP's) or ``"silu"``.
+        gated: ``fc1`` projects to twice ``mlp_dim``, a gate then a value, and the hidden
+            state is ``activation(gate) * value`` (GLU; SwiGLU with ``"silu"``: AIMv2).
+        use_bias: biases on ``fc1`` and ``fc2``.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     ``fc1`` and ``fc2`` are Keras ``Dense`` layers (``keras_vit.layers.Dense``):
@@ -58,8 +61,12 @@ class MlpBlock(keras.layers.Layer):
         (3, 8)
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, activation="gelu", **kwargs):
+    def __init__(
+        self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, activation="gelu", gated=False, use_bias=True, **kwargs
+    ):
         super().__init__(**kwargs)
+        self.gated = bool(gated)
+        self.use_bias = bool(use_bias)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
         self.gelu_approximate = bool(gelu_approximate)
@@ -70,11 +77,19 @@ class MlpBlock(keras.layers.Layer):
         # Sublayers are made and built here, in this layer's name scope, so that their
         # paths are complete: a reloaded quantized block finds their policies by path.
         activation = mlp_activation(self.activation, self.gelu_approximate)
+        # Ungated, the activation is fc1's own (fused with its matmul: see above); gated, it
+        # applies to the gate half alone.
+        self._gate_activation = keras.activations.get(activation) if self.gated else None
         self.fc1 = deferrable(
-            Dense(self.mlp_dim, activation=activation, name="fc1", dtype=sublayer_policy(self, "fc1"))
-        )
+            Dense(
+                self.mlp_dim * (2 if self.gated else 1), activation=None if self.gated else activation,
+                use_bias=self.use_bias, name="fc1", dtype=sublayer_policy(self, "fc1"),
+            )
+        )  # fmt: skip
         self.fc1.build(input_shape)
-        self.fc2 = deferrable(Dense(input_shape[-1], name="fc2", dtype=sublayer_policy(self, "fc2")))
+        self.fc2 = deferrable(
+            Dense(input_shape[-1], use_bias=self.use_bias, name="fc2", dtype=sublayer_policy(self, "fc2"))
+        )
         self.fc2.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=sublayer_policy(self, "dropout"))
         # Called through call_inline, so built here: Keras' predict_on_batch runs an extra
@@ -85,7 +100,10 @@ class MlpBlock(keras.layers.Layer):
         # (batch * tokens, width) rows: see the class docstring. Rows in, rows out.
         rows = x if len(x.shape) == 2 else ops.reshape(x, (-1, x.shape[-1]))
         tokens = None if len(x.shape) == 2 else x
-        rows = dropout_rows(self.dropout, call_inline(self.fc1, rows), tokens, training)
+        hidden = call_inline(self.fc1, rows)
+        if self.gated:
+            hidden = self._gate_activation(hidden[:, : self.mlp_dim]) * hidden[:, self.mlp_dim :]
+        rows = dropout_rows(self.dropout, hidden, tokens, training)
         rows = dropout_rows(self.dropout, call_inline(self.fc2, rows), tokens, training)
         return rows if tokens is None else ops.reshape(rows, ops.shape(x))
 
@@ -110,6 +128,9 @@ class EncoderBlock(keras.layers.Layer):
         gelu_approximate: see ``MlpBlock``.
         qkv_bias: see ``MultiHeadSelfAttention``.
         mlp_activation: the MLP's ``activation``, see ``MlpBlock``.
+        gated_mlp: see ``MlpBlock``'s ``gated``.
+        proj_bias: biases on the attention's output projection and the MLP's two.
+        norm_type: ``"layernorm"`` or ``"rmsnorm"`` (``keras_vit.layers.layer_norm.make_norm``).
         layer_scale_init: scale each residual branch by a ``LayerScale`` starting at this
             value (sublayers ``layer_scale1`` and ``layer_scale2``); None for none.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
@@ -140,9 +161,15 @@ class EncoderBlock(keras.layers.Layer):
         qkv_bias=True,
         mlp_activation="gelu",
         layer_scale_init=None,
+        gated_mlp=False,
+        proj_bias=True,
+        norm_type="layernorm",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.gated_mlp = bool(gated_mlp)
+        self.proj_bias = bool(proj_bias)
+        self.norm_type = norm_type
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
@@ -161,14 +188,19 @@ class EncoderBlock(keras.layers.Layer):
         # map, if so) to look up their own parts. The dropouts are built too: see
         # call_inline.
         epsilon = self.layer_norm_epsilon
-        self.norm1 = deferrable(LayerNorm(epsilon=epsilon, name="norm1", dtype=sublayer_policy(self, "norm1")))
+
+        def norm(name):
+            return deferrable(make_norm(self.norm_type, epsilon, name=name, dtype=sublayer_policy(self, name)))
+
+        self.norm1 = norm("norm1")
         self.attention = MultiHeadSelfAttention(
-            self.num_heads, self.attention_dropout_rate, self.qkv_bias, name="attention", dtype=self.dtype_policy
-        )
-        self.norm2 = deferrable(LayerNorm(epsilon=epsilon, name="norm2", dtype=sublayer_policy(self, "norm2")))
-        self.mlp = MlpBlock(
-            self.mlp_dim, self.dropout_rate, self.gelu_approximate, self.mlp_activation, name="mlp",
+            self.num_heads, self.attention_dropout_rate, self.qkv_bias, self.proj_bias, name="attention",
             dtype=self.dtype_policy,
+        )  # fmt: skip
+        self.norm2 = norm("norm2")
+        self.mlp = MlpBlock(
+            self.mlp_dim, self.dropout_rate, self.gelu_approximate, self.mlp_activation, self.gated_mlp,
+            self.proj_bias, name="mlp", dtype=self.dtype_policy,
         )  # fmt: skip
         self.layer_scale1 = self.layer_scale2 = None
         if self.layer_scale_init is not None:

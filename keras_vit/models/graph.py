@@ -14,7 +14,7 @@ from keras_vit.layers.attention_pooling import ATTENTION_POOLING, AttentionPooli
 from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.heads import TokenPooling
 from keras_vit.layers.initializers import deferrable
-from keras_vit.layers.layer_norm import LayerNorm
+from keras_vit.layers.layer_norm import make_norm
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.resnet import ResNetBackbone
 from keras_vit.layers.tokens import ClassToken, PositionEmbedding, RegisterTokens
@@ -54,7 +54,11 @@ def make_layers(spec, dtype_for):
             drop_path_rate=spec.drop_path_rate * i / max(spec.depth - 1, 1),  # rising linearly
             layer_norm_epsilon=spec.layer_norm_epsilon, gelu_approximate=spec.gelu_approximate,
             qkv_bias=spec.qkv_bias, mlp_activation=spec.mlp_activation, layer_scale_init=spec.layer_scale_init,
+            gated_mlp=spec.gated_mlp, proj_bias=spec.proj_bias, norm_type=spec.norm_type,
         )  # fmt: skip
+
+    def norm(name):
+        return make(name, make_norm, spec.norm_type, spec.layer_norm_epsilon)
 
     initializer = "zeros" if spec.head_zero_init else "glorot_uniform"
     return dict(
@@ -68,6 +72,7 @@ def make_layers(spec, dtype_for):
             flatten=not spec.dynamic_image_size,  # a dynamic model reads the grid from the map
             use_bias=spec.patch_bias,
         ),
+        patch_norm=norm("patch_norm") if spec.patch_norm else None,
         patch_flatten=(
             make("patch_flatten", keras.layers.Reshape, (-1, spec.hidden_size)) if spec.dynamic_image_size else None
         ),
@@ -79,9 +84,9 @@ def make_layers(spec, dtype_for):
             "position_embedding", PositionEmbedding, spec.grid_size, spec.position_prefix_rows, spec.position_embedding
         ),
         embedding_dropout=make("embedding_dropout", keras.layers.Dropout, spec.dropout_rate),
-        pre_norm=make("pre_norm", LayerNorm, epsilon=spec.layer_norm_epsilon) if spec.pre_norm else None,
+        pre_norm=norm("pre_norm") if spec.pre_norm else None,
         blocks=[block(i) for i in range(spec.depth)],
-        encoder_norm=make("encoder_norm", LayerNorm, epsilon=spec.layer_norm_epsilon) if spec.final_norm else None,
+        encoder_norm=norm("encoder_norm") if spec.final_norm else None,
         pooling=pooling_layer(spec, make),
         pre_logits=(
             make("pre_logits", keras.layers.Dense, spec.representation_size, activation="tanh")
@@ -104,7 +109,7 @@ def pooling_layer(spec, make):
         return make(
             "pooling", AttentionPooling, spec.num_heads, spec.mlp_dim, spec.num_prefix_tokens, composite=True,
             layer_norm_epsilon=spec.layer_norm_epsilon, gelu_approximate=spec.gelu_approximate,
-            mlp_activation=spec.mlp_activation, qkv_bias=spec.qkv_bias,
+            mlp_activation=spec.mlp_activation, qkv_bias=spec.qkv_bias, norm_type=spec.norm_type,
         )  # fmt: skip
     return make("pooling", TokenPooling, spec.pooling, spec.num_prefix_tokens) if spec.pooling else None
 
@@ -134,6 +139,8 @@ def embed(layers, x):
     position table is added after them when it has rows for them, else before."""
     patch_map = None
     x = layers["patch_embedding"](x)
+    if layers["patch_norm"] is not None:
+        x = layers["patch_norm"](x)
     if layers["patch_flatten"] is not None:
         patch_map, x = x, layers["patch_flatten"](x)
     position = layers["position_embedding"]

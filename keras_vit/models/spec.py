@@ -20,6 +20,7 @@ from keras_vit import checks
 from keras_vit.layers.activations import MLP_ACTIVATIONS
 from keras_vit.layers.attention_pooling import ATTENTION_POOLING
 from keras_vit.layers.heads import POOLINGS
+from keras_vit.layers.layer_norm import NORM_TYPES
 from keras_vit.layers.resnet import check_block_units, resnet_feature_stride, resnet_out_channels
 from keras_vit.layers.std_conv import check_std_conv_form
 from keras_vit.layers.tokens import POSITION_EMBEDDINGS
@@ -140,11 +141,19 @@ class ViTSpec(_Spec):
             timm's ``pre_norm``).
         patch_bias: a bias in the patch embedding (CLIP's has none; timm leaves it out
             with ``pre_norm``).
+        patch_norm: a norm on the patch embeddings, before the position embedding (AIMv2).
+        norm_type: every norm's kind, ``"layernorm"`` (the paper's) or ``"rmsnorm"``
+            (AIMv2's); ``layer_norm_epsilon`` is its epsilon.
         layer_norm_epsilon: 1e-6 (original code, timm); HF transformers uses 1e-12.
         gelu_approximate: True for the tanh GELU of the original JAX code (flax's
             ``nn.gelu``); False for the exact erf GELU of timm and HF.
-        mlp_activation: ``"gelu"`` (the form ``gelu_approximate`` picks) or
-            ``"quick_gelu"`` (``x * sigmoid(1.702 x)``, OpenAI CLIP's).
+        mlp_activation: ``"gelu"`` (the form ``gelu_approximate`` picks),
+            ``"quick_gelu"`` (``x * sigmoid(1.702 x)``, OpenAI CLIP's) or ``"silu"``.
+        gated_mlp: the MLP's first projection gives a gate and a value, and its hidden
+            state is ``activation(gate) * value`` (SwiGLU with ``"silu"``: AIMv2);
+            ``mlp_dim`` is the hidden state's width.
+        proj_bias: biases on the attention's output projection and the MLP's (AIMv2's
+            have none; timm's ``proj_bias``).
         layer_scale_init: LayerScale (Touvron et al., CaiT): each block's two residual
             branches scaled per channel by learned weights starting at this value (DeiT
             III, DINOv2; timm's ``init_values``); None for none.
@@ -193,9 +202,13 @@ class ViTSpec(_Spec):
     embed_prefix_tokens: bool = _field(True)
     pre_norm: bool = _field(False)
     patch_bias: bool = _field(True)
+    patch_norm: bool = _field(False)
+    norm_type: str = _field("layernorm")
     layer_norm_epsilon: float = _field(1e-6)
     gelu_approximate: bool = _field(True)
     mlp_activation: str = _field("gelu")
+    gated_mlp: bool = _field(False)
+    proj_bias: bool = _field(True)
     layer_scale_init: float | None = _field(None)
     qkv_bias: bool = _field(True)
     norm_after_pool: bool = _field(False)
@@ -228,6 +241,7 @@ class ViTSpec(_Spec):
             raise ValueError("pooling='token' needs class_token=True.")
         _one_of(self.position_embedding, POSITION_EMBEDDINGS, "position_embedding")
         _one_of(self.mlp_activation, MLP_ACTIVATIONS, "mlp_activation")
+        _one_of(self.norm_type, NORM_TYPES, "norm_type")
         checks.non_negative_int(self.num_register_tokens, "num_register_tokens")
         if self.layer_scale_init is not None and (
             isinstance(self.layer_scale_init, bool) or not isinstance(self.layer_scale_init, (int, float))
