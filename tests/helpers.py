@@ -207,3 +207,21 @@ def pil_reference(image, size, crop_fraction, crop_mode, interpolation):
     )
     top, left = int(round((new_h - height) / 2.0)), int(round((new_w - width) / 2.0))  # CenterCrop
     return resized[top : top + height, left : left + width]
+
+
+def cat_photo():
+    """A real photo, 300x451, that installs with scikit-image."""
+    import skimage.data
+
+    return skimage.data.chelsea()
+
+
+def timm_input(peer):
+    """``cat_photo`` through timm's evaluation transform for the timm model ``peer`` (its
+    ``pretrained_cfg``: interpolation, crop, mean, std), as one NHWC float32 image."""
+    cfg = peer.pretrained_cfg
+    size = tuple(peer.patch_embed.img_size)
+    crop_fraction = cfg.get("crop_pct", 0.875)
+    pixels = pil_reference(cat_photo(), size, crop_fraction, cfg.get("crop_mode", "center"), cfg["interpolation"])
+    normalised = (pixels / 255.0 - np.asarray(cfg["mean"])) / np.asarray(cfg["std"])
+    return normalised[None].astype("float32")

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers import assert_close_to_scale, pil_reference, randomize_torch, to_numpy, torch_logits
+from helpers import assert_close_to_scale, cat_photo, randomize_torch, timm_input, to_numpy, torch_logits
 
 import keras_vit
 from keras_vit.checkpoints import timm_config
@@ -50,12 +50,6 @@ def _representatives():
 DINOV2_REGISTERS = "vit_small_patch14_reg4_dinov2"
 
 
-def photo():
-    import skimage.data
-
-    return skimage.data.chelsea()  # a real photo, 300x451, that installs with scikit-image
-
-
 def serve_timm_model(timm, mirror, architecture, tag="random", **model_args):
     """timm's ``architecture`` with random informative weights at depth 2 on a 3x3 grid,
     8 channels a head (its options are what is tested, not its width), written by
@@ -71,16 +65,6 @@ def serve_timm_model(timm, mirror, architecture, tag="random", **model_args):
     return f"{hub.PREFIX}{repo}", peer
 
 
-def timm_input(peer):
-    """The photo through timm's evaluation transform for ``peer`` (its pretrained_cfg), NHWC."""
-    cfg = peer.pretrained_cfg
-    size = tuple(peer.patch_embed.img_size)
-    crop_fraction = cfg.get("crop_pct", 0.875)
-    pixels = pil_reference(photo(), size, crop_fraction, cfg.get("crop_mode", "center"), cfg["interpolation"])
-    normalised = (pixels / 255.0 - np.asarray(cfg["mean"])) / np.asarray(cfg["std"])
-    return normalised[None].astype("float32")
-
-
 def assert_loads_by_hub_name_at_timms_logits(timm, mirror, architecture):
     name, peer = serve_timm_model(timm, mirror, architecture)
     model = keras_vit.create_model(name)
@@ -90,7 +74,7 @@ def assert_loads_by_hub_name_at_timms_logits(timm, mirror, architecture):
     expected = torch_logits(peer, x)
     assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
     # The model's own pre-processing of the raw photo is timm's transform.
-    ours = to_numpy(model.preprocessing(photo()[None]))
+    ours = to_numpy(model.preprocessing(cat_photo()[None]))
     assert ours.shape == x.shape and np.abs(ours - x).mean() < MEAN_PREPROCESSING_DIFFERENCE
     assert model.name == architecture and model.spec.num_prefix_tokens == peer.num_prefix_tokens
 

@@ -1,0 +1,61 @@
+"""Loads every timm architecture keras-vit builds, at timm's logits: the whole table, where
+the tests take one architecture of each kind (tests/test_family.py). Needs timm (the test
+extra); on the backend KERAS_BACKEND names.
+
+Each architecture is built by timm at depth 2 on a 3x3 patch grid, 8 channels a head, with
+random informative weights, written by timm's ``save_for_hf`` into a folder and loaded from
+it by ``keras_vit.create_model``; both see the scikit-image cat through timm's evaluation
+transform. Prints one line per architecture and the count within ``--rtol`` of the logits'
+scale; exits 1 if any is not.
+
+    KERAS_BACKEND=jax .venv/bin/python scripts/check_timm_family.py [--only PATTERN]
+"""
+
+import argparse
+import fnmatch
+import os
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default="*", help="a shell pattern of architecture names")
+    parser.add_argument("--rtol", type=float, default=2e-5)
+    args = parser.parse_args(argv)
+
+    import numpy as np
+    import torchvision_stub  # timm imports torchvision; the tests' inert stand-in serves
+
+    torchvision_stub.install()
+    import timm
+    from helpers import randomize_torch, timm_input, to_numpy, torch_logits
+
+    import keras_vit
+    from keras_vit.checkpoints import timm_config
+    from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
+
+    names = [n for n in sorted(ARCHITECTURES) if fnmatch.fnmatch(n, args.only) and timm_config.support(n) is None]
+    worst = {}
+    for name in names:
+        row = ARCHITECTURES[name]
+        patch = row.get("patch_size", 16)
+        peer = timm.create_model(name, pretrained=False, depth=2, img_size=3 * patch, embed_dim=8 * row["num_heads"])
+        peer = randomize_torch(peer.eval(), informative=True)
+        with tempfile.TemporaryDirectory() as folder:
+            timm.models.save_for_hf(peer, folder, safe_serialization=True)
+            model = keras_vit.create_model(folder)
+        x = timm_input(peer)
+        expected = torch_logits(peer, x)
+        worst[name] = float(np.abs(to_numpy(model(x)) - expected).max() / np.abs(expected).max())
+        print(f"{name}: {worst[name]:.2e}", flush=True)
+    within = [n for n, error in worst.items() if error <= args.rtol]
+    print(f"{len(within)} of {len(names)} within {args.rtol:g} of the logits' scale")
+    return 0 if len(within) == len(names) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
