@@ -37,9 +37,9 @@ def _timm_final_norm(spec, arrays):
 
 
 def _timm_structure(spec, arrays):
-    """The options a timm file's keys show (registers, a norm before the blocks, the
-    patch embedding's bias, LayerScale, the final norm) must be the model's: else it
-    would load without error and compute another function, or leave weights unused."""
+    """The options a timm file's keys show (registers, the norms and their kind, the
+    biases, LayerScale, a SwiGLU MLP) must be the model's: else it would load without
+    error and compute another function, or leave weights unused."""
     if spec is None:
         return
     found = {
