@@ -14,6 +14,7 @@ This module joins ``models``, ``checkpoints`` and ``presets`` from above; none o
 imports it.
 """
 
+import functools
 import json
 import os
 
@@ -160,13 +161,17 @@ def is_timm_folder(path):
 
 def _timm_model(name, image_size, num_classes, dtype, options):
     """A timm hub repository's (or a folder's) model: spec, weights, pre-processing, labels."""
-    if hub.is_hub_name(name):
-        files = hub.fetch(name)
-    else:
-        files = {f: os.path.join(os.fspath(name), f) for f in hub.FILES}
-        if not os.path.isfile(files["model.safetensors"]):
-            raise FileNotFoundError(f"{name}: a timm folder holds model.safetensors beside config.json; it is missing.")
-    with open(files["config.json"], encoding="utf-8") as f:
+
+    def local(filename):
+        path = os.path.join(os.fspath(name), filename)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"{name}: a timm folder holds config.json and model.safetensors; {path} is missing."
+            )
+        return path
+
+    fetch = functools.partial(hub.fetch, name) if hub.is_hub_name(name) else local
+    with open(fetch("config.json"), encoding="utf-8") as f:
         config = json.load(f)
     spec_options, _, preprocessing, class_names = timm_config.from_hub_config(config)
     own = {k: options.pop(k) for k in registry.MODEL_ARGUMENTS if k in options}
@@ -175,7 +180,7 @@ def _timm_model(name, image_size, num_classes, dtype, options):
     own.setdefault("name", config["architecture"])
     own.setdefault("preprocessing", ImagePreprocessing(spec.image_size, **preprocessing))
     own.setdefault("class_names", class_names if spec.num_classes == spec_options["num_classes"] else None)
-    return _built_and_loaded(spec, dtype, own, files["model.safetensors"])
+    return _built_and_loaded(spec, dtype, own, fetch("model.safetensors"))  # bad options failed before it
 
 
 def _built_and_loaded(spec, dtype, own, path):

@@ -140,6 +140,10 @@ def test_bad_names_configs_and_files_are_clear_errors_and_load_nothing(timm, mir
         keras_vit.create_model("hf-hub:vit_small_patch16_224")
     # A config.json with an option keras-vit does not know.
     name, _ = serve_timm_model(timm, mirror, "vit_small_patch16_224")
+    # A misspelt option fails on the config, before the weights are downloaded.
+    with pytest.raises(ValueError, match="unknown option.*pooling_mode"):
+        keras_vit.create_model(name, pooling_mode="gap")
+    assert mirror.requests == [f"/{hub.repo_id(name)}/resolve/main/config.json"]
     folder = os.path.join(mirror.root, hub.repo_id(name), "resolve", "main")
     with open(os.path.join(folder, "config.json")) as f:
         config = json.load(f)

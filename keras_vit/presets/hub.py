@@ -13,7 +13,7 @@ import re
 from keras_vit.presets import download
 
 PREFIX = "hf-hub:"
-FILES = ("config.json", "model.safetensors")
+FILES = ("config.json", "model.safetensors")  # what keras-vit reads of a timm repository
 _REPO = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 
 
@@ -43,8 +43,7 @@ def file_url(repo, filename, revision="main"):
     return f"{endpoint.rstrip('/')}/{repo}/resolve/{revision}/{filename}"
 
 
-def fetch(name, progress=True):
-    """``{file name: local path}`` of the repository's ``FILES``, downloaded once into the cache."""
-    repo = repo_id(name)
+def fetch(name, filename, progress=True):
+    """The local path of one file of the repository, downloaded once into the cache."""
     offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on") or None
-    return {f: download.download(file_url(repo, f), progress=progress, offline=offline) for f in FILES}
+    return download.download(file_url(repo_id(name), filename), progress=progress, offline=offline)
