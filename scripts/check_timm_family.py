@@ -32,7 +32,7 @@ def main(argv=None):
 
     torchvision_stub.install()
     import timm
-    from helpers import randomize_torch, timm_input, to_numpy, torch_logits
+    from helpers import small_timm_model, timm_input, to_numpy, torch_logits
 
     import keras_vit
     from keras_vit.checkpoints import timm_config
@@ -41,10 +41,7 @@ def main(argv=None):
     names = [n for n in sorted(ARCHITECTURES) if fnmatch.fnmatch(n, args.only) and timm_config.support(n) is None]
     worst = {}
     for name in names:
-        row = ARCHITECTURES[name]
-        patch = row.get("patch_size", 16)
-        peer = timm.create_model(name, pretrained=False, depth=2, img_size=3 * patch, embed_dim=8 * row["num_heads"])
-        peer = randomize_torch(peer.eval(), informative=True)
+        peer = small_timm_model(timm, name)
         with tempfile.TemporaryDirectory() as folder:
             timm.models.save_for_hf(peer, folder, safe_serialization=True)
             model = keras_vit.create_model(folder)

@@ -225,3 +225,14 @@ def timm_input(peer):
     pixels = pil_reference(cat_photo(), size, crop_fraction, cfg.get("crop_mode", "center"), cfg["interpolation"])
     normalised = (pixels / 255.0 - np.asarray(cfg["mean"])) / np.asarray(cfg["std"])
     return normalised[None].astype("float32")
+
+
+def small_timm_model(timm, architecture, **model_args):
+    """timm's ``architecture`` as the family checks build it (its options are what is
+    tested, not its width): depth 2, a 3x3 patch grid, 8 channels a head, random
+    informative weights; ``model_args`` override."""
+    from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
+
+    row = ARCHITECTURES[architecture]
+    args = {**dict(depth=2, img_size=3 * row.get("patch_size", 16), embed_dim=8 * row["num_heads"]), **model_args}
+    return randomize_torch(timm.create_model(architecture, pretrained=False, **args).eval(), informative=True)

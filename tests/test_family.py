@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers import assert_close_to_scale, cat_photo, logits, randomize_torch, timm_input, to_numpy, torch_logits
+from helpers import assert_close_to_scale, cat_photo, logits, small_timm_model, timm_input, to_numpy, torch_logits
 
 import keras_vit
 from keras_vit.checkpoints import timm_config
@@ -51,14 +51,9 @@ DINOV2_REGISTERS = "vit_small_patch14_reg4_dinov2"
 
 
 def serve_timm_model(timm, mirror, architecture, tag="random", **model_args):
-    """timm's ``architecture`` with random informative weights at depth 2 on a 3x3 grid,
-    8 channels a head (its options are what is tested, not its width), written by
-    ``save_for_hf`` at the hub's paths under the mirror; returns (its hub name, the timm
-    model)."""
-    row = ARCHITECTURES[architecture]
-    patch = row.get("patch_size", 16)
-    args = dict(depth=2, img_size=3 * patch, embed_dim=8 * row["num_heads"], **model_args)
-    peer = randomize_torch(timm.create_model(architecture, pretrained=False, **args).eval(), informative=True)
+    """``helpers.small_timm_model`` of ``architecture``, written by ``save_for_hf`` at the
+    hub's paths under the mirror; returns (its hub name, the timm model)."""
+    peer = small_timm_model(timm, architecture, **model_args)
     repo = f"timm/{architecture}.{tag}"
     folder = os.path.join(mirror.root, repo, "resolve", "main")
     timm.models.save_for_hf(peer, folder, safe_serialization=True)

@@ -12,6 +12,8 @@ arguments into ``ViTSpec`` fields, or names what keras-vit does not build yet.
 import difflib
 
 from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
+from keras_vit.layers.layer_norm import NORM_TYPES
+from keras_vit.layers.preprocessing import CROP_MODES
 
 # timm's VisionTransformer defaults for the arguments read here.
 _DEFAULTS = dict(
@@ -91,7 +93,7 @@ def spec_options(args):
     checks = {
         "global_pool": args["global_pool"] in _POOLINGS or (args["global_pool"] == "" and args["num_classes"] == 0),
         "act_layer": args["act_layer"] in _ACTIVATIONS,
-        "norm_layer": _norm(args["norm_layer"])[0] in ("layernorm", "rmsnorm"),
+        "norm_layer": _norm(args["norm_layer"])[0] in NORM_TYPES,
         "embed_norm_layer": args["embed_norm_layer"] in (None, args["norm_layer"]),
         "mlp_layer": args["mlp_layer"] in _MLPS,
         "qk_norm": not args["qk_norm"],
@@ -168,9 +170,9 @@ def preprocessing_options(pretrained_cfg):
         mean=tuple(float(m) for m in pretrained_cfg.get("mean", (0.485, 0.456, 0.406))),
         std=tuple(float(s) for s in pretrained_cfg.get("std", (0.229, 0.224, 0.225))),
     )
-    if options["crop_mode"] not in ("center", "squash"):
+    if options["crop_mode"] not in CROP_MODES:
         raise UnsupportedArchitectureError(
-            f"crop_mode={options['crop_mode']!r}: keras-vit's pre-processing takes 'center' or 'squash'."
+            f"crop_mode={options['crop_mode']!r}: keras-vit's pre-processing takes one of {CROP_MODES}."
         )
     return size, options
 

@@ -140,9 +140,9 @@ def source_url(url):
     return mirror.rstrip("/") + parts.path + (f"?{parts.query}" if parts.query else "")
 
 
-def is_offline():
-    """Whether ``KERAS_VIT_OFFLINE`` forbids the network (``1``, ``true``, ``yes``, ``on``)."""
-    return os.environ.get("KERAS_VIT_OFFLINE", "").strip().lower() in _TRUE
+def is_offline(variable="KERAS_VIT_OFFLINE"):
+    """Whether the environment ``variable`` forbids the network (``1``, ``true``, ``yes``, ``on``)."""
+    return os.environ.get(variable, "").strip().lower() in _TRUE
 
 
 def download(

@@ -45,5 +45,5 @@ def file_url(repo, filename, revision="main"):
 
 def fetch(name, filename, progress=True):
     """The local path of one file of the repository, downloaded once into the cache."""
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on") or None
+    offline = download.is_offline("HF_HUB_OFFLINE") or None  # None: as KERAS_VIT_OFFLINE says
     return download.download(file_url(repo_id(name), filename), progress=progress, offline=offline)
