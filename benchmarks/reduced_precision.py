@@ -11,6 +11,7 @@ on them (the speed model's random weights would make agreement meaningless).
     keras-vit main                                   # writes saved_models/main-finetune/model.keras
     python benchmarks/reduced_precision.py           # ViT-B/16 at 224, batch 32, every backend
     python benchmarks/reduced_precision.py --backends torch --repeats 5
+    python benchmarks/reduced_precision.py --paths float32,mixed_bfloat16,int8   # Keras' paths only
     python benchmarks/reduced_precision.py --quick   # a smoke run (the tests)
 
 Keras' paths take pre-processed float32 images; the LiteRT files take uint8 images and
@@ -71,7 +72,7 @@ def export_stage(args, work):
     def litert_files(model, prefix, calibration):
         size = model.input_shape[1:]
         images = representative_images("digits", size, calibration)
-        paths = {name: os.path.join(work, f"{prefix}_{name}.tflite") for name in LITERT_PATHS}
+        paths = {name: os.path.join(work, f"{prefix}_{name}.tflite") for name in LITERT_PATHS if name in args.paths}
         # Written as export_model writes them, unverified: this measures how far they are.
         return convert_model(model, paths, representative_images=images, normalization="vit")
 
@@ -100,7 +101,8 @@ def time_stage(args, exported):
     shape = (args.batch, args.image_size, args.image_size, 3)
     floats = rng.uniform(-1, 1, shape).astype("float32")
     pixels = rng.integers(0, 256, shape, dtype=np.uint8)
-    keras_models = {name: model if name == "float32" else reduced(model, name) for name in KERAS_PATHS}
+    keras_models = {name: model if name == "float32" else reduced(model, name) for name in KERAS_PATHS
+                    if name in args.paths}  # fmt: skip
 
     def keras_step(m):
         return lambda: keras.ops.convert_to_numpy(m.predict_on_batch(floats))
@@ -114,7 +116,7 @@ def time_stage(args, exported):
         step()
         step()
     seconds, errors = interleaved_timings(steps, args.repeats, min_steps=1, min_seconds=0.0)
-    rows = agreement(exported["agreement_model"], [p for p in KERAS_PATHS if p != "float32"])
+    rows = agreement(exported["agreement_model"], [p for p in keras_models if p != "float32"])
     keras_agreement = {precision: same for precision, same, _, _ in rows}
     return {
         "backend": keras.backend.backend(),
@@ -188,6 +190,8 @@ def parse_args(argv=None):
     parser.add_argument("--calibration", type=int, default=32, help="full-int8 calibration images (speed model)")
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--agreement_model", default=os.path.join("saved_models", "main-finetune", "model.keras"))
+    parser.add_argument("--paths", default=",".join(KERAS_PATHS + LITERT_PATHS),
+                        help="the paths to time, at least one float32 one (default: all)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="a tiny model, batch 4, 2 rounds")
     args = parser.parse_args(argv)
     if args.quick:
@@ -199,6 +203,11 @@ def parse_args(argv=None):
     unknown = sorted(set(backends) - set(BACKENDS))
     if unknown:
         parser.error(f"unknown backends {unknown}; expected some of {', '.join(BACKENDS)}")
+    args.paths = args.paths.split(",")
+    unknown = [p for p in args.paths if p not in KERAS_PATHS + LITERT_PATHS]
+    if unknown or not set(FLOAT32) & set(args.paths):
+        parser.error(f"--paths {','.join(args.paths)}: expected some of {', '.join(KERAS_PATHS + LITERT_PATHS)}, "
+                     f"one of {' or '.join(FLOAT32)} among them")  # fmt: skip
     if not args.quick and not os.path.isfile(args.agreement_model):
         parser.error(f"--agreement_model {args.agreement_model} is not a file: run `keras-vit main` first")
     return args, backends
@@ -208,7 +217,9 @@ def main(argv=None):
     args, backends = parse_args(argv)
     with tempfile.TemporaryDirectory() as work:
         args.agreement_model = _agreement_model(args, work)
-        exported = _child("export", "tensorflow", args, work)
+        # The LiteRT files are written by a TensorFlow child, whichever backend times them.
+        litert = any(p in LITERT_PATHS for p in args.paths)
+        exported = _child("export", "tensorflow", args, work) if litert else {"paths": {}, "agreement": {}}
         exported["agreement_model"] = args.agreement_model
         results = [_child("time", backend, args, work, exported) for backend in backends]
     print(
