@@ -1,4 +1,4 @@
-"""The front door: ``create_model`` and ``list_models`` for every source of a model.
+"""The front door: ``create_model``, ``load_model`` and ``list_models`` for every source of a model.
 
 ``create_model``'s ``name`` and ``weights`` are resolved (``resolve``) into a named
 architecture (``keras_vit.models``, weights drawn at random), a preset (``keras_vit.presets``:
@@ -18,6 +18,7 @@ import functools
 import json
 import os
 
+from keras_vit import saving
 from keras_vit.checkpoints import load_weights, timm_config
 from keras_vit.checkpoints.loader import trained_numerics
 from keras_vit.layers.preprocessing import ImagePreprocessing
@@ -66,7 +67,9 @@ def create_model(name, image_size=None, num_classes=None, *, weights=None, dtype
         num_classes: classifier outputs (default: the variant's 1000, or the preset's own);
             another count than the weights' keeps a fresh head, to fine-tune.
         weights: a preset tag of ``name`` (``"augreg2_in21k_ft_in1k"``), a checkpoint path
-            or URL (the original ``.npz``, timm, HF or keras-vit files). Downloads are cached
+            or URL (the original ``.npz``, timm, HF or keras-vit files), or a timm model
+            on the hub (``"hf-hub:timm/..."``) or in a folder, of ``name``'s size (its
+            options, pre-processing and class names come with it). Downloads are cached
             (``KERAS_VIT_HOME``; ``KERAS_VIT_MIRROR`` and ``KERAS_VIT_OFFLINE`` as in
             ``keras_vit.presets.download``). The model gets the numerics the weights were
             trained with (their layout's), unless ``options`` say otherwise.
@@ -86,6 +89,13 @@ def create_model(name, image_size=None, num_classes=None, *, weights=None, dtype
         if weights is not None:
             raise ValueError(f"{name!r} holds its own weights; weights={weights!r} would be a second source.")
         return _timm_model(name, image_size, num_classes, dtype, options)
+    if hub.is_hub_name(weights) or is_timm_folder(weights):
+        if name not in VARIANTS:
+            raise ValueError(
+                f"weights={weights!r} is a timm model: expected a model name of its size for name "
+                f"(one of list_models()), or the timm model as name alone; got name={name!r}."
+            )
+        return _timm_model(weights, image_size, num_classes, dtype, {"name": name, **options}, sized_as=name)
     model_name, source = resolve(name, weights)
     if source is None:
         return registry.create_model(name, image_size, num_classes, dtype=dtype, **options)
@@ -104,6 +114,25 @@ def create_model(name, image_size=None, num_classes=None, *, weights=None, dtype
     own.setdefault("preprocessing", ImagePreprocessing(spec.image_size, **source.preprocessing))
     own.setdefault("class_names", source.labels if spec.num_classes == source.num_classes else None)
     return _built_and_loaded(spec, dtype, own, path)
+
+
+def load_model(path, model_name=None, image_size=None, num_classes=None, safe_mode=True, **model_options):
+    """``keras_vit.saving.load_model`` (a ``.keras`` file, or ``model_name`` with a
+    checkpoint: the arguments are its), and what holds its own architecture by name, which
+    ``create_model`` builds: a preset (``"vit_b16.augreg2_in21k_ft_in1k"``), a timm model by
+    its hub name (``"hf-hub:timm/<architecture>.<tag>"``) or folder.
+
+    >>> import tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "tiny.keras")
+    >>> create_model("vit_ti16", image_size=16, num_classes=3, depth=1).save(path)
+    >>> load_model(path).output_shape
+    (None, 3)
+    """
+    if hub.is_hub_name(path) or is_timm_folder(path) or (isinstance(path, str) and path in PRESETS):
+        if model_name is not None:
+            raise ValueError(f"{path!r} holds its own architecture; model_name={model_name!r} would be a second one.")
+        return create_model(path, image_size, num_classes, **model_options)
+    return saving.load_model(path, model_name, image_size, num_classes, safe_mode, **model_options)
 
 
 def is_url(value):
@@ -159,8 +188,13 @@ def is_timm_folder(path):
         return False
 
 
-def _timm_model(name, image_size, num_classes, dtype, options):
-    """A timm hub repository's (or a folder's) model: spec, weights, pre-processing, labels."""
+# What makes a model name's size: a timm model's must match it to load as that name.
+_SIZE = ("patch_size", "hidden_size", "depth", "num_heads", "mlp_dim")
+
+
+def _timm_model(name, image_size, num_classes, dtype, options, sized_as=None):
+    """A timm hub repository's (or a folder's) model: spec, weights, pre-processing, labels;
+    with ``sized_as``, a model name whose size it must have."""
 
     def local(filename):
         path = os.path.join(os.fspath(name), filename)
@@ -174,6 +208,16 @@ def _timm_model(name, image_size, num_classes, dtype, options):
     with open(fetch("config.json"), encoding="utf-8") as f:
         config = json.load(f)
     spec_options, _, preprocessing, class_names = timm_config.from_hub_config(config)
+    if sized_as is not None:
+        named = registry.get_spec(sized_as)
+        differ = [
+            f"{k} {spec_options[k]} (not {getattr(named, k)})" for k in _SIZE if spec_options[k] != getattr(named, k)
+        ]
+        if differ:
+            raise ValueError(
+                f"{name} holds a {config['architecture']} of another size than {sized_as}: {', '.join(differ)}. "
+                f"Expected {sized_as}'s size; or create_model({str(name)!r}) builds it as it is."
+            )
     own = {k: options.pop(k) for k in registry.MODEL_ARGUMENTS if k in options}
     task = {k: v for k, v in dict(image_size=image_size, num_classes=num_classes).items() if v is not None}
     spec = ViTSpec(**spec_options).replace(**{**task, **options})

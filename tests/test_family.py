@@ -4,15 +4,27 @@ Each architecture is built by timm with random, informative weights (``helpers``
 2 and a 3x3 patch grid (through its ``model_args``, as a hub ``config.json`` records
 them), written by timm's own ``save_for_hf`` where a mirror on 127.0.0.1 serves the hub's
 paths, and loaded by its hub name. The logits of both on a real photo, pre-processed by
-timm's evaluation transform (written with PIL), agree within ``RTOL`` of their scale.
+timm's evaluation transform (written with PIL), agree within ``RTOL`` of their scale; for
+the register and distilled models, so do every block's tokens (timm's
+``forward_intermediates``) and the distilled model's features.
 """
 
 import json
 import os
 
+import keras
 import numpy as np
 import pytest
-from helpers import assert_close_to_scale, cat_photo, logits, small_timm_model, timm_input, to_numpy, torch_logits
+from helpers import (
+    assert_close_to_scale,
+    cat_photo,
+    log_softmax,
+    logits,
+    small_timm_model,
+    timm_input,
+    to_numpy,
+    torch_logits,
+)
 
 import keras_vit
 from keras_vit.checkpoints import timm_config
@@ -48,6 +60,15 @@ def _representatives():
 # Registers, LayerScale, no position rows for the prefix tokens: in the fast tier (the other
 # representatives are in the slow one, tests/slow_tests.txt).
 DINOV2_REGISTERS = "vit_small_patch14_reg4_dinov2"
+# A distillation token and a second head.
+DEIT_DISTILLED = "deit_tiny_distilled_patch16_224"
+# Attention pooling, no class token.
+SIGLIP = "vit_base_patch16_siglip_224"
+# Attention weights (in [0, 1]) against timm's explicit softmax: float32 rounding.
+ATTENTION_ATOL = 1e-5
+# The exports against the Keras model, on log-probabilities relative to their largest
+# size, as tests/test_export.py bounds its float32 exports.
+EXPORT_RTOL = 1e-5
 
 
 def serve_timm_model(timm, mirror, architecture, tag="random", **model_args):
@@ -72,13 +93,107 @@ def assert_loads_by_hub_name_at_timms_logits(timm, mirror, architecture):
     ours = to_numpy(model.preprocessing(cat_photo()[None]))
     assert ours.shape == x.shape and np.abs(ours - x).mean() < MEAN_PREPROCESSING_DIFFERENCE
     assert model.name == architecture and model.spec.num_prefix_tokens == peer.num_prefix_tokens
+    return name, model, peer, x
 
 
-def test_dinov2_with_registers_loads_by_hub_name_at_timms_logits(timm, mirror):
-    assert_loads_by_hub_name_at_timms_logits(timm, mirror, DINOV2_REGISTERS)
+def assert_intermediates_are_timms(model, peer, x):
+    """Every block's normed tokens as timm's ``forward_intermediates``: the patch grid (NHWC
+    here, NCHW there) and, apart, the prefix tokens (class, distillation, registers)."""
+    import torch
+
+    with torch.no_grad():
+        images = torch.from_numpy(x.transpose(0, 3, 1, 2))
+        theirs = peer.forward_intermediates(images, norm=True, return_prefix_tokens=True, intermediates_only=True)
+    grids = model.intermediate_model(norm=True).predict_on_batch(x)
+    tokens = model.intermediate_model(output_format="tokens", norm=True, include_prefix=True).predict_on_batch(x)
+    prefix = model.spec.num_prefix_tokens
+    assert len(theirs) == len(grids) == model.spec.depth and prefix == peer.num_prefix_tokens
+    for i, theirs_i in enumerate(theirs):
+        spatial, prefix_tokens = theirs_i if prefix else (theirs_i, None)  # timm pairs them when it has some
+        assert_close_to_scale(to_numpy(grids[f"block_{i}"]), spatial.numpy().transpose(0, 2, 3, 1), RTOL, f"block {i}")
+        if prefix:
+            assert_close_to_scale(to_numpy(tokens[f"block_{i}"])[:, :prefix], prefix_tokens.numpy(), RTOL, f"block {i}")
 
 
-@pytest.mark.parametrize("architecture", [n for n in _representatives() if n != DINOV2_REGISTERS])
+def assert_attention_is_timms(model, peer, x):
+    """Every block's attention weights as timm's explicit attention computes them (its
+    ``fused_attn`` off: the softmax, read where its attention dropout takes it)."""
+    import torch
+
+    theirs, hooks = [], []
+    for block in peer.blocks:
+        block.attn.fused_attn = False
+        hooks.append(block.attn.attn_drop.register_forward_hook(lambda m, i, out: theirs.append(out.numpy())))
+    try:
+        with torch.no_grad():
+            peer(torch.from_numpy(x.transpose(0, 3, 1, 2)))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    ours = [to_numpy(a) for a in model.attention_model().predict_on_batch(x)]
+    assert len(ours) == len(theirs) == model.spec.depth
+    # Informative: far from uniform rows, where a wrong token order would show.
+    assert min(np.ptp(a, axis=-1).max() for a in theirs) > 0.05
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=ATTENTION_ATOL, err_msg=f"block {i}")
+
+
+def test_dinov2_with_registers_loads_by_hub_name_at_timms_logits_intermediates_and_attention(timm, mirror):
+    _, model, peer, x = assert_loads_by_hub_name_at_timms_logits(timm, mirror, DINOV2_REGISTERS)
+    assert_intermediates_are_timms(model, peer, x)
+    assert_attention_is_timms(model, peer, x)
+
+
+def test_siglip_intermediates_are_timms(timm, mirror):
+    _, model, peer, x = assert_loads_by_hub_name_at_timms_logits(timm, mirror, SIGLIP)
+    assert model.spec.pooling == "map" and not model.spec.has_class_token
+    assert_intermediates_are_timms(model, peer, x)
+
+
+@pytest.mark.parametrize("architecture", [DINOV2_REGISTERS, SIGLIP])
+def test_savedmodel_litert_and_onnx_exports_give_the_models_outputs(timm, mirror, architecture, tmp_path, rng):
+    from keras_vit.export import export_model
+    from keras_vit.export.runtime import load_exported
+
+    name, _ = serve_timm_model(timm, mirror, architecture, num_classes=10)  # a classifier, as exports take
+    model = keras_vit.create_model(name)
+    images = rng.integers(0, 256, (3, *model.input_shape[1:]), dtype=np.uint8)
+    result = export_model(model, tmp_path / "export", formats="savedmodel,tflite_float32,onnx")
+    # What the exports run: the model's own pre-processing, then the model, then a softmax.
+    expected = log_softmax(logits(model, to_numpy(model.preprocessing(images))))
+    for fmt, path in result.paths.items():
+        got = load_exported(path)(images)["probabilities"]
+        assert_close_to_scale(np.log(got), expected, EXPORT_RTOL, fmt)
+
+
+def test_deit_distilled_averages_its_two_heads_and_its_two_tokens_as_timm_does(timm, mirror):
+    import torch
+
+    # The logits: the mean of the class token's head and the distillation token's.
+    name, model, peer, x = assert_loads_by_hub_name_at_timms_logits(timm, mirror, DEIT_DISTILLED)
+    assert model.spec.distillation_token and model.get_layer("head_dist").kernel.shape == peer.head_dist.weight.T.shape
+    # The features (backbone use, few-shot, linear probes): the mean of the two tokens.
+    with torch.no_grad():
+        tokens = peer.forward_features(torch.from_numpy(x.transpose(0, 3, 1, 2)))
+        expected = peer.forward_head(tokens, pre_logits=True).numpy()
+    assert_close_to_scale(logits(model.feature_model(), x), expected, RTOL)
+    assert_intermediates_are_timms(model, peer, x)
+    # Either head alone is another function: the mean is what the bound sees.
+    class_head = model.get_layer("head")(model.get_layer("pooling").output)
+    alone = logits(keras.Model(model.input, class_head), x)
+    with pytest.raises(AssertionError):
+        assert_close_to_scale(alone, torch_logits(peer, x), RTOL)
+    # A new task starts both heads fresh; the tokens' weights are the checkpoint's.
+    with pytest.warns(UserWarning, match="head_dist/(kernel|bias) keeps its fresh initial value"):
+        new = keras_vit.create_model(name, num_classes=3)
+    np.testing.assert_array_equal(to_numpy(new.get_layer("distillation_token").token), peer.dist_token.detach().numpy())
+    with pytest.raises(ValueError, match="distillation_token=True needs pooling='token'.*got pooling='gap'"):
+        new.spec.replace(pooling="gap")
+
+
+@pytest.mark.parametrize(
+    "architecture", [n for n in _representatives() if n not in (DINOV2_REGISTERS, DEIT_DISTILLED, SIGLIP)]
+)
 def test_each_kind_of_timm_architecture_loads_by_hub_name_at_timms_logits(timm, mirror, architecture):
     assert_loads_by_hub_name_at_timms_logits(timm, mirror, architecture)
 
@@ -110,6 +225,26 @@ def test_a_timm_folder_loads_as_its_hub_name_does(timm, mirror, tmp_path):
     assert resized.output_shape == (None, 3) and resized.preprocessing.image_size == (64, 64)
 
 
+def test_a_timm_model_is_the_weights_of_a_name_of_its_size_and_load_model_takes_its_hub_name(timm, mirror):
+    # vit_ti16's size (width 192, 12 blocks of 3 heads) at a 3x3 grid.
+    name, peer = serve_timm_model(timm, mirror, "vit_tiny_patch16_224", depth=12, embed_dim=192)
+    model = keras_vit.create_model("vit_ti16", weights=name)
+    # The timm model's numerics and pre-processing come with it, under the name asked for.
+    assert model.name == "vit_ti16" and model.spec.image_size == (48, 48) and not model.spec.gelu_approximate
+    assert model.preprocessing.image_size == (48, 48)
+    x = timm_input(peer)
+    assert_close_to_scale(logits(model, x), torch_logits(peer, x), RTOL)
+    again = keras_vit.load_model(name)
+    assert again.name == "vit_tiny_patch16_224"
+    np.testing.assert_array_equal(logits(again, x), logits(model, x))
+    with pytest.raises(ValueError, match=r"of another size than vit_s16: hidden_size 192 \(not 384\)"):
+        keras_vit.create_model("vit_s16", weights=name)
+    with pytest.raises(ValueError, match="holds its own architecture; model_name='vit_ti16'"):
+        keras_vit.load_model(name, model_name="vit_ti16")
+    with pytest.raises(ValueError, match="expected a model name of its size"):
+        keras_vit.create_model("vit_ti16.augreg_in21k_ft_in1k", weights=name)
+
+
 def test_every_architecture_builds_or_says_why_not():
     built, refused = [], {}
     for name in ARCHITECTURES:
@@ -123,7 +258,7 @@ def test_every_architecture_builds_or_says_why_not():
             assert reason.startswith("keras-vit does not build these timm options yet: "), reason
             refused[name] = reason
     # Every family the issue names that keras-vit builds today is among them.
-    for family in ("dinov2", "reg4", "clip", "deit3", "siglip_gap", "gap"):
+    for family in ("dinov2", "reg4", "clip", "deit3", "distilled", "siglip_gap", "gap"):
         assert any(family in n for n in built), family
     assert len(built) + len(refused) == len(ARCHITECTURES)
 
@@ -155,8 +290,8 @@ def test_bad_names_configs_and_files_are_clear_errors_and_load_nothing(timm, mir
     with pytest.raises(ValueError, match=r"(?s)does not fit model.*nothing was loaded.*expected"):
         keras_vit.create_model(str(strange))
     # An architecture keras-vit does not build yet says which option.
-    with pytest.raises(timm_config.UnsupportedArchitectureError, match="distilled=True"):
-        timm_config.spec_options(timm_config.architecture_args("deit_tiny_distilled_patch16_224"))
+    with pytest.raises(timm_config.UnsupportedArchitectureError, match="block_fn='respostblock'"):
+        timm_config.spec_options(timm_config.architecture_args("vit_base_patch16_rpn_224"))
 
 
 def test_the_table_and_its_docs_page_are_what_the_script_writes_from_this_timm(timm):

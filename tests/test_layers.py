@@ -34,6 +34,7 @@ CASES = {
     "AttentionPooling": (dict(num_heads=2, mlp_dim=16, num_prefix_tokens=1, gelu_approximate=False), (2, 5, 8)),
     "BottleneckUnit": (dict(filters=4, strides=2, num_groups=4), (2, 8, 8, 8)),
     "ClassToken": ({}, (2, 4, 8)),
+    "DistillationToken": ({}, (2, 4, 8)),
     "Dense": (dict(units=4, activation="gelu"), (2, 5, 8)),
     "DropPath": (dict(rate=0.5, seed=3), (2, 5, 8)),
     # With LayerScale: its two scales saved, reloaded and cast as the block's other weights.
@@ -48,9 +49,9 @@ CASES = {
     "PatchEmbedding": (dict(hidden_size=8, patch_size=4, num_channels=3), (2, 8, 8, 3)),
     "PatchTokens": (dict(num_prefix_tokens=1, grid_size=(2, 2)), (2, 5, 8)),
     "PositionEmbedding": (dict(grid_size=(2, 2), num_prefix_tokens=1), (2, 5, 8)),
+    "RegisterTokens": (dict(count=2), (2, 4, 8)),
     # One group: the root's GroupNorm then has 2x2x4 values per group, not 2x2x1, whose
     # statistics would turn bfloat16 rounding into 8% output differences.
-    "RegisterTokens": (dict(count=2), (2, 4, 8)),
     "ResNetBackbone": (dict(block_units=(1,), width=4, num_groups=1), (2, 8, 8, 3)),
     "ResNetStage": (dict(num_units=2, filters=4, strides=2, num_groups=4), (2, 8, 8, 8)),
     "StdConv2D": (dict(filters=4, kernel_size=3, strides=2), (2, 9, 9, 3)),

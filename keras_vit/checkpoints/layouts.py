@@ -37,13 +37,14 @@ def _timm_final_norm(spec, arrays):
 
 
 def _timm_structure(spec, arrays):
-    """The options a timm file's keys show (registers, the norms and their kind, the
+    """The options a timm file's keys show (the distillation token, registers, the norms and their kind, the
     biases, LayerScale, a SwiGLU MLP) must be the model's: else it would load without
     error and compute another function, or leave weights unused."""
     if spec is None:
         return
     found = {
         "num_register_tokens": int(arrays["reg_token"].shape[1]) if "reg_token" in arrays else 0,
+        "distillation_token": "dist_token" in arrays,
         "pre_norm": "norm_pre.weight" in arrays,
         "patch_bias": "patch_embed.proj.bias" in arrays,
         "layer_scale_init": "blocks.0.ls1.gamma" in arrays,
@@ -57,6 +58,7 @@ def _timm_structure(spec, arrays):
     }
     has = {
         "num_register_tokens": spec.num_register_tokens,
+        "distillation_token": spec.distillation_token,
         "pre_norm": spec.pre_norm,
         "patch_bias": spec.patch_bias,
         "layer_scale_init": spec.layer_scale_init is not None,

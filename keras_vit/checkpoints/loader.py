@@ -11,10 +11,7 @@ import numpy as np
 from keras_vit.checkpoints import layouts, readers
 from keras_vit.checkpoints.resample import resample_position_embedding
 from keras_vit.checks import pair as checks_pair
-
-# Weights that may stay freshly initialised when the checkpoint has none that fit:
-# a new task's classifier (and the pre-logits layer that precedes it).
-_TASK_SPECIFIC = ("head/", "pre_logits/")
+from keras_vit.models.graph import TASK_LAYERS
 
 
 @dataclasses.dataclass
@@ -116,7 +113,7 @@ def load_weights(
         missing = [k for k in keys if k not in arrays]
         expected = tuple(variable.shape)
         if missing:
-            if key_path.startswith(_TASK_SPECIFIC):
+            if key_path.startswith(TASK_LAYERS):
                 fresh[key_path] = f"not in the checkpoint ({missing[0]})"
             else:
                 errors.append(f"{key_path}: missing key {missing[0]!r} (expected shape {expected})")
@@ -133,7 +130,7 @@ def load_weights(
             if grid_info["source_grid"] != model.spec.grid_size:
                 resampled[key_path] = (original_shape, expected)
         if value.shape != expected:
-            if key_path.startswith(_TASK_SPECIFIC):
+            if key_path.startswith(TASK_LAYERS):
                 fresh[key_path] = f"checkpoint shape {value.shape} != model shape {expected}"
                 used.update(keys)
                 continue
@@ -260,7 +257,7 @@ def _missing_keys(model, layout, arrays):
     missing = []
     for variable in model.weights:
         source, groups = layout.find_source(variable.path)
-        if source is not None and not variable.path.startswith(_TASK_SPECIFIC):
+        if source is not None and not variable.path.startswith(TASK_LAYERS):
             missing += [k for k in source.resolve(groups) if k not in arrays and k != layout.class_token_key]
     return missing
 

@@ -113,7 +113,9 @@ VIT = [
     (r"patch_embedding/bias",
         same("embedding/bias"), same("patch_embed.proj.bias"), same("embeddings.patch_embeddings.projection.bias")),
     (r"class_token/token", same("cls"), same("cls_token"), same("embeddings.cls_token")),
-    # The descendants' options (registers, a norm before the blocks, LayerScale): timm's.
+    (r"distillation_token/token", None, same("dist_token"), None),
+    # The descendants' options (distillation and registers, a norm before the blocks,
+    # LayerScale): timm's.
     (r"register_tokens/tokens", None, same("reg_token"), None),
     (r"pre_norm/gamma", None, same("norm_pre.weight"), None),
     (r"pre_norm/beta", None, same("norm_pre.bias"), None),
@@ -179,6 +181,8 @@ VIT = [
     (r"pre_logits/bias", same("pre_logits/bias"), None, same("pooler.dense.bias")),
     (r"head/kernel", same("head/kernel"), linear("head.weight"), linear("classifier.weight")),
     (r"head/bias", same("head/bias"), same("head.bias"), same("classifier.bias")),
+    (r"head_dist/kernel", None, linear("head_dist.weight"), None),
+    (r"head_dist/bias", None, same("head_dist.bias"), None),
 ]
 
 # The hybrids' BiT ResNet: the npz keeps the ResNet's own names (GroupNorm scale/bias =

@@ -21,6 +21,7 @@ _DEFAULTS = dict(
     num_heads=12, mlp_ratio=4.0, qkv_bias=True, qk_norm=False, proj_bias=True, init_values=None, class_token=True,
     pos_embed="learn", no_embed_class=False, reg_tokens=0, pre_norm=False, final_norm=True, fc_norm=None,
     dynamic_img_size=False, act_layer="gelu", norm_layer="layernorm:1e-06", embed_norm_layer=None, mlp_layer="mlp",
+    distilled=False,
 )  # fmt: skip
 # Arguments that change nothing keras-vit builds (drop rates are the recipe's).
 _IGNORED = ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
@@ -40,7 +41,6 @@ _NOT_YET = {
     "norm_layer": "this norm",
     "embed_norm_layer": "a norm on the patch embedding of another kind than the blocks'",
     "mlp_layer": "this MLP",
-    "distilled": "DeiT's distillation token and second head",
     "block_fn": "residual post-norm and parallel blocks",
     "attn_layer": "differential attention",
     "scale_attn_norm": "norms inside the attention and MLP",
@@ -120,6 +120,7 @@ def spec_options(args):
         pooling=pooling,
         class_token=bool(args["class_token"]),
         num_register_tokens=int(args["reg_tokens"]),
+        distillation_token=bool(args["distilled"]),
         embed_prefix_tokens=not args["no_embed_class"],
         pre_norm=bool(args["pre_norm"]),
         patch_bias=not args["pre_norm"],  # timm's VisionTransformer ties the two
@@ -144,8 +145,8 @@ def support(name):
 
     >>> support("vit_base_patch16_clip_224") is None
     True
-    >>> support("deit_base_distilled_patch16_224")
-    "keras-vit does not build these timm options yet: distilled=True (DeiT's distillation token and second head)."
+    >>> support("vit_base_patch16_rpn_224")
+    "keras-vit does not build these timm options yet: block_fn='respostblock' (residual post-norm and parallel blocks)."
     """
     try:
         spec_options(architecture_args(name))

@@ -97,7 +97,8 @@ def count_flops(name_or_model, **options):
         if spec.representation_size:
             flops += _dense(1, spec.hidden_size, spec.representation_size)
             features = spec.representation_size
-        flops += _dense(1, features, spec.num_classes)
+        heads = 2 if spec.distillation_token else 1  # DeiT's second head
+        flops += heads * _dense(1, features, spec.num_classes)
     return flops
 
 

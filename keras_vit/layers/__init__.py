@@ -22,6 +22,7 @@ from keras_vit.layers.resnet import (
 from keras_vit.layers.stochastic_depth import DropPath
 from keras_vit.layers.tokens import (
     ClassToken,
+    DistillationToken,
     PatchTokens,
     PositionEmbedding,
     RegisterTokens,

@@ -10,6 +10,7 @@ from keras_vit.layers.initializers import deferrable
 from keras_vit.layers.inline import call_inline, composite_config, sublayer_policy
 from keras_vit.layers.layer_norm import make_norm
 from keras_vit.layers.layer_scale import LayerScale
+from keras_vit.layers.remat import rematerialised
 from keras_vit.layers.stochastic_depth import DropPath
 
 
@@ -133,6 +134,8 @@ class EncoderBlock(keras.layers.Layer):
         norm_type: ``"layernorm"`` or ``"rmsnorm"`` (``keras_vit.layers.layer_norm.make_norm``).
         layer_scale_init: scale each residual branch by a ``LayerScale`` starting at this
             value (sublayers ``layer_scale1`` and ``layer_scale2``); None for none.
+        remat: rematerialise the block in training (``keras.remat``): its activations are
+            recomputed in the backward pass instead of kept; the same function.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Call with ``return_attention_scores=True`` to also get ``(batch, heads, tokens, tokens)``
@@ -164,9 +167,11 @@ class EncoderBlock(keras.layers.Layer):
         gated_mlp=False,
         proj_bias=True,
         norm_type="layernorm",
+        remat=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.remat = bool(remat)
         self.gated_mlp = bool(gated_mlp)
         self.proj_bias = bool(proj_bias)
         self.norm_type = norm_type
@@ -216,6 +221,16 @@ class EncoderBlock(keras.layers.Layer):
             layer.build(input_shape)
 
     def call(self, x, return_attention_scores=False, training=None):
+        if self.remat and not return_attention_scores:
+            # The tokens alone go through keras.remat: the flags stay Python values (traced
+            # arguments, as Keras' RematScope passes them, break the branches on them), and
+            # the dropouts' masks are replayed in the recomputation (keras_vit/layers/remat.py).
+            randoms = (self.attention.attention_dropout, self.mlp.dropout, self.dropout, self.drop_path)
+            generators = [g for g in (getattr(layer, "seed_generator", None) for layer in randoms) if g] if training else []
+            return rematerialised(lambda tokens: self._forward(tokens, False, training), x, generators)
+        return self._forward(x, return_attention_scores, training)
+
+    def _forward(self, x, return_attention_scores, training):
         # The residual stream runs on the 2-D token rows that the attention's output
         # projection and fc2 compute: TensorFlow's graph optimizer then fuses each residual
         # add into the matmul before it (a oneDNN post-op), where a reshape between the two

@@ -14,6 +14,8 @@ class TokenPooling(keras.layers.Layer):
         mode: ``"token"`` takes the class token (the paper's default), ``"gap"`` averages
             the patch tokens (the paper's global-average-pooling ablation).
         num_prefix_tokens: tokens before the patch grid, left out of ``"gap"``.
+        index: the prefix token ``"token"`` takes: 0, the class token, or 1, DeiT's
+            distillation token.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Examples:
@@ -22,18 +24,22 @@ class TokenPooling(keras.layers.Layer):
         (2, 8)
     """
 
-    def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
+    def __init__(self, mode="token", num_prefix_tokens=1, index=0, **kwargs):
         super().__init__(**kwargs)
         if mode not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {mode!r}.")
-        if mode == "token" and num_prefix_tokens < 1:
-            raise ValueError("pooling='token' needs a class token (num_prefix_tokens >= 1).")
+        if mode == "token" and not 0 <= index < num_prefix_tokens:
+            raise ValueError(
+                f"pooling='token' takes prefix token {index}: expected more than {index} prefix tokens (a class "
+                f"token first); got num_prefix_tokens={num_prefix_tokens}."
+            )
         self.mode = mode
         self.num_prefix_tokens = int(num_prefix_tokens)
+        self.index = int(index)
 
     def call(self, tokens):
         if self.mode == "token":
-            return tokens[:, 0]
+            return tokens[:, self.index]
         return ops.mean(tokens[:, self.num_prefix_tokens :], axis=1)
 
     def compute_output_shape(self, input_shape):
@@ -41,5 +47,5 @@ class TokenPooling(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(mode=self.mode, num_prefix_tokens=self.num_prefix_tokens)
+        config.update(mode=self.mode, num_prefix_tokens=self.num_prefix_tokens, index=self.index)
         return config

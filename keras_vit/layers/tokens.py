@@ -70,6 +70,27 @@ class ClassToken(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
+class DistillationToken(ClassToken):
+    """Prepends DeiT's distillation token: learned as the class token is, its final state
+    read by the second classifier, trained on a teacher's predictions (Touvron et al.,
+    "Training data-efficient image transformers & distillation through attention").
+
+    Placed after the class token: called on the tokens before ``ClassToken`` is. Its weight
+    is ``token``, shape ``(1, 1, width)``, drawn as timm draws it (a normal of deviation
+    0.02, truncated at two deviations).
+
+    Examples:
+        >>> import numpy as np
+        >>> tuple(DistillationToken()(np.zeros((2, 4, 8), "float32")).shape)
+        (2, 5, 8)
+    """
+
+    def build(self, input_shape):
+        initializer = keras.initializers.TruncatedNormal(stddev=0.02)
+        self.token = deferrable_weight(self, name="token", shape=(1, 1, input_shape[-1]), initializer=initializer)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
 class RegisterTokens(keras.layers.Layer):
     """Prepends ``count`` learned tokens that no output reads: the register tokens of
     Darcet et al., "Vision Transformers Need Registers" (timm's ``reg_token``).

@@ -17,7 +17,15 @@ from keras_vit.layers.initializers import deferrable
 from keras_vit.layers.layer_norm import make_norm
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.resnet import ResNetBackbone
-from keras_vit.layers.tokens import ClassToken, PositionEmbedding, RegisterTokens
+from keras_vit.layers.tokens import ClassToken, DistillationToken, PositionEmbedding, RegisterTokens
+
+# The task's own layers (by weight path prefix): a new task's start fresh, and fine-tuning
+# trains them beside adapters or a frozen backbone.
+TASK_LAYERS = ("head/", "head_dist/", "pre_logits/")
+
+
+# The layers that compute the logits: in float32 under a mixed policy, for a stable loss.
+_CLASSIFIER = ("head", "head_dist", "distillation_mean")
 
 
 def layer_dtypes(dtype):
@@ -36,7 +44,7 @@ def layer_dtypes(dtype):
     def dtype_for(name, composite=False):
         if saved is not None and (composite or name in saved):
             return saved if composite else saved[name]
-        return keras.dtype_policies.get("float32") if name == "head" and mixed else base
+        return keras.dtype_policies.get("float32") if name in _CLASSIFIER and mixed else base
 
     return base, dtype_for
 
@@ -54,13 +62,18 @@ def make_layers(spec, dtype_for):
             drop_path_rate=spec.drop_path_rate * i / max(spec.depth - 1, 1),  # rising linearly
             layer_norm_epsilon=spec.layer_norm_epsilon, gelu_approximate=spec.gelu_approximate,
             qkv_bias=spec.qkv_bias, mlp_activation=spec.mlp_activation, layer_scale_init=spec.layer_scale_init,
-            gated_mlp=spec.gated_mlp, proj_bias=spec.proj_bias, norm_type=spec.norm_type,
+            gated_mlp=spec.gated_mlp, proj_bias=spec.proj_bias, norm_type=spec.norm_type, remat=spec.remat,
         )  # fmt: skip
 
     def norm(name):
         return make(name, make_norm, spec.norm_type, spec.layer_norm_epsilon)
 
-    initializer = "zeros" if spec.head_zero_init else "glorot_uniform"
+    def head(name):
+        initializer = "zeros" if spec.head_zero_init else "glorot_uniform"
+        return make(name, keras.layers.Dense, spec.num_classes, spec.classifier_activation,
+                    kernel_initializer=initializer)  # fmt: skip
+
+    distilled = spec.distillation_token
     return dict(
         stem=make("resnet", ResNetBackbone, **dataclasses.asdict(spec.resnet)) if spec.resnet else None,
         patch_embedding=make(
@@ -80,6 +93,7 @@ def make_layers(spec, dtype_for):
             make("register_tokens", RegisterTokens, spec.num_register_tokens) if spec.num_register_tokens else None
         ),
         class_token=make("class_token", ClassToken) if spec.has_class_token else None,
+        distillation_token=make("distillation_token", DistillationToken) if distilled else None,
         position_embedding=make(
             "position_embedding", PositionEmbedding, spec.grid_size, spec.position_prefix_rows, spec.position_embedding
         ),
@@ -93,11 +107,21 @@ def make_layers(spec, dtype_for):
             if spec.representation_size
             else None
         ),
-        head=(
-            make(
-                "head", keras.layers.Dense, spec.num_classes, spec.classifier_activation, kernel_initializer=initializer
+        head=head("head") if spec.include_top else None,
+        # DeiT's second head, on the distillation token; the model outputs the two heads'
+        # mean (the two tokens' without a top), in the head's dtype.
+        distillation_pooling=(
+            make("distillation_pooling", TokenPooling, "token", spec.num_prefix_tokens, index=1) if distilled else None
+        ),
+        head_dist=head("head_dist") if distilled and spec.include_top else None,
+        distillation_mean=(
+            # The logits' mean computes as the heads do; the features' as the tokens.
+            deferrable(
+                keras.layers.Average(
+                    name="distillation_mean", dtype=dtype_for("distillation_mean" if spec.include_top else "pooling")
+                )
             )
-            if spec.include_top
+            if distilled
             else None
         ),
     )
@@ -135,7 +159,8 @@ def embed(layers, x):
     """Stem output (or images) -> (the token sequence that enters the first block, the
     ``(batch, rows, cols, width)`` patch map of a dynamic-size model, else None).
 
-    The prefix tokens go before the patches as ``[class, registers..., patches...]``; the
+    The prefix tokens go before the patches as ``[class, distillation, registers...,
+    patches...]``; the
     position table is added after them when it has rows for them, else before."""
     patch_map = None
     x = layers["patch_embedding"](x)
@@ -151,7 +176,7 @@ def embed(layers, x):
     prefix_rows = position.num_prefix_tokens
     if not prefix_rows:
         x = add_position(x)
-    for name in ("register_tokens", "class_token"):  # each prepends: the class token ends first
+    for name in ("register_tokens", "distillation_token", "class_token"):  # each prepends: the class token ends first
         if layers[name] is not None:
             x = layers[name](x)
     if prefix_rows:
@@ -187,11 +212,16 @@ def forward(layers, images, norm_after_pool):
         return final_norm(layers, x)
     if not norm_after_pool:
         x = final_norm(layers, x)
-    x = layers["pooling"](x)
+    tokens, x = x, layers["pooling"](x)
     if norm_after_pool:
         x = final_norm(layers, x)
     if layers["pre_logits"] is not None:
         x = layers["pre_logits"](x)
     if layers["head"] is not None:
         x = layers["head"](x)
+    if layers["distillation_pooling"] is not None:
+        distilled = layers["distillation_pooling"](tokens)
+        if layers["head_dist"] is not None:
+            distilled = layers["head_dist"](distilled)
+        x = layers["distillation_mean"]([x, distilled])
     return x

@@ -8,8 +8,9 @@ plus the code that uses it.
 
 Each field carries a role in its metadata, so that code can treat groups of fields
 without listing them: ``"architecture"`` (what a checkpoint's weights were trained as;
-fine-tuning inherits it), ``"task"`` (input size and classifier) and ``"regularization"``
-(dropouts, set by the training recipe).
+fine-tuning inherits it), ``"task"`` (input size and classifier), ``"regularization"``
+(dropouts, set by the training recipe) and ``"training"`` (how training computes, not
+what: rematerialisation, set by the recipe).
 """
 
 import dataclasses
@@ -25,7 +26,7 @@ from keras_vit.layers.resnet import check_block_units, resnet_feature_stride, re
 from keras_vit.layers.std_conv import check_std_conv_form
 from keras_vit.layers.tokens import POSITION_EMBEDDINGS
 
-ARCHITECTURE, TASK, REGULARIZATION = "architecture", "task", "regularization"
+ARCHITECTURE, TASK, REGULARIZATION, TRAINING = "architecture", "task", "regularization", "training"
 
 
 def _field(default, role=ARCHITECTURE):
@@ -132,6 +133,11 @@ class ViTSpec(_Spec):
             original code (its "gap" models have none; timm's usually keep one).
         num_register_tokens: learned tokens after the class token that no output reads
             (Darcet et al., "Vision Transformers Need Registers"; timm's ``reg_tokens``).
+        distillation_token: DeiT's distillation token after the class token (Touvron et
+            al., "Training data-efficient image transformers & distillation through
+            attention"; timm's ``distilled``), read by a second classifier ``head_dist``:
+            the logits are the mean of the two heads', the pooled features the mean of the
+            two tokens, as timm's inference. Needs ``pooling="token"``.
         position_embedding: ``"learned"`` (the paper's) or ``"sincos2d"`` (fixed).
         embed_prefix_tokens: the learned table has a row for each prefix token (class and
             register tokens), added after they are prepended (the paper's); False: it
@@ -180,6 +186,11 @@ class ViTSpec(_Spec):
         dropout_rate: dropout after the embeddings, the attention and in the MLPs.
         attention_dropout_rate: dropout on the attention weights.
         drop_path_rate: stochastic depth, rising linearly from 0 to this at the last block.
+        remat: rematerialise the encoder blocks (``keras.remat``): each block's
+            activations are recomputed in the backward pass instead of kept from the
+            forward one, so training holds about one block's activations at a time, for
+            about one more forward pass of time. The function and its gradients are the
+            same.
 
     >>> spec = ViTSpec(patch_size=16, image_size=(48, 80))
     >>> spec.grid_size, spec.num_prefix_tokens
@@ -198,6 +209,7 @@ class ViTSpec(_Spec):
     pooling: str | None = _field("token")
     class_token: bool | None = _field(None)
     num_register_tokens: int = _field(0)
+    distillation_token: bool = _field(False)
     position_embedding: str = _field("learned")
     embed_prefix_tokens: bool = _field(True)
     pre_norm: bool = _field(False)
@@ -223,6 +235,7 @@ class ViTSpec(_Spec):
     dropout_rate: float = _field(0.0, REGULARIZATION)
     attention_dropout_rate: float = _field(0.0, REGULARIZATION)
     drop_path_rate: float = _field(0.0, REGULARIZATION)
+    remat: bool = _field(False, TRAINING)
 
     def __post_init__(self):
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
@@ -243,6 +256,8 @@ class ViTSpec(_Spec):
         _one_of(self.mlp_activation, MLP_ACTIVATIONS, "mlp_activation")
         _one_of(self.norm_type, NORM_TYPES, "norm_type")
         checks.non_negative_int(self.num_register_tokens, "num_register_tokens")
+        if self.distillation_token:
+            self._check_distillation()
         if self.layer_scale_init is not None and (
             isinstance(self.layer_scale_init, bool) or not isinstance(self.layer_scale_init, (int, float))
         ):
@@ -261,6 +276,25 @@ class ViTSpec(_Spec):
                     else (f"the ResNet stride x patch size = {self.stride}")
                 )
                 raise ValueError(f"image size {self.image_size} is not divisible by {what}.")
+
+    def _check_distillation(self):
+        # What timm's distilled model allows: its two heads read the first two tokens.
+        conflicts = [
+            f"{name}={getattr(self, name)!r}"
+            for name, fine in (
+                ("pooling", self.pooling == "token"),
+                ("num_register_tokens", not self.num_register_tokens),
+                ("norm_after_pool", not self.norm_after_pool),
+                ("representation_size", self.representation_size is None),
+            )
+            if not fine
+        ]
+        if conflicts:
+            raise ValueError(
+                "distillation_token=True needs pooling='token', no register tokens, norm_after_pool=False and "
+                "no representation_size (its two heads read the class and distillation tokens); got "
+                f"{', '.join(conflicts)}."
+            )
 
     def replace(self, **changes):
         """A copy with ``changes``; ``resnet_<field>`` changes a field of the ResNet stem.
@@ -302,8 +336,9 @@ class ViTSpec(_Spec):
 
     @property
     def num_prefix_tokens(self):
-        """Tokens before the patch grid: the class token, then the register tokens."""
-        return int(self.has_class_token) + self.num_register_tokens
+        """Tokens before the patch grid: the class token, the distillation token, then the
+        register tokens."""
+        return int(self.has_class_token) + int(self.distillation_token) + self.num_register_tokens
 
     @property
     def position_prefix_rows(self):

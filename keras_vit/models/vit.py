@@ -226,7 +226,8 @@ class VisionTransformer(keras.Model):
         """A model sharing these weights: images -> the pooled, normalised image vector.
 
         That is what feeds the pre-logits layer and the classifier head (and what
-        fine-tuning starts from).
+        fine-tuning starts from); for a DeiT distilled model, the mean of its class and
+        distillation tokens, as timm's ``forward_head(pre_logits=True)``.
 
         >>> model = VisionTransformer(image_size=16, patch_size=8, hidden_size=16, depth=1,
         ...                           num_heads=2, mlp_dim=32, num_classes=3)
@@ -235,6 +236,10 @@ class VisionTransformer(keras.Model):
         """
         if self._vit_layers["pooling"] is None:
             raise ValueError("This model has no pooling (pooling=None): its output is the tokens.")
+        if self.spec.distillation_token:  # the two tokens' mean, as timm's pre-logits
+            tokens = [self.get_layer(name).output for name in ("pooling", "distillation_pooling")]
+            features = keras.layers.Average(name="features_mean", dtype=self.dtype_policy)(tokens)
+            return keras.Model(self.input, features, name=f"{self.name}_features")
         last = "encoder_norm" if self.spec.norm_after_pool and self.spec.final_norm else "pooling"
         return keras.Model(self.input, self.get_layer(last).output, name=f"{self.name}_features")
 

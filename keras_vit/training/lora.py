@@ -18,12 +18,12 @@ import json
 import keras
 import numpy as np
 
+from keras_vit.models.graph import TASK_LAYERS
 from keras_vit.models.rebuild import rebuild
 from keras_vit.saving import atomic_path
 
 TARGETS = ("qkv", "out", "fc1", "fc2")
 DEFAULT_TARGETS = ("qkv", "out")  # the attention projections, as the LoRA paper's ViT and LLM use
-HEAD = ("head/", "pre_logits/")  # the task's own layers: new when fine-tuning, trained with an adapter
 _FORMAT = "keras-vit-lora/1"
 
 
@@ -92,7 +92,9 @@ def add_lora(model, rank, alpha=None, targets=DEFAULT_TARGETS, train_norms=False
     adapters = {v.path for layer in layers for v in (layer.lora_kernel_a, layer.lora_kernel_b)}
     for variable in model.weights:
         variable.trainable = (
-            variable.path in adapters or variable.path.startswith(HEAD) or (train_norms and _is_norm(variable.path))
+            variable.path in adapters
+            or variable.path.startswith(TASK_LAYERS)
+            or (train_norms and _is_norm(variable.path))
         )
     return int(sum(np.prod(v.shape) for v in model.trainable_weights))
 

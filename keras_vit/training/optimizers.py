@@ -5,6 +5,7 @@ import re
 
 import keras
 
+from keras_vit.models.graph import TASK_LAYERS
 from keras_vit.training.schedules import WarmupDecay
 
 OPTIMIZERS = ("adam", "sgd")
@@ -77,7 +78,7 @@ def layer_rates(model, decay):
         block = re.match(r"block_(\d+)/", variable.path)
         if block:
             layer = int(block[1]) + 1
-        elif variable.path.startswith(("encoder_norm/", "pooling/", "head/", "pre_logits/", "fc_norm/")):
+        elif variable.path.startswith(("encoder_norm/", "pooling/", "fc_norm/", *TASK_LAYERS)):
             layer = depth + 1
         else:  # the patch, class-token, register and position embeddings, the pre-norm, a hybrid's stem
             layer = 0
