@@ -330,3 +330,20 @@ def test_reduced_precision_paths_name_the_choices(paths, capsys):
         reduced_precision.parse_args(["--quick", "--paths", paths])
     error = capsys.readouterr().err
     assert f"--paths {paths}" in error and "mixed_bfloat16, int8, tflite_float32" in error, error
+
+
+def test_remat_quick_mode_measures_a_step_with_and_without(tmp_path, capsys):
+    remat_memory = _import_benchmark("remat_memory")
+    csv_path = tmp_path / "remat.csv"
+    rows, results = remat_memory.main(["--quick", "--backends", BACKEND, "--csv", str(csv_path)])
+    assert [(r["backend"], r["remat"]) for r in rows] == [(BACKEND, False), (BACKEND, True)]
+    for row in rows:
+        # (A tiny model's activations are smaller than the allocator's steps: the memory the
+        # option saves is the full benchmark's to show, at ViT-B/16's size.)
+        assert row["step_ms"] > 0 and row["step_peak_mb"] >= 0 and row["model"] == "vit_ti16"
+    off, on, ratio, low, high = results[BACKEND]
+    assert ratio == pytest.approx(rows[1]["step_ms"] / rows[0]["step_ms"]) and low == high == ratio
+    with open(csv_path) as f:
+        written = list(csv.DictReader(f))
+    assert [(r["backend"], r["remat"]) for r in written] == [(BACKEND, "False"), (BACKEND, "True")]
+    assert "time on/off" in capsys.readouterr().out

@@ -144,6 +144,81 @@ def test_two_device_run(strategy, tmp_path):
     assert int(line[1]) == expected_replicas and np.isfinite(float(line[3]))
 
 
+# On two virtual devices: a model trained sharded and on one device, and a recipe run sharded.
+SHARDED = textwrap.dedent("""
+    import json, sys
+    import keras, numpy as np
+    import keras_vit
+    from keras_vit.training import make_config, pretrain
+    from keras_vit.training.distribution import check_strategy, distribution_scope
+
+    tiny = dict(image_size=16, patch_size=4, depth=2, hidden_size=32, num_heads=2, mlp_dim=64, num_classes=4)
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(-1, 1, (8, 16, 16, 3)).astype("float32"), rng.integers(0, 4, 8)
+
+    def trained(strategy):
+        keras.utils.set_random_seed(0)
+        with distribution_scope(strategy):
+            model = keras_vit.create_model("vit_ti16", head_zero_init=False, **tiny)
+            # SGD with momentum: Adam would turn the rounding of a gradient that is zero in
+            # exact arithmetic (the key's bias) into whole steps of its learning rate.
+            optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+            model.compile(optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            for _ in range(2):
+                model.train_on_batch(x, y)
+        return model
+
+    def shares(variable):
+        return [list(shard.data.shape) for shard in variable.value.addressable_shards]
+
+    one, sharded = trained("default"), trained("sharded")
+    facts = {
+        "differences": {a.path: float(np.abs(np.asarray(a.value) - np.asarray(b.value)).max()
+                                      / (np.abs(np.asarray(b.value)).max() or 1.0))
+                        for a, b in zip(sharded.weights, one.weights)},
+        "shapes": {v.path: list(v.shape) for v in sharded.weights},
+        "shares": {v.path: shares(v) for v in sharded.weights},
+        "slots": {v.path: shares(v) for v in sharded.optimizer.variables if v.path.endswith("kernel_momentum")},
+    }
+    config = make_config("digits_pretrain", output_dir=sys.argv[1], hidden_size=32, depth=1, num_heads=2,
+                         mlp_dim=64, epochs=1, batch_size=32, progress=0, strategy="sharded", steps_per_epoch=3)
+    facts["loss"] = pretrain(config).history["loss"][-1]
+    try:
+        check_strategy("sharded", 32, spec=keras_vit.get_spec("vit_ti16").replace(hidden_size=33, num_heads=3))
+    except ValueError as error:
+        facts["uneven"] = str(error)
+    print("FACTS", json.dumps(facts))
+""")
+# Two devices sum a batch's gradients in two halves: the same steps up to float32 rounding.
+SHARDED_RTOL = 1e-5
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution's layouts run on JAX")
+def test_sharded_training_takes_the_one_device_steps_with_each_device_holding_half_of_each_large_weight(tmp_path):
+    env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"}
+    out = subprocess.run([sys.executable, "-c", SHARDED, str(tmp_path)], env=env, capture_output=True, text=True,
+                         cwd=ROOT)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    facts = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("FACTS "))[6:])
+    worst = max(facts["differences"].items(), key=lambda item: item[1])
+    assert worst[1] <= SHARDED_RTOL, worst
+    large = [p for p in facts["shapes"] if p.endswith(("kernel", "position_embedding/embedding"))]
+    assert len(large) >= 2 + 4 * 2 + 1  # patch and position tables, four projections a block, the head
+    for path, shape in facts["shapes"].items():
+        split = [[n // 2 if d == axis else n for d, n in enumerate(shape)] for axis in range(len(shape))]
+        if path in large:  # each device holds one half, along one axis; so do its momentum slots
+            assert facts["shares"][path] in ([s, s] for s in split), (path, shape, facts["shares"][path])
+        else:  # norms, biases, tokens: whole on each device
+            assert facts["shares"][path] == [shape, shape], (path, facts["shares"][path])
+    slots = facts["slots"]
+    assert len(slots) == sum(p.endswith("kernel") for p in large), sorted(slots)
+    for path, shares in slots.items():
+        kernel = next(p for p in large if path.endswith(p.replace("/", "_") + "_momentum"))
+        assert shares == facts["shares"][kernel], (path, shares)
+    assert np.isfinite(facts["loss"])
+    assert "hidden_size 33 is not divisible by 2" in facts["uneven"], facts["uneven"]
+
+
 def test_main_recipe_runs_both_phases(tmp_path, capsys):
     from keras_vit.commands import main_job as main
 

@@ -81,7 +81,7 @@ class RecipeConfig:
     output_dir: str = "saved_models"
     mixed_precision: bool = False  # "mixed_bfloat16" compute, float32 weights
     jit_compile: bool = True  # XLA where the backend supports it
-    strategy: str = "default"  # tf: default|mirrored|tpu; jax: default|data_parallel|model_parallel
+    strategy: str = "default"  # tf: default|mirrored|tpu; jax: default|data_parallel|model_parallel|sharded
     tpu: str = ""  # TPU name or grpc address for strategy=tpu ("" = the local TPU VM)
     seed: int = 0
     progress: int = 1  # Keras progress bars (1), one line per epoch (2), silent (0)

@@ -1,8 +1,9 @@
 """The one seam for running past one device: TensorFlow strategies and keras.distribution.
 
 Nothing here reimplements distribution: TensorFlow's ``TPUStrategy`` /
-``MirroredStrategy`` and JAX's ``keras.distribution`` (data and model parallel, multi-host
-included) do the work; this module only picks and configures them.
+``MirroredStrategy`` and JAX's ``keras.distribution`` (data parallel, Megatron-style model
+parallel, and parameters sharded FSDP-style) do the work; this module only picks and
+configures them.
 """
 
 import contextlib
@@ -13,7 +14,7 @@ from keras_vit.dependencies import require
 
 STRATEGIES = {
     "tensorflow": ("default", "mirrored", "tpu"),
-    "jax": ("default", "data_parallel", "model_parallel"),
+    "jax": ("default", "data_parallel", "model_parallel", "sharded"),
     "torch": ("default",),
 }
 
@@ -35,6 +36,26 @@ def model_parallel_layout_map(device_mesh):
     return layout_map
 
 
+def sharded_layout_map(device_mesh):
+    """FSDP-style: the batch and every large weight split over the mesh's one axis, "batch".
+
+    Each dense kernel by its input rows, the patch embedding's kernel and the position
+    table by their width; the optimizer's slots take their weight's layout, so each device
+    holds its share of both. XLA gathers a layer's weights where the layer runs. The
+    norms, biases and tokens (and a hybrid's ResNet stem) are replicated.
+    """
+    layout_map = keras.distribution.LayoutMap(device_mesh)
+    layout_map[r"(?!.*(?:patch_embedding|resnet)/).*kernel"] = ("batch", None)
+    layout_map[r".*patch_embedding/kernel"] = (None, None, None, "batch")
+    layout_map[r".*position_embedding/embedding"] = (None, None, "batch")
+    return layout_map
+
+
+def sharded_dimensions(spec):
+    """The widths the sharded layout splits: every one must divide by the device count."""
+    return {"hidden_size": spec.hidden_size, "mlp_dim": spec.mlp_dim, "representation_size": spec.representation_size}
+
+
 def model_parallel_mesh_shape(num_devices):
     """``(batch, model)`` axes: pairs of devices share each block, the rest split the batch."""
     model = 2 if num_devices % 2 == 0 else 1
@@ -54,9 +75,10 @@ def num_replicas(strategy_name):
     return make_tf_strategy(strategy_name).num_replicas_in_sync
 
 
-def check_strategy(strategy_name, batch_size, accumulation_steps=1):
-    """Clear errors for a strategy this backend lacks or a batch it cannot split (over its
-    devices, and over ``accumulation_steps`` micro-batches of one update)."""
+def check_strategy(strategy_name, batch_size, accumulation_steps=1, spec=None):
+    """Clear errors for a strategy this backend lacks, a batch it cannot split (over its
+    devices, and over ``accumulation_steps`` micro-batches of one update), or a model
+    ``spec`` whose widths the sharded layout cannot split."""
     backend = keras.backend.backend()
     allowed = STRATEGIES.get(backend, ("default",))
     if strategy_name not in allowed:
@@ -69,6 +91,13 @@ def check_strategy(strategy_name, batch_size, accumulation_steps=1):
             f"batch_size {batch_size} is not divisible by the {replicas} devices of strategy "
             f"{strategy_name!r}; use a multiple of {replicas}."
         )
+    if strategy_name == "sharded" and spec is not None:
+        uneven = {k: v for k, v in sharded_dimensions(spec).items() if v and v % replicas}
+        if uneven:
+            raise ValueError(
+                f"strategy 'sharded' splits the model's widths over {replicas} devices; "
+                f"{', '.join(f'{k} {v}' for k, v in uneven.items())} is not divisible by {replicas}."
+            )
     parts = replicas * accumulation_steps
     if accumulation_steps > 1 and batch_size % parts:
         raise ValueError(
@@ -117,6 +146,9 @@ def distribution_scope(strategy_name, tpu=""):
         devices = keras.distribution.list_devices()
         if strategy_name == "data_parallel":
             distribution = keras.distribution.DataParallel(devices=devices)
+        elif strategy_name == "sharded":
+            mesh = keras.distribution.DeviceMesh((len(devices),), ["batch"], devices)
+            distribution = keras.distribution.ModelParallel(layout_map=sharded_layout_map(mesh), batch_dim_name="batch")
         else:
             mesh = keras.distribution.DeviceMesh(model_parallel_mesh_shape(len(devices)), ["batch", "model"], devices)
             distribution = keras.distribution.ModelParallel(

@@ -19,6 +19,7 @@ import numpy as np
 import keras_vit
 from keras_vit.data import load_dataset, make_pipeline, mixes_labels
 from keras_vit.layers.preprocessing import ImagePreprocessing
+from keras_vit.models.graph import TASK_LAYERS
 from keras_vit.models.masked_patches import MaskedPatchPrediction
 from keras_vit.models.resize import copy_weights
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
@@ -28,7 +29,7 @@ from keras_vit.training.config import OBJECTIVES
 from keras_vit.training.distribution import check_strategy, distribution_scope
 from keras_vit.training.epoch_times import EpochTimes
 from keras_vit.training.errors import RecipeInputError
-from keras_vit.training.lora import HEAD, add_lora, merge_lora, narrowest_projection, save_adapter
+from keras_vit.training.lora import add_lora, merge_lora, narrowest_projection, save_adapter
 from keras_vit.training.optimizers import make_optimizer
 from keras_vit.training.pretrained import load_pretrained, model_name, resolved, start_checks
 from keras_vit.training.run_folder import backup_dir, open_run_dir, record_config, run_name
@@ -222,10 +223,12 @@ def _build(config, recipe, spec, class_names, pretrained):
         # A fresh zero head (and no pre-logits) for the new task, whatever the source holds; a
         # masked patch prediction model's [mask] embedding and head are left unused.
         if pretrained is not None:
-            unloaded = copy_weights(pretrained, model, exclude=HEAD)
+            unloaded = copy_weights(pretrained, model, exclude=TASK_LAYERS)
         else:
-            report = keras_vit.load_weights(model, config.init_from, warn=False, exclude=HEAD)
-            unloaded = [v.path for v in model.weights if v.path not in report.loaded and not v.path.startswith(HEAD)]
+            report = keras_vit.load_weights(model, config.init_from, warn=False, exclude=TASK_LAYERS)
+            unloaded = [
+                v.path for v in model.weights if v.path not in report.loaded and not v.path.startswith(TASK_LAYERS)
+            ]
         if unloaded:
             raise ValueError(
                 f"{config.init_from} left {', '.join(unloaded)} of the model to fine-tune freshly initialised; "
@@ -259,7 +262,7 @@ def _adapt(config, model):
     """Freezes the backbone or puts LoRA adapters on, as the config asks."""
     if config.freeze == "backbone":
         for variable in model.weights:
-            variable.trainable = variable.path.startswith(HEAD)
+            variable.trainable = variable.path.startswith(TASK_LAYERS)
     if config.lora_rank:
         add_lora(model, config.lora_rank, config.lora_alpha, config.lora_targets, train_norms=config.lora_norms)
 
@@ -295,12 +298,12 @@ def _fit(config, recipe, extra_callbacks):
         splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
         _check_splits(config, splits)
         fewshot = _fewshot_callback(config, splits)
-        replicas = check_strategy(config.strategy, config.batch_size, config.accumulation_steps)
+        # Their errors before the run folder is made.
+        spec = _spec(config, recipe, splits.info.num_classes, pretrained)
+        replicas = check_strategy(config.strategy, config.batch_size, config.accumulation_steps, spec)
         train, validation, test = _pipelines(config, splits, drop_remainder=replicas > 1)
         updates = _steps_per_epoch(config, splits.train, drop_remainder=replicas > 1)
         steps = updates * config.accumulation_steps  # fit's steps: micro-batches
-        # Their errors before the run folder is made.
-        spec = _spec(config, recipe, splits.info.num_classes, pretrained)
         _check_fine_tuning(config, recipe, spec)
         run_dir, resumed = open_run_dir(config, run_name(config, recipe, model_name(config, recipe, pretrained)))
         record_config(run_dir, config, recipe, resumed)
