@@ -341,6 +341,8 @@ def test_remat_quick_mode_measures_a_step_with_and_without(tmp_path, capsys):
         # (A tiny model's activations are smaller than the allocator's steps: the memory the
         # option saves is the full benchmark's to show, at ViT-B/16's size.)
         assert row["step_ms"] > 0 and row["step_peak_mb"] >= 0 and row["model"] == "vit_ti16"
+        # JAX's own plan of the step's temporary buffers, where the resident peak cannot see them.
+        assert (row["xla_temp_mb"] is not None) == (BACKEND == "jax") and (row["xla_temp_mb"] or 1) > 0
     off, on, ratio, low, high = results[BACKEND]
     assert ratio == pytest.approx(rows[1]["step_ms"] / rows[0]["step_ms"]) and low == high == ratio
     with open(csv_path) as f:

@@ -226,7 +226,9 @@ class EncoderBlock(keras.layers.Layer):
             # arguments, as Keras' RematScope passes them, break the branches on them), and
             # the dropouts' masks are replayed in the recomputation (keras_vit/layers/remat.py).
             randoms = (self.attention.attention_dropout, self.mlp.dropout, self.dropout, self.drop_path)
-            generators = [g for g in (getattr(layer, "seed_generator", None) for layer in randoms) if g] if training else []
+            generators = (
+                [g for g in (getattr(layer, "seed_generator", None) for layer in randoms) if g] if training else []
+            )
             return rematerialised(lambda tokens: self._forward(tokens, False, training), x, generators)
         return self._forward(x, return_attention_scores, training)
 
