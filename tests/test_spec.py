@@ -7,15 +7,16 @@ import pytest
 from helpers import assert_informative, randomize_keras, to_numpy
 
 import keras_vit
-from keras_vit.models.spec import ARCHITECTURE, REGULARIZATION, TASK, ResNetSpec, ViTSpec
+from keras_vit.models.spec import ARCHITECTURE, REGULARIZATION, TASK, TRAINING, ResNetSpec, ViTSpec
 from keras_vit.training.config import MODEL_OPTIONS, make_config, parse_args
 
 
 def test_every_field_has_one_role():
-    roles = [ViTSpec.fields_with_role(role) for role in (ARCHITECTURE, TASK, REGULARIZATION)]
+    roles = [ViTSpec.fields_with_role(role) for role in (ARCHITECTURE, TASK, REGULARIZATION, TRAINING)]
     names = [name for group in roles for name in group]
     assert sorted(names) == sorted(f.name for f in dataclasses.fields(ViTSpec))
     assert "dropout_rate" in roles[2] and "num_classes" in roles[1] and "gelu_approximate" in roles[0]
+    assert roles[3] == ["remat"]
 
 
 def test_variants_are_specs_and_resizing_is_replace():
