@@ -7,7 +7,10 @@ The order of work, and why:
 3. per image, in parallel: Inception crop or plain resize, random flip. Each image gets
    its own stateless seed from ``tf.data.Dataset.random``, so parallelism cannot change
    which image gets which crop;
-4. batch (``drop_remainder`` for a fixed batch shape, e.g. across several devices);
+   Training in several processes, each keeps its part of every batch here, before any
+   transform (``shard``, ``keras_vit/data/sharding.py``);
+4. batch (``drop_remainder`` for a fixed batch shape, e.g. across several devices; an
+   evaluation's last batch filled with blanks of weight 0 instead, ``pad_to_batches``);
 5. per batch, in order (``num_parallel_calls=None``): one-hot labels, then RandAugment,
    MixUp, CutMix. These Keras layers draw from stateful seed generators, so a sequential
    map keeps their draws in a fixed order;
@@ -28,6 +31,7 @@ from keras_vit.data.preprocessing import (
     random_resized_crop,
     resize,
 )
+from keras_vit.data.sharding import check_shard, count_examples, own_part, with_blanks
 from keras_vit.data.splits import DatasetSplits, Split
 from keras_vit.dependencies import require
 
@@ -153,6 +157,8 @@ def make_pipeline(
     drop_remainder=False,
     shuffle_buffer=10_000,
     cache=False,
+    shard=None,
+    pad_to_batches=False,
 ):
     """Builds the batched, prefetched ``tf.data.Dataset`` that feeds ``model.fit``.
 
@@ -193,6 +199,12 @@ def make_pipeline(
         drop_remainder: drop the last, smaller batch (needed for a fixed batch shape).
         shuffle_buffer: shuffle buffer size when training.
         cache: cache the decoded source in memory (before any random transform).
+        shard: ``(index, count)``, training in ``count`` processes: this process's part of
+            each batch of ``batch_size`` (batches of ``batch_size / count``), the rest of
+            the stream skipped before it is transformed (``keras_vit/data/sharding.py``).
+        pad_to_batches: evaluation only: the last batch filled to ``batch_size`` with blank
+            examples, and each example's weight (1; 0 for the blanks) as the batches' third
+            element, so every batch has one shape and each example counts once.
 
     Raises:
         ValueError: on a bad ``image_size``, ``batch_size`` or option, naming the value.
@@ -214,8 +226,12 @@ def make_pipeline(
     crop_aspect_ratio_range = checks.fraction_range(crop_aspect_ratio_range, "crop_aspect_ratio_range", high=np.inf)
     parse_augment_options(rand_augment, mixup_alpha, cutmix_factor)  # fail early, even for eval
     label_one_hot = bool(one_hot) or mixes_labels(mixup_alpha, cutmix_factor)
+    shard = check_shard(shard, batch_size)
+    if pad_to_batches and training:
+        raise ValueError("pad_to_batches is for evaluation (training=False); training batches are full or dropped.")
 
     dataset, info = _as_examples(data)
+    num_examples = count_examples(data, dataset) if pad_to_batches else None
     if num_classes is None and info is not None:
         num_classes = info.num_classes
     if label_one_hot:
@@ -248,7 +264,7 @@ def make_pipeline(
         dataset = dataset.cache()
     if training:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-        dataset = tf.data.Dataset.zip((dataset, _stream_seeds(seed, 0)))
+        dataset = own_part(tf.data.Dataset.zip((dataset, _stream_seeds(seed, 0))), batch_size, shard)
 
         def transform(example, example_seed):
             image, label = example
@@ -263,15 +279,18 @@ def make_pipeline(
             return tf.ensure_shape(image, [height, width, 3]), label
 
     else:
+        dataset = own_part(dataset, batch_size, shard)
 
         def transform(image, label):
             return tf.ensure_shape(resize(image, (height, width)), [height, width, 3]), label
 
     dataset = dataset.map(transform, num_parallel_calls=tf.data.AUTOTUNE)
-    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    if pad_to_batches:
+        dataset = with_blanks(dataset, num_examples, batch_size, shard)
+    dataset = dataset.batch(batch_size // (shard[1] if shard else 1), drop_remainder=drop_remainder)
 
     if label_one_hot:
-        dataset = dataset.map(lambda images, labels: (images, tf.one_hot(labels, num_classes)))
+        dataset = dataset.map(lambda images, labels, *weights: (images, tf.one_hot(labels, num_classes), *weights))
     if augment is not None:
         dataset = tf.data.Dataset.zip((dataset, _stream_seeds(seed, 1)))
         # Sequential on purpose: the Keras layers' stateful seed generators must be drawn
@@ -279,7 +298,7 @@ def make_pipeline(
         dataset = dataset.map(lambda batch, batch_seed: augment(*batch, batch_seed), num_parallel_calls=None)
 
     dataset = dataset.map(
-        lambda images, labels: (normalize(images, normalization), labels),
+        lambda images, labels, *weights: (normalize(images, normalization), labels, *weights),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     return dataset.prefetch(tf.data.AUTOTUNE)
