@@ -29,6 +29,7 @@ from keras_vit.dependencies import MissingDependencyError
 COMMANDS = {
     "pretrain": ("pretrain", "pre-train a ViT with the paper's recipe (the embedded digits by default)"),
     "finetune": ("finetune", "fine-tune a pre-trained ViT at a higher resolution"),
+    "launch": ("launch", "run a training command as several processes on this machine (JAX)"),
     "main": ("main_job", "the README's main job: pre-train on the digits, fine-tune at 1.5x, test accuracy"),
     "classify": ("classify", "classify image files with a model file or a pretrained preset"),
     "export": ("export", "export for serving: SavedModel, LiteRT, ONNX, .pt2, each verified"),

@@ -39,7 +39,7 @@ def representation_model(model):
     return keras.Model(model.input, model.get_layer(last).output, name=f"{model.name}_representation")
 
 
-def extract_features(model, data, batch_size=256):
+def extract_features(model, data, batch_size=256, predict=None):
     """``(features, labels)`` of every image of ``data`` through ``representation_model``.
 
     Args:
@@ -48,6 +48,8 @@ def extract_features(model, data, batch_size=256):
             images (uint8 ``(N, H, W, 3)``). The images go through the model's own
             ``model.preprocessing`` (else the recipes' ``"vit"`` scaling at its size).
         batch_size: images per forward pass.
+        predict: ``predict(model, images)``, a batch's outputs as numpy; default
+            ``model.predict_on_batch`` (a run of several processes passes its own).
 
     Returns:
         float32 ``(N, width)`` features and int64 ``(N,)`` labels, in the data's order.
@@ -65,9 +67,10 @@ def extract_features(model, data, batch_size=256):
         dataset = tf.data.Dataset.from_tensor_slices((np.asarray(images), np.asarray(labels)))
     dataset = dataset.map(lambda image, label: (preprocessing(image), label)).batch(batch_size)
     represent = representation_model(model)
+    predict = predict or (lambda model, images: model.predict_on_batch(images))
     features, labels = [], []
     for images, batch_labels in dataset.as_numpy_iterator():
-        features.append(np.asarray(represent.predict_on_batch(images), dtype="float32"))
+        features.append(np.asarray(predict(represent, images), dtype="float32"))
         labels.append(batch_labels)
     return np.concatenate(features), np.concatenate(labels).astype("int64")
 
@@ -222,7 +225,7 @@ def fewshot_eval(
 
 
 def fewshot_linear_eval(model, train, test, shots=DEFAULT_SHOTS, seeds=5, l2=DEFAULT_L2, validation=None,
-                        batch_size=256):  # fmt: skip
+                        batch_size=256, predict=None):  # fmt: skip
     """The paper's few-shot linear evaluation of ``model`` on a dataset's splits.
 
     Extracts the representation (``representation_model``) of every image of ``train``,
@@ -234,7 +237,7 @@ def fewshot_linear_eval(model, train, test, shots=DEFAULT_SHOTS, seeds=5, l2=DEF
         train, test, validation: ``Split``s (``keras_vit.data.load_dataset(...).train``)
             or ``(images, labels)`` arrays of raw 0..255 images.
         shots, seeds, l2: as ``fewshot_eval``.
-        batch_size: images per forward pass.
+        batch_size, predict: as ``extract_features``'.
 
     Returns:
         A ``FewShotResult``.
@@ -250,7 +253,7 @@ def fewshot_linear_eval(model, train, test, shots=DEFAULT_SHOTS, seeds=5, l2=DEF
     """
     num_classes = _num_classes(train)
     check_shots(_labels(train), shots, num_classes)
-    features = {name: extract_features(model, data, batch_size) for name, data in
+    features = {name: extract_features(model, data, batch_size, predict) for name, data in
                 (("train", train), ("test", test), ("validation", validation)) if data is not None}  # fmt: skip
     return fewshot_eval(features["train"], features["test"], num_classes, shots, seeds, l2, features.get("validation"))
 
@@ -286,17 +289,18 @@ class FewShotCallback(keras.callbacks.Callback):
         test: what the accuracy is measured on (the validation split during training).
         every: run every this many epochs.
         shots, seeds, l2: as ``fewshot_eval``; checked when the callback is made.
-        batch_size: images per forward pass.
+        batch_size, predict: as ``extract_features``'.
     """
 
-    def __init__(self, train, test, every=1, shots=(1, 5, 10), seeds=3, l2=DEFAULT_L2, batch_size=256):
+    def __init__(self, train, test, every=1, shots=(1, 5, 10), seeds=3, l2=DEFAULT_L2, batch_size=256,
+                 predict=None):  # fmt: skip
         super().__init__()
         if int(every) < 1:
             raise ValueError(f"every must be at least 1 epoch; got {every}.")
         self.every = int(every)
         self.train, self.test = train, test
         self.shots = check_shots(_labels(train), shots, _num_classes(train))
-        self.seeds, self.l2, self.batch_size = int(seeds), l2, batch_size
+        self.seeds, self.l2, self.batch_size, self.predict = int(seeds), l2, batch_size, predict
 
     def keys(self):
         return [f"fewshot_{k}shot" for k in self.shots]
@@ -308,7 +312,7 @@ class FewShotCallback(keras.callbacks.Callback):
         if epoch == 0 or (epoch + 1) % self.every == 0 or epoch + 1 == last:
             model = getattr(self.model, "backbone", self.model)  # a pre-training wrapper's ViT
             result = fewshot_linear_eval(model, self.train, self.test, self.shots, self.seeds, self.l2,
-                                         batch_size=self.batch_size)  # fmt: skip
+                                         batch_size=self.batch_size, predict=self.predict)  # fmt: skip
             logs.update({key: mean for key, (mean, _) in zip(self.keys(), result.summary().values())})
         else:
             logs.update(dict.fromkeys(self.keys(), float("nan")))

@@ -21,6 +21,7 @@ import keras
 import numpy as np
 
 from keras_vit.saving import atomic_path, save_model
+from keras_vit.training import processes
 
 STATE = "state.json"
 _STAGED = (".tmp-", ".old-")  # keras_vit.saving's temporary names
@@ -39,6 +40,10 @@ class RunBackup(keras.callbacks.BackupAndRestore):
     Args:
         backup_dir: the folder of the backup (created when first written).
         delete_checkpoint: remove the backup when training ends (Keras' default, True).
+        write: False in the processes of a run that do not write its files (they all
+            restore from the backup).
+        snapshot: called at each epoch's end in every process, the model to write
+            (``processes.Snapshot``); default the model trained.
 
     Examples:
         >>> import tempfile, numpy as np, keras_vit
@@ -52,8 +57,9 @@ class RunBackup(keras.callbacks.BackupAndRestore):
         (['epoch-2.random.npz', 'epoch-2.weights.h5', 'state.json'], 2)
     """
 
-    def __init__(self, backup_dir, delete_checkpoint=True):
-        super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=delete_checkpoint)
+    def __init__(self, backup_dir, delete_checkpoint=True, write=True, snapshot=None):
+        super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=delete_checkpoint and write)
+        self.write, self.snapshot = write, snapshot
         self._pending_torch_state = None  # torch's generator state, set back at the first step
 
     def on_train_begin(self, logs=None):
@@ -83,14 +89,19 @@ class RunBackup(keras.callbacks.BackupAndRestore):
             self._pending_torch_state = None
 
     def on_epoch_end(self, epoch, logs=None):
-        done = epoch + 1
+        model = self.snapshot() if self.snapshot is not None else self.model
+        if self.write:
+            with processes.alone():
+                self._write(model, epoch + 1)
+
+    def _write(self, model, done):
         names = {"weights": f"epoch-{done}.weights.h5", "random": f"epoch-{done}.random.npz"}
         os.makedirs(self.backup_dir, exist_ok=True)
         with atomic_path(os.path.join(self.backup_dir, names["weights"])) as staged:
-            self.model.save_weights(staged)
+            model.save_weights(staged)
         with atomic_path(os.path.join(self.backup_dir, names["random"])) as staged:
             with open(staged, "wb") as f:
-                np.savez(f, **_random_state(self.model))
+                np.savez(f, **_random_state(model))
         with atomic_path(os.path.join(self.backup_dir, STATE)) as staged:
             with open(staged, "w") as f:
                 json.dump({"epoch": done, **names}, f)
@@ -147,14 +158,19 @@ class BestModel(keras.callbacks.Callback):
         path: the ``.keras`` file.
         monitor: the epoch log to maximise (default ``"val_accuracy"``); an epoch without
             it saves nothing.
+        write, snapshot: as ``RunBackup``'s (the processes agree on the monitored value).
     """
 
-    def __init__(self, path, monitor="val_accuracy"):
+    def __init__(self, path, monitor="val_accuracy", write=True, snapshot=None):
         super().__init__()
         self.path, self.monitor, self.best = path, monitor, -math.inf
+        self.write, self.snapshot = write, snapshot
 
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)
         if value is not None and float(value) > self.best:
             self.best = float(value)
-            save_model(self.model, self.path)
+            model = self.snapshot() if self.snapshot is not None else self.model
+            if self.write:
+                with processes.alone():
+                    save_model(model, self.path)

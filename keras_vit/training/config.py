@@ -83,6 +83,12 @@ class RecipeConfig:
     jit_compile: bool = True  # XLA where the backend supports it
     strategy: str = "default"  # tf: default|mirrored|tpu; jax: default|data_parallel|model_parallel|sharded
     tpu: str = ""  # TPU name or grpc address for strategy=tpu ("" = the local TPU VM)
+    # Several processes training together (JAX; keras_vit/training/processes.py); each flag
+    # defaults to Keras' KERAS_DISTRIBUTION_* variable. "auto": JAX finds all three (TPU pods).
+    coordinator_address: str | None = None  # process 0's host:port
+    num_processes: int | None = None
+    process_id: int | None = None
+    coordinator_timeout: float = 300.0  # seconds a process waits for the coordinator to answer
     seed: int = 0
     progress: int = 1  # Keras progress bars (1), one line per epoch (2), silent (0)
 
@@ -118,6 +124,9 @@ _RANGES = (
     ("warmup_steps", 0, float("inf"), (True, False)),
     ("label_smoothing", 0.0, 1.0, (True, False)),
     ("fewshot_every", 0, float("inf"), (True, False)),
+    ("num_processes", 1, float("inf"), (True, False)),
+    ("process_id", 0, float("inf"), (True, False)),
+    ("coordinator_timeout", 0.0, float("inf"), (False, False)),
     ("fewshot_seeds", 1, float("inf"), (True, False)),
     ("lora_rank", 1, float("inf"), (True, False)),
     ("lora_alpha", 0.0, float("inf"), (False, False)),

@@ -130,8 +130,10 @@ def make_tf_strategy(name, tpu=""):
 
 
 @contextlib.contextmanager
-def distribution_scope(strategy_name, tpu=""):
-    """Create and compile the model inside this scope.
+def distribution_scope(strategy_name, tpu="", across_processes=False):
+    """Create and compile the model inside this scope. ``across_processes``: the JAX
+    strategies span several processes, each feeding its own part of every batch (the
+    pipeline's ``shard``), so Keras does not shard the dataset again.
 
     >>> with distribution_scope("default"):
     ...     pass
@@ -144,15 +146,18 @@ def distribution_scope(strategy_name, tpu=""):
             yield
     elif backend == "jax":
         devices = keras.distribution.list_devices()
+        auto_shard = {"auto_shard_dataset": not across_processes}
         if strategy_name == "data_parallel":
-            distribution = keras.distribution.DataParallel(devices=devices)
+            distribution = keras.distribution.DataParallel(devices=devices, **auto_shard)
         elif strategy_name == "sharded":
             mesh = keras.distribution.DeviceMesh((len(devices),), ["batch"], devices)
-            distribution = keras.distribution.ModelParallel(layout_map=sharded_layout_map(mesh), batch_dim_name="batch")
+            distribution = keras.distribution.ModelParallel(
+                layout_map=sharded_layout_map(mesh), batch_dim_name="batch", **auto_shard
+            )
         else:
             mesh = keras.distribution.DeviceMesh(model_parallel_mesh_shape(len(devices)), ["batch", "model"], devices)
             distribution = keras.distribution.ModelParallel(
-                layout_map=model_parallel_layout_map(mesh), batch_dim_name="batch"
+                layout_map=model_parallel_layout_map(mesh), batch_dim_name="batch", **auto_shard
             )
         with distribution.scope():
             yield

@@ -8,6 +8,7 @@ from its last finished epoch), ``log.csv`` and ``tensorboard/``.
 import contextlib
 import dataclasses
 import difflib
+import functools
 import math
 import os
 import time
@@ -24,6 +25,7 @@ from keras_vit.models.masked_patches import MaskedPatchPrediction
 from keras_vit.models.resize import copy_weights
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 from keras_vit.saving import save_model
+from keras_vit.training import processes
 from keras_vit.training.checkpointing import BestModel, RunBackup, read_state
 from keras_vit.training.config import OBJECTIVES
 from keras_vit.training.distribution import check_strategy, distribution_scope
@@ -66,7 +68,11 @@ class RunResult:
         )
 
 
-def _pipelines(config, splits, drop_remainder):
+def _pipelines(config, splits, replicas, shard):
+    """The training, validation and test pipelines: across several devices, full training
+    batches and evaluation batches filled with blanks of weight 0; across several processes,
+    each process's part of every batch (``shard``)."""
+    drop_remainder = replicas > 1
     crop = (config.crop_area_min, 1.0) if config.crop_area_min else None
     # The pipeline's arguments of the same name as the recipe's fields.
     shared = ("image_size", "seed", "normalization", "mixup_alpha", "cutmix_factor")
@@ -74,6 +80,7 @@ def _pipelines(config, splits, drop_remainder):
     # Each step's batch: one micro-batch of an update's accumulation_steps.
     common.update(batch_size=config.batch_size // config.accumulation_steps)
     common.update(one_hot=bool(config.label_smoothing))  # smoothing: categorical loss
+    common.update(shard=shard)
     train = make_pipeline(
         splits.train,
         training=True,
@@ -87,7 +94,10 @@ def _pipelines(config, splits, drop_remainder):
         rand_augment=config.rand_augment,
         **common,
     )
-    evaluate = lambda split: make_pipeline(split, training=False, drop_remainder=drop_remainder, **common)  # noqa: E731
+    # The masked objective computes its own loss and accuracy, without example weights.
+    pad = drop_remainder and config.objective == "classification"
+    evaluate = lambda split: make_pipeline(split, training=False, drop_remainder=drop_remainder and not pad,  # noqa: E731
+                                           pad_to_batches=pad, **common)  # fmt: skip
     return train, evaluate(splits.validation), evaluate(splits.test)
 
 
@@ -137,13 +147,19 @@ def _objective_terms(config):
     """``compile``'s loss and metrics; a masked patch prediction model computes its own."""
     if config.objective == "masked_patch_prediction":
         return {}
-    return {"loss": _loss(config), "metrics": ["accuracy"]}
+    # Weighted: the blanks that fill an evaluation's last batch count for nothing.
+    return {"loss": _loss(config), "weighted_metrics": ["accuracy"]}
 
 
 def _loss(config):
+    # Weighted by the examples' weights (evaluation batches filled with blanks of weight 0);
+    # the same mean as Keras' default where there are none.
+    reduction = "mean_with_sample_weight"
     if mixes_labels(config.mixup_alpha, config.cutmix_factor) or config.label_smoothing:
-        return keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=config.label_smoothing)
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        return keras.losses.CategoricalCrossentropy(
+            from_logits=True, label_smoothing=config.label_smoothing, reduction=reduction
+        )
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction)
 
 
 def _fewshot_callback(config, splits):
@@ -158,21 +174,30 @@ def _fewshot_callback(config, splits):
         raise ValueError(
             f"--fewshot_shots expects comma-separated ints (1,5,10); got {config.fewshot_shots!r}."
         ) from None
+    # Across processes, each computes its part of every batch's features and all get the whole.
+    predict = processes.predict if processes.count() > 1 else None
     return FewShotCallback(splits.train, splits.validation, every=config.fewshot_every, shots=shots,
-                           seeds=config.fewshot_seeds)  # fmt: skip
+                           seeds=config.fewshot_seeds, predict=predict)  # fmt: skip
 
 
-def _callbacks(run_dir, extra, fewshot=None, ema=False):
+def _callbacks(run_dir, extra, snapshot, fewshot=None, ema=False):
+    write = processes.is_writer()  # in a run of several processes, process 0 writes
     return [
         # Before the loggers: it writes its numbers into the epoch's logs, which they record.
         *([fewshot] if fewshot is not None else []),
-        RunBackup(backup_dir(run_dir)),
+        RunBackup(backup_dir(run_dir), write=write, snapshot=snapshot),
         # After the backup (the weights being trained, to resume), before the best model: the
         # moving average is what is validated and saved.
         *([keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if ema else []),
-        BestModel(os.path.join(run_dir, "best.keras"), monitor="val_accuracy"),
-        keras.callbacks.CSVLogger(os.path.join(run_dir, "log.csv"), append=True),
-        keras.callbacks.TensorBoard(os.path.join(run_dir, "tensorboard")),
+        BestModel(os.path.join(run_dir, "best.keras"), monitor="val_accuracy", write=write, snapshot=snapshot),
+        *(
+            [
+                keras.callbacks.CSVLogger(os.path.join(run_dir, "log.csv"), append=True),
+                keras.callbacks.TensorBoard(os.path.join(run_dir, "tensorboard")),
+            ]
+            if write
+            else []
+        ),
         *extra,
     ]
 
@@ -286,10 +311,34 @@ def _jit_compile(config):
     return config.jit_compile
 
 
+def _save(config, model, run_dir):
+    if config.lora_rank:  # the adapter alone, and the model with it merged: a plain one
+        save_adapter(model, os.path.join(run_dir, "adapter.npz"))
+        save_model(merge_lora(model), os.path.join(run_dir, "model.keras"))
+    else:
+        save_model(model, os.path.join(run_dir, "model.keras"))
+
+
+def _compiled(config, recipe, spec, class_names, pretrained, total_updates):
+    """The model to train, adapted and compiled (in the distribution's scope, or outside it
+    for the writer's copy)."""
+    with _input_checks():  # the pre-trained weights, copied or loaded here
+        model = _build(config, recipe, spec, class_names, pretrained)
+        _adapt(config, model)
+    model.compile(
+        optimizer=make_optimizer(config, total_steps=total_updates, model=model),
+        **_objective_terms(config),
+        jit_compile=_jit_compile(config),
+    )
+    return model
+
+
 def _fit(config, recipe, extra_callbacks):
     started = time.perf_counter()
     # Everything that can be wrong with the input is checked before training starts.
     with _input_checks():
+        # Joined first: nothing may compute on JAX before.
+        processes.join(config)
         _check_objective(config, recipe)
         keras.utils.set_random_seed(config.seed)
         # Outside the distribution scope: only the source of the weights of the model to train.
@@ -301,7 +350,8 @@ def _fit(config, recipe, extra_callbacks):
         # Their errors before the run folder is made.
         spec = _spec(config, recipe, splits.info.num_classes, pretrained)
         replicas = check_strategy(config.strategy, config.batch_size, config.accumulation_steps, spec)
-        train, validation, test = _pipelines(config, splits, drop_remainder=replicas > 1)
+        shard = (processes.index(), processes.count()) if processes.count() > 1 else None
+        train, validation, test = _pipelines(config, splits, replicas, shard)
         updates = _steps_per_epoch(config, splits.train, drop_remainder=replicas > 1)
         steps = updates * config.accumulation_steps  # fit's steps: micro-batches
         _check_fine_tuning(config, recipe, spec)
@@ -315,18 +365,14 @@ def _fit(config, recipe, extra_callbacks):
     if state is not None:
         train = train.skip(state["epoch"] * steps)
     # The whole run sits in the scope: JAX's keras.distribution shards each batch at fit time.
-    with distribution_scope(config.strategy, config.tpu):
-        with _input_checks():  # the pre-trained weights, copied or loaded here
-            model = _build(config, recipe, spec, splits.info.class_names, pretrained)
-            _adapt(config, model)
-        model.compile(
-            optimizer=make_optimizer(config, total_steps=updates * config.epochs, model=model),
-            **_objective_terms(config),
-            jit_compile=_jit_compile(config),
-        )
+    build = functools.partial(_compiled, config, recipe, spec, splits.info.class_names, pretrained,
+                              updates * config.epochs)  # fmt: skip
+    with distribution_scope(config.strategy, config.tpu, across_processes=processes.count() > 1):
+        model = build()
+        snapshot = processes.snapshot(model, build, split=config.strategy == "sharded")
         checks = {}
-        if recipe == "finetune":
-            images = np.concatenate([keras.ops.convert_to_numpy(x) for x, _ in validation])
+        if recipe == "finetune" and processes.count() == 1:  # the checks predict in one process
+            images = np.concatenate([keras.ops.convert_to_numpy(x) for x, *_ in validation])
             size = tuple(pretrained.input_shape[1:3]) if pretrained is not None else None
             checks = start_checks(model, pretrained, images, size)
         epochs = EpochTimes()  # last: each epoch's steps, validation and file writes
@@ -336,15 +382,14 @@ def _fit(config, recipe, extra_callbacks):
                 epochs=config.epochs,
                 steps_per_epoch=steps,
                 validation_data=validation,
-                callbacks=[*_callbacks(run_dir, extra_callbacks, fewshot, ema=bool(config.ema)), epochs],
-                verbose=config.progress,
+                callbacks=[*_callbacks(run_dir, extra_callbacks, snapshot, fewshot, ema=bool(config.ema)), epochs],
+                verbose=config.progress if processes.is_writer() else 0,  # one progress bar a run
                 shuffle=False,  # the pipeline shuffles, seeded
             )
-        if config.lora_rank:  # the adapter alone, and the model with it merged: a plain one
-            save_adapter(model, os.path.join(run_dir, "adapter.npz"))
-            save_model(merge_lora(model), os.path.join(run_dir, "model.keras"))
-        else:
-            save_model(model, os.path.join(run_dir, "model.keras"))
+        written = snapshot()
+        if processes.is_writer():
+            with processes.alone():
+                _save(config, written, run_dir)
         with _finite_evaluation():  # for masked patch prediction: the colour accuracy on the corrupted patches
             test_accuracy = model.evaluate(test, verbose=0, return_dict=True)["accuracy"]
     seconds = time.perf_counter() - started
