@@ -82,10 +82,13 @@ def test_the_main_job_is_quiet_and_verbose_brings_the_backends_lines_back(tmp_pa
     assert quiet.stderr == "", quiet.stderr[-3000:]
     assert "warning" not in quiet.stdout.lower(), quiet.stdout[-3000:]
     assert "phase" in quiet.stdout and "finetune" in quiet.stdout  # it ends with the summary table
-    # TensorFlow serves the data pipelines on every backend: its start-up lines come back.
-    loud = run([PROGRAM, "pretrain", "--verbose", "--output_dir", str(tmp_path / "v"), *TINY_RUN])
+    # TensorFlow serves the data pipelines on every backend: its start-up lines come back
+    # (a few-shot evaluation of the model the job trained: the data, the model, no training).
+    (model,) = glob.glob(str(tmp_path / "*finetune*" / "model.keras"))
+    loud = run([PROGRAM, "fewshot", model, "--shots", "1", "--seeds", "1", "--verbose"])
     assert loud.returncode == 0, loud.stderr[-3000:]
-    assert loud.stderr != "", "--verbose showed nothing"
+    assert "few-shot linear accuracy" in loud.stdout, loud.stdout[-3000:]
+    assert "oneDNN" in loud.stderr or "cuda" in loud.stderr.lower(), f"--verbose showed: {loud.stderr[-3000:]}"
 
 
 @pytest.mark.skipif(BACKEND != "jax", reason="the fresh environment has JAX only: one install, in the JAX run")
