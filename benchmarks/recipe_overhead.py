@@ -74,7 +74,7 @@ def bare_step(config):
     keras.utils.set_random_seed(config.seed)
     config = resolved(config, "pretrain", None)  # the image size and normalisation the recipe trains with
     splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
-    train, _, _ = run._pipelines(config, splits, drop_remainder=False)
+    train, _, _ = run._pipelines(config, splits, replicas=1, shard=None)
     batches = list(train.as_numpy_iterator())
     images = np.concatenate([images for images, _ in batches])
     labels = np.concatenate([labels for _, labels in batches])

@@ -190,6 +190,7 @@ def _config(tmp_path, **processes):
         (dict(num_processes=2, process_id=2), "--process_id must be from 0 to 1 (--num_processes 2); got 2"),
         (dict(num_processes=2, process_id=0, coordinator_address="localhost"), "must be process 0's host:port"),
         (dict(num_processes=2, process_id=0), "several processes need one of ('data_parallel', 'sharded')"),
+        (dict(process_id=1), "expected --num_processes (or KERAS_DISTRIBUTION_NUM_PROCESSES) with them"),
     ],
 )
 def test_processes_the_run_cannot_have_are_refused_before_it_starts(tmp_path, processes, expected):
@@ -234,8 +235,12 @@ def test_each_process_reads_its_part_of_every_batch():
         dataset = make_pipeline(split, training=training, drop_remainder=training, **options, **more)
         return [[keras.ops.convert_to_numpy(t) for t in batch] for batch in dataset.take(take or -1)]
 
-    whole = batches(splits.train, True, 4)
-    parts = [batches(splits.train, True, 4, shard=(i, 2)) for i in range(2)]
+    # A whole epoch (the split's size not a multiple of the batch): both processes leave its
+    # last partial batch out, so their parts stay each step's halves, epoch after epoch.
+    assert splits.train.num_examples % 8
+    whole = batches(splits.train, True)
+    parts = [batches(splits.train, True, shard=(i, 2)) for i in range(2)]
+    assert len(whole) == splits.train.num_examples // 8
     for batch, first, second in zip(whole, *parts, strict=True):
         for tensor, a, b in zip(batch, first, second):
             np.testing.assert_array_equal(np.concatenate([a, b]), tensor)

@@ -31,7 +31,7 @@ from keras_vit.data.preprocessing import (
     random_resized_crop,
     resize,
 )
-from keras_vit.data.sharding import check_shard, count_examples, own_part, with_blanks
+from keras_vit.data.sharding import check_shard, count_examples, full_batches, own_part, with_blanks
 from keras_vit.data.splits import DatasetSplits, Split
 from keras_vit.dependencies import require
 
@@ -231,7 +231,10 @@ def make_pipeline(
         raise ValueError("pad_to_batches is for evaluation (training=False); training batches are full or dropped.")
 
     dataset, info = _as_examples(data)
-    num_examples = count_examples(data, dataset) if pad_to_batches else None
+    # Shared out, a split's last partial batch is dropped whole, before the sharing: each
+    # process's part of it could be full in one process and partial in another.
+    cut = shard is not None and drop_remainder
+    num_examples = count_examples(data, dataset) if pad_to_batches or cut else None
     if num_classes is None and info is not None:
         num_classes = info.num_classes
     if label_one_hot:
@@ -264,6 +267,7 @@ def make_pipeline(
         dataset = dataset.cache()
     if training:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        dataset = full_batches(dataset, num_examples, batch_size) if cut else dataset
         dataset = own_part(tf.data.Dataset.zip((dataset, _stream_seeds(seed, 0))), batch_size, shard)
 
         def transform(example, example_seed):
@@ -279,7 +283,7 @@ def make_pipeline(
             return tf.ensure_shape(image, [height, width, 3]), label
 
     else:
-        dataset = own_part(dataset, batch_size, shard)
+        dataset = own_part(full_batches(dataset, num_examples, batch_size) if cut else dataset, batch_size, shard)
 
         def transform(image, label):
             return tf.ensure_shape(resize(image, (height, width)), [height, width, 3]), label

@@ -38,6 +38,11 @@ def own_part(dataset, batch_size, shard, start=0):
     return mine.map(lambda _, element: element)
 
 
+def full_batches(dataset, num_examples, batch_size):
+    """The examples of ``dataset``'s full batches: its last, partial one left out."""
+    return dataset.take(num_examples - num_examples % batch_size)
+
+
 def with_blanks(dataset, num_examples, batch_size, shard):
     """``(image, label, weight)`` examples: the transformed ``dataset`` with weight 1, then
     the blanks (zero images, weight 0) that fill the last batch to ``batch_size``; this

@@ -70,6 +70,11 @@ def requested(config, environ=None):
         values[field] = value
     if values["coordinator_address"] == AUTO:
         return Processes(AUTO, None, None)
+    if values["num_processes"] is None and (values["coordinator_address"] or values["process_id"] is not None):
+        raise ValueError(
+            "--coordinator_address and --process_id join several processes: expected --num_processes (or "
+            "KERAS_DISTRIBUTION_NUM_PROCESSES) with them, or --coordinator_address auto."
+        )
     if not values["num_processes"] or values["num_processes"] == 1:
         return None
     return Processes(values["coordinator_address"], values["num_processes"], values["process_id"])
