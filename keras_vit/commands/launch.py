@@ -3,9 +3,9 @@
     keras-vit launch --num_processes 2 pretrain --strategy data_parallel --batch_size 64
     keras-vit launch --num_processes 2 train.py --my_flag 1      # a script of your own
 
-Starts the processes with Keras' variables set (KERAS_DISTRIBUTION_JOB_ADDRESSES,
-KERAS_DISTRIBUTION_NUM_PROCESSES, KERAS_DISTRIBUTION_PROCESS_ID; KERAS_BACKEND=jax unless
-set), which keras.distribution.initialize reads. A keras-vit command runs as ``keras-vit
+Starts the processes with Keras' KERAS_DISTRIBUTION_* variables set (the coordinator, the
+count, each process's id; KERAS_BACKEND=jax unless set), which keras.distribution.initialize
+reads. A keras-vit command runs as ``keras-vit
 COMMAND``, a ``.py`` file with this Python. If one process fails, the others are stopped
 and its exit status is this command's. On several hosts, start each host's process
 yourself with --coordinator_address, --num_processes and --process_id (or the variables);
@@ -21,6 +21,7 @@ import sys
 import time
 
 from keras_vit import commands
+from keras_vit.training.processes import ENVIRONMENT
 
 STOP_GRACE_SECONDS = 10  # a stopped process's time to exit before it is killed
 
@@ -62,10 +63,10 @@ def main(argv=None):
     address = f"127.0.0.1:{args.port or _free_port()}"
     environment = {**os.environ, "KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "jax")}
     environment.update(
-        KERAS_DISTRIBUTION_JOB_ADDRESSES=address, KERAS_DISTRIBUTION_NUM_PROCESSES=str(args.num_processes)
+        {ENVIRONMENT["coordinator_address"]: address, ENVIRONMENT["num_processes"]: str(args.num_processes)}
     )
     children = [
-        subprocess.Popen(program, env={**environment, "KERAS_DISTRIBUTION_PROCESS_ID": str(index)})
+        subprocess.Popen(program, env={**environment, ENVIRONMENT["process_id"]: str(index)})
         for index in range(args.num_processes)
     ]
     try:

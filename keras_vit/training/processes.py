@@ -216,15 +216,6 @@ def agree(values):
     return tuple(int(v) for v in multihost_utils.broadcast_one_to_all(np.asarray(values, "int64")))
 
 
-def gather(array):
-    """The whole of an array that the processes hold parts of, as numpy, in every process."""
-    if count() == 1:
-        return keras.ops.convert_to_numpy(array)
-    from jax.experimental import multihost_utils
-
-    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
-
-
 def _whole(value):
     """A variable's value as numpy: gathered from the processes when it is split across them."""
     if getattr(value, "is_fully_addressable", True) or value.is_fully_replicated:
