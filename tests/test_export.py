@@ -229,7 +229,7 @@ def test_savedmodel_serving_signatures_match_keras(exported):
     import tensorflow as tf
 
     loaded = tf.saved_model.load(exported["result"].paths["savedmodel"])
-    assert set(loaded.signatures) == {"serving_default", "serving_preprocessed"}
+    assert set(loaded.signatures) == {"serving_default", "serving_preprocessed", "serving_bytes"}
     serving = loaded.signatures["serving_default"]
     spec = serving.structured_input_signature[1]["images"]
     assert spec.dtype == tf.uint8 and spec.shape.as_list() == [None, IMAGE_SIZE, IMAGE_SIZE, 3]
@@ -244,6 +244,58 @@ def test_savedmodel_serving_signatures_match_keras(exported):
         assert_log_probabilities_close(outputs["top_k_scores"], np.sort(expected, -1)[:, ::-1][:, :5])
         pre = loaded.signatures["serving_preprocessed"](images=tf.constant(_preprocess(exported["model"], images)))
         assert_log_probabilities_close(pre["probabilities"].numpy(), expected)
+
+
+def _encoded(image, size, file_format):
+    """``image`` resized to ``size`` (width, height) and encoded, and the pixels PIL decodes from it."""
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.asarray(image, np.uint8)).resize(size, Image.BICUBIC).save(buffer, file_format, quality=95)
+    data = buffer.getvalue()
+    return data, np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
+def _classify(model, images):
+    """``model.classify`` on raw images of any size; a model without pre-processing of its
+    own is served with ``normalization="vit"``'s, as the exports (and so is classified here)."""
+    if model.preprocessing is not None:
+        return model.classify(images)
+    layer = serving_preprocessing(model, "vit")
+    batch = np.stack([to_numpy(layer(image[None]))[0] for image in images])
+    return np.exp(log_softmax(to_numpy(model.predict_on_batch(batch))))
+
+
+@pytest.mark.slow
+def test_savedmodel_bytes_signature_equals_classify_on_jpeg_and_png_of_three_sizes(exported):
+    import tensorflow as tf
+
+    model = exported["model"]
+    serve = tf.saved_model.load(exported["result"].paths["savedmodel"]).signatures["serving_bytes"]
+    spec = serve.structured_input_signature[1]["image_bytes"]
+    assert spec.dtype == tf.string and spec.shape.as_list() == [None]
+    # Test digits the model is sure of, enlarged to three sizes (one square, two of other
+    # aspect ratios) and encoded both ways: six files of four sizes in one request.
+    sure = np.flatnonzero(exported["reference"].max(-1) >= CONFIDENT)[:3]
+    files, decoded = [], []
+    for index, size in zip(sure, [(16, 16), (24, 40), (97, 61)]):
+        for file_format in ("JPEG", "PNG"):
+            data, pixels = _encoded(exported["x_test"][index], size, file_format)
+            files.append(data)
+            decoded.append(pixels)
+    outputs = {k: v.numpy() for k, v in serve(image_bytes=tf.constant(files)).items()}
+    expected = _classify(model, decoded)
+    assert set(outputs) == {"probabilities", "top_k_indices", "top_k_scores", "top_k_names"}
+    assert outputs["probabilities"].shape == expected.shape == (len(files), 10)
+    np.testing.assert_array_equal(outputs["top_k_indices"][:, 0], expected.argmax(-1))
+    names = model.class_names or [str(i) for i in range(10)]
+    assert [n.decode() for n in outputs["top_k_names"][:, 0]] == [names[i] for i in expected.argmax(-1)]
+    # PNG is lossless: the same pixels as PIL's, so the same probabilities. (JPEG decoders
+    # may round a pixel otherwise: its rows are held to the top-1 above.)
+    png = slice(1, None, 2)
+    assert_log_probabilities_close(outputs["probabilities"][png], np.log(expected[png]))
 
 
 def _exported_path(exported, name):

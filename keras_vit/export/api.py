@@ -77,7 +77,8 @@ def export_model(
     model's image size) and does the model's pre-processing inside: its own
     ``model.preprocessing`` (resize, crop, normalise) when it has one, else
     ``normalization``. It returns ``probabilities`` (softmax), and the SavedModel also
-    ``top_k_scores`` / ``top_k_indices`` plus a ``serving_preprocessed`` signature for
+    ``top_k_scores`` / ``top_k_indices``, a ``serving_bytes`` signature for encoded
+    images of any size (``top_k_names`` too) and a ``serving_preprocessed`` one for
     float32 images already in the model's range. A model with ``class_names`` gets them
     written beside the exports as ``labels.txt``, one a line in index order.
 

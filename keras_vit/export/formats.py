@@ -48,8 +48,8 @@ FORMATS = {
             "savedmodel",
             "savedmodel",
             "savedmodel",
-            description="TF SavedModel for TF Serving: serving_default (uint8 images) and "
-            "serving_preprocessed (float32 images, already pre-processed)",
+            description="TF SavedModel for TF Serving: serving_default (uint8 images), serving_bytes "
+            "(encoded JPEG/PNG of any size) and serving_preprocessed (float32 images, already pre-processed)",
         ),
         ExportFormat(
             "tflite_float32",

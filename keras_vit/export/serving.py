@@ -15,6 +15,7 @@ from keras_vit.export.errors import unconvertible
 
 DEFAULT_SIGNATURE = "serving_default"
 PREPROCESSED_SIGNATURE = "serving_preprocessed"
+BYTES_SIGNATURE = "serving_bytes"
 
 
 def image_spec(model):
@@ -80,7 +81,15 @@ def _scores_to_outputs(tf, scores, outputs_probabilities, top_k):
     return outputs
 
 
-def build_archive(model, *, top_k=5, normalization="vit", outputs_probabilities=False, preprocessed_signature=True):
+def build_archive(
+    model,
+    *,
+    top_k=5,
+    normalization="vit",
+    outputs_probabilities=False,
+    preprocessed_signature=True,
+    bytes_signature=True,
+):
     """A ``keras.export.ExportArchive`` with the serving signatures of ``model``.
 
     - ``serving_default``: ``images`` uint8 ``(batch, H, W, C)`` at the model's input size
@@ -90,6 +99,12 @@ def build_archive(model, *, top_k=5, normalization="vit", outputs_probabilities=
     - ``serving_preprocessed`` (if ``preprocessed_signature``): the same from float32
       images already pre-processed as the model expects. A dynamic-size model's takes any
       height and width that are positive multiples of its stride (checked in the graph).
+    - ``serving_bytes`` (if ``bytes_signature``): ``image_bytes`` string ``(batch,)``, each
+      an encoded JPEG, PNG, GIF or BMP of any size (TF Serving's REST API takes them as
+      ``{"b64": ...}``), decoded to the model's channels and put through the same
+      pre-processing image by image, as ``model.classify`` does; the outputs above plus
+      ``top_k_names`` string ``(batch, k)``: the model's ``class_names`` (the indices as
+      text for a model without them).
 
     Args:
         model: a Keras model on the TensorFlow backend.
@@ -132,14 +147,33 @@ def build_archive(model, *, top_k=5, normalization="vit", outputs_probabilities=
         images = tf.ensure_shape(images, (None, height, width, channels))
         return serve_preprocessed(preprocessing(images))
 
+    names = _class_names(model, num_classes)
+
+    def serve_bytes(image_bytes):
+        def one(encoded):
+            # expand_animations=False: a GIF gives its first frame, as PIL opens it.
+            image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)
+            image.set_shape((None, None, channels))
+            return preprocessing(image[None])[0]
+
+        image_spec = tf.TensorSpec((height, width, channels), preprocessing.compute_dtype)
+        images = tf.map_fn(one, image_bytes, fn_output_signature=image_spec)
+        outputs = serve_preprocessed(images)
+        if top_k:
+            outputs["top_k_names"] = tf.gather(tf.constant(names), outputs["top_k_indices"])
+        return outputs
+
     archive = keras.export.ExportArchive()
     archive.track(model)
-    endpoints = [(DEFAULT_SIGNATURE, serve_raw, tf.uint8)]
+    image_batch = (None, height, width, channels)
+    endpoints = [(DEFAULT_SIGNATURE, serve_raw, tf.TensorSpec(image_batch, tf.uint8, name="images"))]
     if preprocessed_signature:
-        endpoints.append((PREPROCESSED_SIGNATURE, serve_preprocessed, tf.float32))
-    for name, fn, dtype in endpoints:
-        sides = (None, None) if stride is not None and name == PREPROCESSED_SIGNATURE else (height, width)
-        spec = tf.TensorSpec((None, *sides, channels), dtype, name="images")
+        sides = (None, None) if stride is not None else (height, width)
+        spec = tf.TensorSpec((None, *sides, channels), tf.float32, name="images")
+        endpoints.append((PREPROCESSED_SIGNATURE, serve_preprocessed, spec))
+    if bytes_signature:
+        endpoints.append((BYTES_SIGNATURE, serve_bytes, tf.TensorSpec((None,), tf.string, name="image_bytes")))
+    for name, fn, spec in endpoints:
         try:
             archive.add_endpoint(name, fn, input_signature=[spec])
         except Exception as error:
@@ -155,6 +189,12 @@ def build_archive(model, *, top_k=5, normalization="vit", outputs_probabilities=
                 str(error),
             ) from error
     return archive
+
+
+def _class_names(model, num_classes):
+    """The model's class names as text, or each class's index where it has none."""
+    names = getattr(model, "class_names", None)
+    return [str(name) for name in names] if names is not None else [str(i) for i in range(num_classes)]
 
 
 def _checked_sides(tf, images, stride):
