@@ -92,9 +92,104 @@ def backend_name(name):
     )
 
 
+def flag(name):
+    """The command-line flag of a field: ``--batch-size`` for ``batch_size``."""
+    return "--" + name.replace("_", "-")
+
+
+def shown(value):
+    """A default as a user would type it: ``1,5,10`` for a list; ``true``, ``false``, ``none``;
+    ``""`` for the empty text."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(shown, value))
+    if isinstance(value, bool) or value is None:
+        return str(value).lower()
+    return str(value) if value != "" else '""'
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The description as written; each flag's default after its help, as it would be typed,
+    except where there is none to show (a required flag, an unset one, an on-switch)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if action.required or default is None or default is argparse.SUPPRESS or "%(default)" in text:
+            return text
+        if action.nargs == 0 and default is False:  # --overwrite: off unless given
+            return text
+        return f"{text} (default: {shown(default).replace('%', '%%')})"  # argparse formats help with %
+
+    def _format_action_invocation(self, action):
+        if isinstance(action, BooleanFlag):  # --resume [true|false], --no-resume
+            yes, no = action.option_strings
+            return f"{yes} [{action.metavar}], {no}"
+        return super()._format_action_invocation(action)
+
+
+class BooleanFlag(argparse.Action):
+    """``--name`` / ``--no-name`` (true / false), and ``--name true|false`` still taken.
+
+    The value reaches the namespace as the text given (``"true"`` for ``--name`` alone,
+    ``"false"`` for ``--no-name``), for the caller's own parsing.
+    """
+
+    def __init__(self, option_strings, dest, **kwargs):
+        negatives = [f"--no-{o[2:]}" for o in option_strings if o.startswith("--")]
+        super().__init__([*option_strings, *negatives], dest, nargs="?", metavar="true|false", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string.startswith("--no-"):
+            if values is not None:
+                parser.error(f"{option_string} takes no value; got {values!r}")
+            values = "false"
+        setattr(namespace, self.dest, "true" if values is None else values)
+
+
 class CommandLineParser(argparse.ArgumentParser):
-    """argparse's parser, answering bad input as every keras-vit command does: one line on
-    stderr and exit status 2 (argparse's own prints the whole usage first)."""
+    """argparse's parser as every keras-vit command uses it: bad input is one line on stderr
+    and exit status 2 (argparse's own prints the whole usage first); the flags are spelt with
+    hyphens (``--batch-size``), as argparse and timm spell them, and the underscore form of
+    a flag (``--batch-size``) is taken as the same flag."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        import sys
+
+        args = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(self._hyphenated_all(args), namespace)
+
+    def _hyphenated_all(self, args):
+        # A parser that passes the rest of the line on (keras-vit launch COMMAND ...) leaves
+        # everything from that command on as given: it is another program's line.
+        passes_on = any(action.nargs == argparse.REMAINDER for action in self._actions)
+        out, expects_value = [], False
+        for index, token in enumerate(args):
+            if passes_on and not expects_value and not token.startswith("-"):
+                return out + args[index:]
+            token = self._hyphenated(token)
+            action = self._option_string_actions.get(token)
+            expects_value = action is not None and action.nargs is None and "=" not in token
+            out.append(token)
+        return out
+
+    def _hyphenated(self, token):
+        # Only a token that then names one of this parser's flags: the rest (values, a
+        # launched script's own flags) is passed on as given.
+        if not token.startswith("--") or "_" not in token.partition("=")[0]:
+            return token
+        name, sep, value = token.partition("=")
+        name = "--" + name[2:].replace("_", "-")
+        return name + sep + value if name in self._option_string_actions else token
+
+    def print_help(self, file=None):
+        # argparse's own ignores a failed write: a closed output must reach the command's caller.
+        import sys
+
+        (file or sys.stdout).write(self.format_help())
 
     def error(self, message):
         self.exit(2, f"error: {message}; {self.prog} --help lists the flags\n")

@@ -2,6 +2,7 @@
 backend, the ``keras-vit`` program and its help, quiet output, and what ``import keras_vit``
 pulls in."""
 
+import argparse
 import csv
 import glob
 import json
@@ -45,22 +46,127 @@ def test_import_keras_vit_imports_no_other_framework():
     assert set(child.stdout.split()) == {BACKEND} & set(FRAMEWORKS), child.stdout
 
 
-def test_every_flag_of_every_command_shows_its_default_in_help():
+def _help(parser, action):
+    formatter = parser._get_formatter()
+    formatter.add_argument(action)
+    return " ".join(formatter.format_help().split())
+
+
+def test_every_flag_of_every_command_shows_its_default_choices_and_hyphenated_name():
     for name in COMMANDS:
         parser = command(name).build_parser()
         assert parser.prog == f"keras-vit {name}"
         for action in parser._actions:
-            if not action.option_strings or action.dest == "help":
+            if not action.option_strings or action.dest == "help" or action.help == argparse.SUPPRESS:
                 continue
-            formatter = parser._get_formatter()
-            formatter.add_argument(action)
-            shown = " ".join(formatter.format_help().split())
-            assert "(default: " in shown, f"keras-vit {name} --help: {shown}"
-    # The recipes' flags show the default preset's values, not the dataclass's.
-    shown = " ".join(command("pretrain").build_parser().format_help().split())
+            shown = _help(parser, action)
+            assert all("_" not in flag for flag in action.option_strings), f"keras-vit {name}: {shown}"
+            if action.choices:
+                assert "{" + ",".join(map(str, action.choices)) + "}" in shown, f"keras-vit {name}: {shown}"
+            has_default = not action.required and not any(action.default is v for v in (None, False, argparse.SUPPRESS))
+            recipe_flag = action.default is argparse.SUPPRESS  # the recipes': the recipe's value
+            if has_default or recipe_flag:
+                assert "(default: " in shown, f"keras-vit {name}: {shown}"
+            else:  # a required flag, an unset one, an off-switch: nothing to show
+                assert "(default: " not in shown, f"keras-vit {name}: {shown}"
+    # The recipes' flags: in their groups, each with the default recipe's value as typed.
+    parser = command("pretrain").build_parser()
+    titles = [group.title for group in parser._action_groups]
+    for title in ("data", "augmentation", "model", "optimisation", "output", "distribution"):
+        assert title in titles, titles
+    shown = " ".join(parser.format_help().split())
     config = make_config("digits_pretrain")
-    for field in ("learning_rate", "epochs", "image_size", "model", "progress"):
-        assert f"--{field} VALUE" in shown and f"(default: {getattr(config, field)})" in shown, field
+    assert "--learning-rate FLOAT" in shown and f"(default: {config.learning_rate})" in shown
+    assert "--optimizer {adam,sgd}" in shown and "--resume [true|false], --no-resume" in shown
+    assert "--fewshot-shots TEXT" in shown and f"(default: {config.fewshot_shots})" in shown
+    # A list's default reads as it is typed in every command.
+    assert "(default: 1,5,10,25)" in " ".join(command("fewshot").build_parser().format_help().split())
+
+
+def test_flags_take_both_spellings_switches_and_the_old_recipe_flag(capsys):
+    from keras_vit.training.config import parse_args
+
+    hyphens = parse_args(["--learning-rate", "0.5", "--no-jit-compile", "--resume", "--depth=2"], "digits_pretrain")
+    underscores = parse_args(["--learning_rate", "0.5", "--jit_compile", "false", "--resume", "true", "--depth=2"],
+                             "digits_pretrain")  # fmt: skip
+    assert hyphens == underscores
+    assert (hyphens.learning_rate, hyphens.jit_compile, hyphens.resume) == (0.5, False, True)
+    assert hyphens.model_options["depth"] == 2
+    assert parse_args(["--recipe", "paper_finetune"], "digits_pretrain").optimizer == "sgd"
+    assert capsys.readouterr().err == ""
+    assert parse_args(["--preset", "paper_finetune"], "digits_pretrain").optimizer == "sgd"
+    assert (
+        capsys.readouterr().err
+        == "warning: --preset paper_finetune is --recipe paper_finetune now (--preset names pretrained weights).\n"
+    )
+    with pytest.raises(ValueError, match="take a recipe as --recipe .* and pretrained weights as --init-from vit_s16"):
+        parse_args(["--preset", "vit_s16.augreg_in21k"], "digits_finetune")
+    # The flags of a program launch starts are that program's: passed on as written.
+    launch = command("launch").build_parser()
+    args = launch.parse_args(["--num_processes", "3", "train.py", "--num_processes", "x", "--my_flag"])
+    assert args.num_processes == 3 and args.arguments == ["--num_processes", "x", "--my_flag"]
+
+
+# command: (a bad value, the arguments that lead to it). Each is found before any work.
+BAD_VALUES = {
+    "pretrain": ["--epochs", "many"],
+    "finetune": ["--optimizer", "adamw"],
+    "launch": ["--num-processes", "two", "pretrain"],
+    "main": ["--progress", "3"],
+    "classify": ["model.keras", "photo.jpg", "--top", "x"],
+    "export": ["model.keras", "--output", "out", "--top-k", "x"],
+    "fewshot": ["model.keras", "--shots", "1,x"],
+    "inspect": ["model.keras", "--head-fusion", "median"],
+    "presets": ["no_such_preset*"],
+}
+POSITIONALS = {"classify": ["model.keras", "photo.jpg"], "export": ["model.keras", "--output", "out"],
+               "fewshot": ["model.keras"], "inspect": ["model.keras"]}  # fmt: skip
+
+
+def _status(argv):
+    from keras_vit.commands import main
+
+    try:
+        return main(argv)
+    except SystemExit as exit:
+        return exit.code
+
+
+def test_every_command_answers_bad_input_and_a_closed_output_in_one_error_line(capsys):
+    assert set(BAD_VALUES) == set(COMMANDS)
+    for name in COMMANDS:
+        for argv in ([*POSITIONALS.get(name, []), "--no-such-flag", "1"], BAD_VALUES[name]):
+            status = _status([name, *argv])
+            out, err = capsys.readouterr()
+            assert status == 2 and out == "", (name, argv, status, out)
+            assert len(err.splitlines()) == 1 and err.startswith("error: "), (name, argv, err)
+        # The help into a pipe its reader has closed (keras-vit pretrain --help | head -0).
+        read, write = os.pipe()
+        os.close(read)
+        stdout = sys.stdout
+        sys.stdout = os.fdopen(write, "w")
+        try:
+            status = _status([name, "--help"])
+        finally:
+            sys.stdout.close()
+            sys.stdout = stdout
+        out, err = capsys.readouterr()
+        assert status == 2, (name, status)
+        assert err == "error: standard output was closed before the command finished (its reader ended)\n", err
+
+
+def test_the_program_into_a_closed_pipe_is_one_error_line_and_no_traceback():
+    # The whole process, as a shell runs it: Python's flush of stdout at exit fails too.
+    read, write = os.pipe()
+    os.close(read)
+    env = {**os.environ, "KERAS_BACKEND": BACKEND, "PYTHONPATH": ROOT}
+    with os.fdopen(write, "w") as stdout:
+        child = subprocess.run([PROGRAM, "presets"], stdout=stdout, stderr=subprocess.PIPE, text=True, env=env,
+                               timeout=300)  # fmt: skip
+    assert child.returncode == 2, child.stderr
+    assert child.stderr.splitlines() == [
+        "error: standard output was closed before the command finished (its reader ended)"
+    ], child.stderr
 
 
 def test_the_program_lists_its_commands_and_answers_a_wrong_one_in_one_line():

@@ -187,10 +187,10 @@ def _config(tmp_path, **processes):
 @pytest.mark.parametrize(
     "processes, expected",
     [
-        (dict(num_processes=2, process_id=2), "--process_id must be from 0 to 1 (--num_processes 2); got 2"),
+        (dict(num_processes=2, process_id=2), "--process-id must be from 0 to 1 (--num-processes 2); got 2"),
         (dict(num_processes=2, process_id=0, coordinator_address="localhost"), "must be process 0's host:port"),
         (dict(num_processes=2, process_id=0), "several processes need one of ('data_parallel', 'sharded')"),
-        (dict(process_id=1), "expected --num_processes (or KERAS_DISTRIBUTION_NUM_PROCESSES) with them"),
+        (dict(process_id=1), "expected --num-processes (or KERAS_DISTRIBUTION_NUM_PROCESSES) with them"),
     ],
 )
 def test_processes_the_run_cannot_have_are_refused_before_it_starts(tmp_path, processes, expected):
@@ -260,7 +260,7 @@ def test_each_process_reads_its_part_of_every_batch():
 @pytest.mark.parametrize(
     "argv, expected",
     [
-        (["--num_processes", "0", "pretrain"], "--num_processes must be at least 1; got 0"),
+        (["--num_processes", "0", "pretrain"], "--num-processes must be at least 1; got 0"),
         (["pretrian"], "Unknown command 'pretrian' (did you mean pretrain?)"),
         (["missing.py"], "no script 'missing.py'"),
     ],

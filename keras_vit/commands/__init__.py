@@ -16,9 +16,9 @@ Examples:
     0
 """
 
-import argparse
 import difflib
 import importlib
+import os
 import sys
 
 from keras_vit import quiet
@@ -39,17 +39,12 @@ COMMANDS = {
 }
 
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The description as written; each flag's default after its help."""
-
-
 def parser(command, doc, **options):
     """A command's parser: ``keras-vit COMMAND``, the first paragraph of ``doc`` as its
     description, every flag's default in ``--help``, and ``--verbose``."""
     made = CommandLineParser(
         prog=f"keras-vit {command}",
         description=doc.strip().split("\n\n")[0],
-        formatter_class=_HelpFormatter,
         **options,
     )
     quiet.add_flag(made)
@@ -104,7 +99,17 @@ def command(name):
 
 def main(argv=None):
     """Runs ``keras-vit`` with ``argv`` (default: the process's); returns the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        try:
+            status = _run(list(sys.argv[1:] if argv is None else argv))
+        finally:  # --help and bad input leave through SystemExit: their output is flushed too
+            sys.stdout.flush()  # here, not at the interpreter's exit, where a closed pipe is a traceback
+    except BrokenPipeError:
+        return closed_output()
+    return status
+
+
+def _run(argv):
     if argv[:1] == ["--verbose"]:  # quiet.verbose() has seen it; commands take it too
         argv = argv[1:] + ["--verbose"]
     if not argv or argv[0] in ("-h", "--help"):
@@ -126,3 +131,14 @@ def main(argv=None):
         print(f"error: {error}", file=sys.stderr)
         return 2
     return status if isinstance(status, int) else 0  # the training commands return their run
+
+
+def closed_output():
+    """Answers a standard output closed by its reader (``keras-vit presets | head -1``):
+    one line on stderr, exit status 2, and nothing more written (Python would otherwise try
+    to flush the lost output again at exit, with a traceback)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    print("error: standard output was closed before the command finished (its reader ended)", file=sys.stderr)
+    return 2

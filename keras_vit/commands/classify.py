@@ -24,7 +24,7 @@ def build_parser():
     parser.add_argument("model", help="a .keras file, a local preset folder or a preset name")
     parser.add_argument("images", nargs="+", help="image files (.jpg, .png, ...) or folders of them")
     parser.add_argument("--top", type=int, default=5, help="classes shown per image")
-    parser.add_argument("--batch_size", type=int, default=32, help="images per forward pass")
+    parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass")
     parser.add_argument("--csv", help="also write image,rank,index,class,probability rows here")
     return parser
 
@@ -52,7 +52,7 @@ def main(argv=None):
         if args.top < 1:
             raise ValueError(f"--top must be at least 1; got {args.top}.")
         if args.batch_size < 1:
-            raise ValueError(f"--batch_size must be at least 1; got {args.batch_size}.")
+            raise ValueError(f"--batch-size must be at least 1; got {args.batch_size}.")
         images = _images(args.images)
         model = load_any_model(args.model)
         if model.preprocessing is None:

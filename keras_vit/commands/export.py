@@ -5,10 +5,10 @@ on JAX or PyTorch the conversion runs in a child process with the TensorFlow bac
 
     keras-vit export saved_models/run/model.keras \\
         --formats savedmodel,tflite_float32,tflite_float16,tflite_dynamic_int8,tflite_int8,onnx \\
-        --output saved_models/run/export --representative_data digits
+        --output saved_models/run/export --representative-data digits
 
     # a checkpoint (weights only) needs the architecture:
-    keras-vit export ViT-B_16.npz --model vit_b16 --image_size 224 \\
+    keras-vit export ViT-B_16.npz --model vit_b16 --image-size 224 \\
         --formats savedmodel,onnx --output saved_models/vit_b16/export
 
 Every export takes raw uint8 images (any batch size) and pre-processes them inside, with
@@ -62,24 +62,16 @@ def build_parser():
     parser.add_argument("--formats", default="all", help="comma-separated format names, or 'all'")
     parser.add_argument("--output", required=True, help="folder to write into, e.g. saved_models/<run>/export")
     parser.add_argument("--overwrite", action="store_true", help="replace existing exports")
+    parser.add_argument("--image-size", type=int, help="export at this input size (position embeddings resampled)")
     parser.add_argument(
-        "--image_size", "--image-size", type=int, help="export at this input size (position embeddings resampled)"
-    )
-    parser.add_argument(
-        "--representative_data",
         "--representative-data",
         choices=["digits"],
         help="calibration data for tflite_int8 (and the images exports are verified on)",
     )
-    parser.add_argument(
-        "--num_representative", "--num-representative", type=int, default=300, help="calibration images"
-    )
+    parser.add_argument("--num-representative", type=int, default=300, help="calibration images")
     parser.add_argument("--model", dest="model_name", help="architecture for a checkpoint, e.g. vit_b16")
+    parser.add_argument("--num-classes", type=int, help="classifier size when building from a checkpoint")
     parser.add_argument(
-        "--num_classes", "--num-classes", type=int, help="classifier size when building from a checkpoint"
-    )
-    parser.add_argument(
-        "--model_arg",
         "--model-arg",
         action="append",
         type=_model_arg,
@@ -87,7 +79,7 @@ def build_parser():
         metavar="KEY=VALUE",
         help="further create_model option for a checkpoint (repeatable)",
     )
-    parser.add_argument("--top_k", "--top-k", type=int, default=5, help="length of the SavedModel's top-k outputs")
+    parser.add_argument("--top-k", type=int, default=5, help="length of the SavedModel's top-k outputs")
     parser.add_argument(
         "--normalization",
         default="auto",
@@ -114,7 +106,7 @@ def main(argv=None):
         if args.representative_data is None and args.formats == "all":
             # 'all' without calibration data: everything that needs none.
             formats = tuple(f for f in formats if not FORMATS[f].needs_representative_data)
-            print("note: tflite_int8 skipped; give --representative_data digits to include it", file=sys.stderr)
+            print("note: tflite_int8 skipped; give --representative-data digits to include it", file=sys.stderr)
     except ValueError as error:
         commands.bad_input(error)
     try:

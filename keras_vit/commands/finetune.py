@@ -4,10 +4,10 @@ SGD with momentum 0.9, cosine decay, gradient clipping at global norm 1, no weig
 decay; the position embeddings are interpolated to the new patch grid and a fresh
 zero-initialised head is put on for the new classes.
 
-    keras-vit finetune --init_from vit_b16.augreg2_in21k_ft_in1k --dataset photos/
-    keras-vit finetune --init_from saved_models/pretrain-vit_ti16-digits/model.keras --image_size 24
-    keras-vit finetune --preset paper_finetune --init_from ViT-B_16.npz \
-        --init_model vit_b16 --dataset cifar10 --image_size 384
+    keras-vit finetune --init-from vit_b16.augreg2_in21k_ft_in1k --dataset photos/
+    keras-vit finetune --init-from saved_models/pretrain-vit_ti16-digits/model.keras --image-size 24
+    keras-vit finetune --recipe paper_finetune --init-from ViT-B_16.npz \
+        --init-model vit_b16 --dataset cifar10 --image-size 384
 """
 
 import sys

@@ -39,11 +39,11 @@ def build_parser():
     parser = commands.parser("inspect", __doc__)
     parser.add_argument("model", help="a .keras file, a local preset folder or a preset name")
     parser.add_argument("--images", help="a folder of images (none: the embedded digits' test split)")
-    parser.add_argument("--num_images", type=int, default=8, help="images shown and averaged over")
+    parser.add_argument("--num-images", type=int, default=8, help="images shown and averaged over")
     parser.add_argument("--output", help="folder for the figures (none: see above)")
-    parser.add_argument("--head_fusion", default="mean", choices=inspect.attention.HEAD_FUSIONS, help="rollout")
-    parser.add_argument("--discard_ratio", type=float, default=0.0, help="rollout: weights dropped per block")
-    parser.add_argument("--num_components", type=int, default=28, help="filter components shown")
+    parser.add_argument("--head-fusion", default="mean", choices=inspect.attention.HEAD_FUSIONS, help="rollout")
+    parser.add_argument("--discard-ratio", type=float, default=0.0, help="rollout: weights dropped per block")
+    parser.add_argument("--num-components", type=int, default=28, help="filter components shown")
     parser.add_argument("--overwrite", action="store_true", help="replace figures already there")
     return parser
 
@@ -165,7 +165,7 @@ def main(argv=None):
     plt = require("matplotlib.pyplot", "inspect")
     try:
         if args.num_images < 1:
-            raise ValueError(f"--num_images must be at least 1; got {args.num_images}.")
+            raise ValueError(f"--num-images must be at least 1; got {args.num_images}.")
         model = inspect.attention.check_vit(load_any_model(args.model), args.model)
         raw = load_images(args.images, args.num_images)
         if args.output:

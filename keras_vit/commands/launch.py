@@ -1,15 +1,15 @@
 """Run a training command as several processes on this machine, training together (JAX).
 
-    keras-vit launch --num_processes 2 pretrain --strategy data_parallel --batch_size 64
-    keras-vit launch --num_processes 2 train.py --my_flag 1      # a script of your own
+    keras-vit launch --num-processes 2 pretrain --strategy data_parallel --batch-size 64
+    keras-vit launch --num-processes 2 train.py --my_flag 1      # a script of your own
 
 Starts the processes with Keras' KERAS_DISTRIBUTION_* variables set (the coordinator, the
 count, each process's id; KERAS_BACKEND=jax unless set), which keras.distribution.initialize
 reads. A keras-vit command runs as ``keras-vit
 COMMAND``, a ``.py`` file with this Python. If one process fails, the others are stopped
 and its exit status is this command's. On several hosts, start each host's process
-yourself with --coordinator_address, --num_processes and --process_id (or the variables);
-on a TPU VM pod slice, --coordinator_address auto (docs/guide/recipes.md, "More than one
+yourself with --coordinator-address, --num-processes and --process-id (or the variables);
+on a TPU VM pod slice, --coordinator-address auto (docs/guide/recipes.md, "More than one
 machine").
 """
 
@@ -28,7 +28,7 @@ STOP_GRACE_SECONDS = 10  # a stopped process's time to exit before it is killed
 
 def build_parser():
     parser = commands.parser("launch", __doc__)
-    parser.add_argument("--num_processes", type=int, default=2, help="processes to start")
+    parser.add_argument("--num-processes", type=int, default=2, help="processes to start")
     parser.add_argument("--port", type=int, default=0, help="the coordinator's port on 127.0.0.1 (0: a free one)")
     parser.add_argument("command", help="a keras-vit command (pretrain, finetune) or a .py script")
     parser.add_argument("arguments", nargs="...", help="its flags")
@@ -54,7 +54,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         if args.num_processes < 1:
-            raise ValueError(f"--num_processes must be at least 1; got {args.num_processes}.")
+            raise ValueError(f"--num-processes must be at least 1; got {args.num_processes}.")
         if not 0 <= args.port < 65536:
             raise ValueError(f"--port must be from 0 to 65535; got {args.port}.")
         program = _program(args.command, args.arguments)

@@ -24,12 +24,12 @@ def main(argv=None):
     if {"-h", "--help"} & set(argv):
         build_parser().print_help()
         return 0
-    first = pretrain.main(["--run_name", "main-pretrain", *argv])
+    first = pretrain.main(["--run-name", "main-pretrain", *argv])
     # At 1.5x the pre-training resolution, the paper's move from 224 to 384 in small; an
-    # --image_size of the user's (later on the line) sets both phases'.
+    # --image-size of the user's (later on the line) sets both phases'.
     size = first.model.input_shape[1] * 3 // 2
     model = os.path.join(first.run_dir, "model.keras")
-    second = finetune.main(["--run_name", "main-finetune", "--init_from", model, "--image_size", str(size), *argv])
+    second = finetune.main(["--run-name", "main-finetune", "--init-from", model, "--image-size", str(size), *argv])
     print(f"\nbackend {keras.backend.backend()}")
     print(f"{'phase':<12}{'image size':>12}{'test accuracy':>16}{'seconds':>10}{'epochs':>8}  time per epoch")
     for phase, result in (("pretrain", first), ("finetune", second)):

@@ -1,8 +1,8 @@
 """Pre-train a ViT with the paper's recipe (Adam, weight decay 0.1, warm-up + linear decay).
 
     keras-vit pretrain                                  # embedded digits, small ViT
-    keras-vit pretrain --preset paper_pretrain --dataset imagenet2012 --model vit_b16
-    keras-vit pretrain --learning_rate 3e-4 --epochs 5  # any RecipeConfig field
+    keras-vit pretrain --recipe paper_pretrain --dataset imagenet2012 --model vit_b16
+    keras-vit pretrain --learning-rate 3e-4 --epochs 5  # any RecipeConfig field
     keras-vit pretrain --objective masked_patch_prediction   # self-supervised
 
 Writes saved_models/<run>/ (model.keras, best.keras, backup/, log.csv, tensorboard/).

@@ -163,7 +163,7 @@ def export_model(
     if needs_data and representative_data is None:
         raise ValueError(
             f"{', '.join(needs_data)} needs representative data to calibrate on: "
-            f"representative_data='digits' (--representative_data digits) or a uint8 array of "
+            f"representative_data='digits' (--representative-data digits) or a uint8 array of "
             "a few hundred training images; got none."
         )
     from keras_vit.data.preprocessing import check_normalization

@@ -27,7 +27,7 @@ def main(argv):
     pattern = argv[0] if argv else "*"
     names = list_presets(pattern)
     if not names:
-        print(f"No preset matches {pattern!r}.", file=sys.stderr)
+        print(f"error: no preset matches {pattern!r}; keras-vit presets lists them all.", file=sys.stderr)
         return 2
     print(PRESETS[names[0]].card() if len(names) == 1 else table(pattern))
     return 0

@@ -2,7 +2,7 @@
 
 ``PRESETS`` holds the paper's two recipes (ImageNet-scale pre-training and fine-tuning,
 section 4.1 and appendix B.1) and the embedded default (digits) that the README's main
-command runs. Every field can be overridden from the command line (``--learning_rate 3e-4``),
+command runs. Every field can be overridden from the command line (``--learning-rate 3e-4``),
 and so can every option of the model spec (``--depth 4``), which ``model_options`` holds.
 """
 
@@ -16,10 +16,17 @@ import sys
 import types
 import typing
 
-from keras_vit import quiet
-from keras_vit.checks import CommandLineParser
+from keras_vit import checks, quiet
+from keras_vit.layers.activations import MLP_ACTIVATIONS
+from keras_vit.layers.attention_pooling import ATTENTION_POOLING
+from keras_vit.layers.heads import POOLINGS
+from keras_vit.layers.layer_norm import NORM_TYPES
+from keras_vit.layers.tokens import POSITION_EMBEDDINGS
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
+from keras_vit.training.distribution import STRATEGIES
 from keras_vit.training.errors import RecipeInputError
+from keras_vit.training.optimizers import OPTIMIZERS
+from keras_vit.training.schedules import DECAYS
 
 
 @dataclasses.dataclass
@@ -46,7 +53,7 @@ class RecipeConfig:
     # unused; keras_vit/models/masked_patches.py). Fine-tuning is always classification.
     objective: str = "classification"
     # ViTSpec fields over the named model's (architecture for pre-training; pooling,
-    # pre-logits and dropouts for both). Each is a flag too (--depth 4, --dropout_rate 0.1).
+    # pre-logits and dropouts for both). Each is a flag too (--depth 4, --dropout-rate 0.1).
     model_options: dict = dataclasses.field(default_factory=dict)
     # optimisation
     optimizer: str = "adam"  # "adam" (decoupled weight decay) or "sgd" (momentum)
@@ -102,7 +109,7 @@ class RecipeConfig:
             below = value <= high if closed[1] else value < high
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (above and below):
                 interval = f"{'[' if closed[0] else '('}{low}, {high}{']' if closed[1] else ')'}"
-                raise ValueError(f"--{name} must be in {interval}; got {value!r}.")
+                raise ValueError(f"{checks.flag(name)} must be in {interval}; got {value!r}.")
 
 
 # (field, low, high, (low included, high included)) for the numeric fields of RecipeConfig.
@@ -137,9 +144,9 @@ _RANGES = (
 
 # fmt: off
 # The paper's recipes (ImageNet-21k pre-training of ViT-B; fine-tuning, at 384 in the paper:
-# --image_size 384, else at the pre-trained model's size). Their batch is the update's: the
+# --image-size 384, else at the pre-trained model's size). Their batch is the update's: the
 # paper reaches 4096 over a TPU pod's devices in one step; a machine that holds 64 images
-# reaches it with --accumulation_steps 64 (the same updates).
+# reaches it with --accumulation-steps 64 (the same updates).
 PAPER_PRETRAIN = dict(
     optimizer="adam", beta1=0.9, beta2=0.999, weight_decay=0.1, learning_rate=1e-3,
     batch_size=4096, warmup_steps=10_000, decay="linear", dropout_rate=0.1,
@@ -151,7 +158,7 @@ PAPER_FINETUNE = dict(
     representation_size=None, inception_crop=False, epochs=8,
 )
 # The embedded default: a small ViT on scikit-learn's 8x8 digits, pre-trained at 16 px
-# and fine-tuned at 24 px (1.5x: the main job's --image_size), fast enough for the README's
+# and fine-tuned at 24 px (1.5x: the main job's --image-size), fast enough for the README's
 # main command on a CPU. Tuned on the validation split: a milder crop than ImageNet's (8x8
 # digits lose their identity in small crops), a higher peak learning rate for the short
 # schedule, label smoothing 0.1 and 50 + 20 epochs, each kept for a higher mean fine-tuned
@@ -173,12 +180,45 @@ PRESETS = {
     "digits_finetune": DIGITS_FINETUNE,
 }
 OBJECTIVES = ("classification", "masked_patch_prediction")
+FREEZE = ("backbone",)
 FIELDS = {f.name: f for f in dataclasses.fields(RecipeConfig) if f.name != "model_options"}
 # The spec's options that a recipe may set: all but the task's size and classes (the
 # recipe's image_size and the dataset's) and the nested ResNet stem (a named model's).
 MODEL_OPTIONS = {
     f.name: f for f in dataclasses.fields(ViTSpec) if f.name not in ("image_size", "num_classes", "resnet")
 }
+# The values a field takes, where they are few (the command line lists them; "none" too
+# where the field may be None). The strategies are every backend's: each refuses the others'.
+CHOICES = {
+    "normalization": ("vit", "imagenet"),
+    "objective": OBJECTIVES,
+    "optimizer": OPTIMIZERS,
+    "decay": DECAYS,
+    "freeze": FREEZE,
+    "strategy": tuple(dict.fromkeys(s for names in STRATEGIES.values() for s in names)),
+    "progress": (0, 1, 2),
+    "pooling": (*POOLINGS, ATTENTION_POOLING),
+    "position_embedding": POSITION_EMBEDDINGS,
+    "norm_type": NORM_TYPES,
+    "mlp_activation": MLP_ACTIVATIONS,
+}
+# The command line's groups of flags, in --help's order; the model's architecture and
+# numerics (every ViTSpec option a recipe may set) form the last.
+GROUPS = {
+    "data": ("dataset", "data_dir", "image_size", "normalization", "batch_size", "steps_per_epoch"),
+    "augmentation": ("inception_crop", "crop_area_min", "horizontal_flip", "rand_augment", "mixup_alpha",
+                     "cutmix_factor"),
+    "model": ("model", "objective", "init_from", "init_model"),
+    "optimisation": ("optimizer", "learning_rate", "beta1", "beta2", "momentum", "weight_decay", "global_clipnorm",
+                     "warmup_steps", "decay", "label_smoothing", "epochs", "accumulation_steps"),
+    "fine-tuning": ("freeze", "lora_rank", "lora_alpha", "lora_targets", "lora_norms", "layer_decay", "ema"),
+    "evaluation during training": ("fewshot_every", "fewshot_shots", "fewshot_seeds"),
+    "output": ("output_dir", "run_name", "resume", "progress"),
+    "distribution": ("strategy", "tpu", "coordinator_address", "num_processes", "process_id", "coordinator_timeout"),
+    "runtime": ("mixed_precision", "jit_compile", "seed"),
+    "model options (ViTSpec; default: the model's own)": tuple(MODEL_OPTIONS),
+}  # fmt: skip
+_THE_MODELS = object()  # a model option's default: what the model itself has
 # What a recipe preset says about its own model, which a model the user names replaces.
 _ARCHITECTURE = {"image_size", *(n for n in ViTSpec.fields_with_role(ARCHITECTURE) if n in MODEL_OPTIONS)}
 
@@ -215,21 +255,16 @@ def _for_the_named_model(preset, overrides):
 def _unknown_keys_message(unknown, flags=False):
     """Names each unknown key with the close known ones; as ``--flags`` for a command line."""
     known = [*FIELDS, *MODEL_OPTIONS]
-    dash = "--" if flags else ""
+    shown = checks.flag if flags else str
     parts = []
     for key in unknown:
         # Close spellings, and the fields a short form abbreviates (lr: learning_rate).
         close = difflib.get_close_matches(key, known, n=3)
         close += [k for k in known if "".join(w[0] for w in k.split("_")) == key and k not in close]
-        parts.append(f"{dash}{key}" + (f" (did you mean {', '.join(dash + c for c in close)}?)" if close else ""))
+        parts.append(shown(key) + (f" (did you mean {', '.join(map(shown, close))}?)" if close else ""))
     if flags:
         return f"Unknown flag(s): {', '.join(parts)}. Every RecipeConfig field is a flag: see --help."
     return f"Unknown config key(s): {', '.join(parts)}. Known keys: {', '.join(known)}."
-
-
-def _is_bool(field):
-    return field.type is bool or (typing.get_origin(field.type) in (typing.Union, types.UnionType)
-                                  and bool in typing.get_args(field.type))  # fmt: skip
 
 
 def _parse_value(text, field):
@@ -243,11 +278,11 @@ def _parse_value(text, field):
             return True
         if text.lower() in ("0", "false", "no", "off"):
             return False
-        raise ValueError(f"--{field.name} expects true or false, got {text!r}.")
+        raise ValueError(f"{checks.flag(field.name)} expects true or false, got {text!r}.")
     try:
         return kind(text)
     except ValueError:
-        raise ValueError(f"--{field.name} expects {kind.__name__}, got {text!r}.") from None
+        raise ValueError(f"{checks.flag(field.name)} expects {kind.__name__}, got {text!r}.") from None
 
 
 def run_command_line(recipe, argv, default_preset, prog=None, doc=None):
@@ -274,39 +309,83 @@ def _field_notes():
     return {m[1]: m[2] for m in found if m and m[1] in FIELDS}
 
 
+def _kind(field):
+    """A field's type without ``| None``."""
+    if typing.get_origin(field.type) in (typing.Union, types.UnionType):
+        return next(a for a in typing.get_args(field.type) if a is not type(None))
+    return field.type
+
+
+def _add_flag(group, name, field, default, note):
+    """``--<name>`` (hyphens; ``--<name_with_underscores>`` taken too), its choices or its
+    type shown, its value in the recipe as the default; ``--name`` / ``--no-name`` for a
+    true/false field. Every value stays text here, parsed by ``_parse_value``."""
+    flag = checks.flag(name)
+    text = note.replace("%", "%%")
+    shown_default = "the model's" if default is _THE_MODELS else default
+    options = dict(default=argparse.SUPPRESS, help=f"{text} (default: {checks.shown(shown_default)})")
+    if _kind(field) is bool:
+        group.add_argument(flag, dest=name, action=checks.BooleanFlag, **options)
+    elif name in CHOICES:
+        optional = _kind(field) is not field.type
+        choices = [str(c) for c in CHOICES[name]] + (["none"] if optional else [])
+        group.add_argument(flag, dest=name, choices=choices, **options)
+    else:
+        group.add_argument(flag, dest=name, metavar=_kind(field).__name__.upper().replace("STR", "TEXT"), **options)
+
+
 def build_parser(default_preset, prog=None, description=None):
-    """The recipes' parser: ``--preset NAME`` and every field as ``--<field> VALUE``, each
-    with its value in ``default_preset`` in the help (a flag not given is not in the result)."""
-    parser = CommandLineParser(
+    """The recipes' parser: ``--recipe NAME`` and every field as a flag in its group
+    (``GROUPS``), each with its value in ``default_preset`` in the help (a flag not given
+    is not in the result). ``--preset NAME``, the old spelling of ``--recipe``, is taken
+    with a warning (elsewhere ``--preset`` names pretrained weights)."""
+    parser = checks.CommandLineParser(
         prog=prog,
         description=(description or "keras-vit recipe.")
-        + " Every RecipeConfig field and every ViTSpec option is a flag: --<field> VALUE.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        + " Every RecipeConfig field and every ViTSpec option is a flag (--learning-rate 3e-4; the"
+        " underscore spelling, --learning_rate, is the same flag).",
     )
-    parser.add_argument("--preset", default=default_preset, choices=sorted(PRESETS), help="the defaults")
+    parser.add_argument("--recipe", default=default_preset, choices=sorted(PRESETS), help="the recipe whose values are "
+                        "the defaults below")  # fmt: skip
+    parser.add_argument("--preset", dest="old_recipe", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     defaults = make_config(default_preset)
     notes = _field_notes()
-    for name in [*FIELDS, *MODEL_OPTIONS]:
-        value = getattr(defaults, name) if name in FIELDS else defaults.model_options.get(name, "the model's")
-        note = notes.get(name) or ("a ViTSpec option" if name in MODEL_OPTIONS else "")
-        text = f"{note} (default: {value})".replace("%", "%%")  # argparse formats help with %
-        # A true/false field alone on the line means true (--resume), or takes its value (--resume false).
-        switch = {"nargs": "?", "const": "true"} if name in FIELDS and _is_bool(FIELDS[name]) else {}
-        parser.add_argument(f"--{name}", default=argparse.SUPPRESS, metavar="VALUE", help=text, **switch)
+    for title, names in GROUPS.items():
+        group = parser.add_argument_group(title)
+        for name in names:
+            if name in FIELDS:
+                _add_flag(group, name, FIELDS[name], getattr(defaults, name), notes.get(name, ""))
+            else:
+                default = defaults.model_options.get(name, _THE_MODELS)
+                _add_flag(group, name, MODEL_OPTIONS[name], default, "a ViTSpec option")
     quiet.add_flag(parser)
     return parser
 
 
+def _recipe(args):
+    """The recipe asked for: ``--recipe``, or the old ``--preset`` with a warning."""
+    old = getattr(args, "old_recipe", None)
+    if old is None:
+        return args.recipe
+    if old not in PRESETS:
+        raise ValueError(
+            f"--preset {old!r}: the training commands take a recipe as --recipe (one of {', '.join(sorted(PRESETS))}) "
+            f"and pretrained weights as --init-from {old}."
+        )
+    print(f"warning: --preset {old} is --recipe {old} now (--preset names pretrained weights).", file=sys.stderr)
+    return old
+
+
 def parse_args(argv, default_preset, prog=None, doc=None):
-    """Command line -> ``RecipeConfig``: ``--preset NAME`` plus ``--<field> VALUE`` pairs."""
+    """Command line -> ``RecipeConfig``: ``--recipe NAME`` plus ``--<field> VALUE`` pairs."""
     description = doc.strip().split("\n\n")[0] if doc else None
     args, unknown = build_parser(default_preset, prog, description).parse_known_args(argv)
     if unknown:
-        keys = [u[2:].split("=")[0] for u in unknown if u.startswith("--")]
+        keys = [u[2:].split("=")[0].replace("-", "_") for u in unknown if u.startswith("--")]
         raise ValueError(_unknown_keys_message(keys or unknown, flags=True))
     overrides = {
         name: _parse_value(value, FIELDS.get(name) or MODEL_OPTIONS[name])
         for name, value in vars(args).items()
-        if name not in ("preset", "verbose")
+        if name not in ("recipe", "old_recipe", "verbose")
     }
-    return make_config(args.preset, **overrides)
+    return make_config(_recipe(args), **overrides)

@@ -8,4 +8,4 @@ class RecipeInputError(ValueError):
 
 
 class MissingInputFileError(RecipeInputError, FileNotFoundError):
-    """A file the recipe needs (``--init_from``) is not there."""
+    """A file the recipe needs (``--init-from``) is not there."""

@@ -1,4 +1,4 @@
-"""What fine-tuning starts from: the pre-trained model ``--init_from`` names, the recipe's
+"""What fine-tuning starts from: the pre-trained model ``--init-from`` names, the recipe's
 settings it decides (image size, normalisation), and the checks of the start."""
 
 import dataclasses
@@ -8,6 +8,7 @@ import keras
 import numpy as np
 
 import keras_vit
+from keras_vit.checks import flag
 from keras_vit.factory import CHECKPOINT_EXTENSIONS
 from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.models.masked_patches import MaskedPatchPrediction
@@ -24,10 +25,10 @@ def load_pretrained(config):
         return None  # loaded into the model to fine-tune by load_weights
     if not os.path.exists(source):
         if os.sep in source or os.path.splitext(source)[1] in CHECKPOINT_EXTENSIONS:
-            raise MissingInputFileError(f"--init_from {source!r} is not a file or folder.")
+            raise MissingInputFileError(f"--init-from {source!r} is not a file or folder.")
         if "." not in source and not source.startswith("hf-hub:"):
             raise RecipeInputError(
-                f"--init_from {source!r} is not a file, a folder or a preset: a model name alone has no "
+                f"--init-from {source!r} is not a file, a folder or a preset: a model name alone has no "
                 f"pre-trained weights. Expected a preset such as {_presets_of(source)}, a preset folder "
                 "(keras_vit.save_preset) or a .keras file."
             )
@@ -56,18 +57,18 @@ def resolved(config, recipe, pretrained):
     else:
         spec = pretrained.spec
         architecture = set(ViTSpec.fields_with_role(ARCHITECTURE))
-        conflicts = [f"--{k} {v!r} (the model's: {getattr(spec, k)!r})" for k, v in config.model_options.items()
+        conflicts = [f"{flag(k)} {v!r} (the model's: {getattr(spec, k)!r})" for k, v in config.model_options.items()
                      if k in architecture and getattr(spec, k) != v]  # fmt: skip
         own_normalization = _normalization_of(pretrained.preprocessing)
         if config.normalization not in (None, own_normalization):
             conflicts.append(f"--normalization {config.normalization!r} (the model's: {own_normalization!r})")
         if conflicts:
             raise RecipeInputError(
-                f"--init_from {config.init_from} is built otherwise than the recipe asks: {'; '.join(conflicts)}. "
+                f"--init-from {config.init_from} is built otherwise than the recipe asks: {'; '.join(conflicts)}. "
                 "Expected no architecture options for a pre-trained model (drop them, or pre-train that architecture)."
             )
     if config.image_size is None and spec.image_size[0] != spec.image_size[1]:
-        raise RecipeInputError(f"The model takes {spec.image_size} images; give a square --image_size to train at.")
+        raise RecipeInputError(f"The model takes {spec.image_size} images; give a square --image-size to train at.")
     return dataclasses.replace(
         config,
         image_size=config.image_size or spec.image_size[0],

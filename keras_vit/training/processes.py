@@ -1,10 +1,10 @@
 """Training in several processes: JAX's multi-process runtime through ``keras.distribution``.
 
-Every process runs the same command with its own ``--process_id``; process 0 also hosts
-the coordinator at ``--coordinator_address``. ``keras.distribution.initialize`` joins them,
+Every process runs the same command with its own ``--process-id``; process 0 also hosts
+the coordinator at ``--coordinator-address``. ``keras.distribution.initialize`` joins them,
 after which ``keras.distribution.list_devices()`` lists every process's devices and the
 ``data_parallel`` and ``sharded`` strategies span them all. On CPUs the processes'
-collectives go through gloo. ``--coordinator_address auto`` leaves the three values to
+collectives go through gloo. ``--coordinator-address auto`` leaves the three values to
 JAX's cluster detection (a TPU VM pod slice, SLURM, Open MPI).
 
 The run's other rules live with the run: each process reads its own part of each batch
@@ -72,8 +72,8 @@ def requested(config, environ=None):
         return Processes(AUTO, None, None)
     if values["num_processes"] is None and (values["coordinator_address"] or values["process_id"] is not None):
         raise ValueError(
-            "--coordinator_address and --process_id join several processes: expected --num_processes (or "
-            "KERAS_DISTRIBUTION_NUM_PROCESSES) with them, or --coordinator_address auto."
+            "--coordinator-address and --process-id join several processes: expected --num-processes (or "
+            "KERAS_DISTRIBUTION_NUM_PROCESSES) with them, or --coordinator-address auto."
         )
     if not values["num_processes"] or values["num_processes"] == 1:
         return None
@@ -114,16 +114,16 @@ def check(processes, strategy):
         return
     count, index = processes.count, processes.index
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"--num_processes must be a positive integer; got {count!r}.")
+        raise ValueError(f"--num-processes must be a positive integer; got {count!r}.")
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
-        raise ValueError(f"--process_id must be from 0 to {count - 1} (--num_processes {count}); got {index!r}.")
+        raise ValueError(f"--process-id must be from 0 to {count - 1} (--num-processes {count}); got {index!r}.")
     _host_port(processes.coordinator)
 
 
 def _host_port(address):
     host, _, port = str(address or "").rpartition(":")
     if not host or not port.isdigit():
-        raise ValueError(f"--coordinator_address must be process 0's host:port (e.g. 10.0.0.1:1234); got {address!r}.")
+        raise ValueError(f"--coordinator-address must be process 0's host:port (e.g. 10.0.0.1:1234); got {address!r}.")
     return host, int(port)
 
 
@@ -163,7 +163,7 @@ def _wait_for(address, timeout):
             if time.monotonic() > deadline:
                 raise ConnectionError(
                     f"No coordinator answered at {address} within {timeout} s ({error.strerror or error}): "
-                    "expected process 0 to run there, started with the same --coordinator_address."
+                    "expected process 0 to run there, started with the same --coordinator-address."
                 ) from None
             time.sleep(0.2)
 

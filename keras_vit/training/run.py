@@ -18,6 +18,7 @@ import keras
 import numpy as np
 
 import keras_vit
+from keras_vit.checks import flag
 from keras_vit.data import load_dataset, make_pipeline, mixes_labels
 from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.models.graph import TASK_LAYERS
@@ -27,7 +28,7 @@ from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 from keras_vit.saving import save_model
 from keras_vit.training import processes
 from keras_vit.training.checkpointing import BestModel, RunBackup, read_state
-from keras_vit.training.config import OBJECTIVES
+from keras_vit.training.config import FREEZE, OBJECTIVES
 from keras_vit.training.distribution import check_strategy, distribution_scope
 from keras_vit.training.epoch_times import EpochTimes
 from keras_vit.training.errors import RecipeInputError
@@ -122,7 +123,7 @@ def _steps_per_epoch(config, split, drop_remainder):
     if config.steps_per_epoch:
         return config.steps_per_epoch
     if split.num_examples is None:
-        raise ValueError(f"The size of {config.dataset!r}'s training split is unknown: set --steps_per_epoch.")
+        raise ValueError(f"The size of {config.dataset!r}'s training split is unknown: set --steps-per-epoch.")
     batches = split.num_examples / config.batch_size
     full = drop_remainder or _full_batches(config, split)
     return max(1, math.floor(batches) if full else math.ceil(batches))
@@ -172,7 +173,7 @@ def _fewshot_callback(config, splits):
         shots = [int(k) for k in str(config.fewshot_shots).split(",") if k.strip()]
     except ValueError:
         raise ValueError(
-            f"--fewshot_shots expects comma-separated ints (1,5,10); got {config.fewshot_shots!r}."
+            f"--fewshot-shots expects comma-separated ints (1,5,10); got {config.fewshot_shots!r}."
         ) from None
     # Across processes, each computes its part of every batch's features and all get the whole.
     predict = processes.predict if processes.count() > 1 else None
@@ -211,7 +212,7 @@ def finetune(config, callbacks=()):
     """Fine-tunes a pre-trained model (``config.init_from``); see ``recipes/finetune.py``."""
     if not config.init_from:
         raise RecipeInputError(
-            "Fine-tuning needs --init_from: a preset name or folder, a .keras file or a checkpoint load_weights reads."
+            "Fine-tuning needs --init-from: a preset name or folder, a .keras file or a checkpoint load_weights reads."
         )
     return _fit(config, "finetune", callbacks)
 
@@ -262,23 +263,20 @@ def _build(config, recipe, spec, class_names, pretrained):
     return model
 
 
-FREEZE = ("backbone",)
-
-
 def _check_fine_tuning(config, recipe, spec):
     """The fine-tuning techniques asked for fit the recipe and the model."""
-    asked = [f"--{k}" for k in ("freeze", "lora_rank", "layer_decay") if getattr(config, k)]
+    asked = [flag(k) for k in ("freeze", "lora_rank", "layer_decay") if getattr(config, k)]
     if recipe != "finetune" and asked:
         raise ValueError(f"{', '.join(asked)}: options of fine-tuning a pre-trained model (keras-vit finetune).")
     if config.freeze not in (None, *FREEZE):
         raise ValueError(f"--freeze must be one of {', '.join(FREEZE)}; got {config.freeze!r}.")
     if config.freeze and config.lora_rank:
-        raise ValueError("--freeze backbone trains the head alone and --lora_rank adapters too: choose one.")
+        raise ValueError("--freeze backbone trains the head alone and --lora-rank adapters too: choose one.")
     if config.lora_rank:
         narrowest = narrowest_projection(spec, config.lora_targets)
         if config.lora_rank > narrowest:
             raise ValueError(
-                f"--lora_rank must be from 1 to {narrowest} (the width of the narrowest projection it adapts); "
+                f"--lora-rank must be from 1 to {narrowest} (the width of the narrowest projection it adapts); "
                 f"got {config.lora_rank}."
             )
 

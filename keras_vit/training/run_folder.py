@@ -8,6 +8,7 @@ import os
 
 import keras
 
+from keras_vit.checks import flag
 from keras_vit.saving import atomic_path
 from keras_vit.training import processes
 from keras_vit.training.errors import RecipeInputError
@@ -38,7 +39,7 @@ def open_run_dir(config, name):
         if not os.path.isdir(path):
             raise RecipeInputError(
                 f"Process {processes.index()} cannot see the run folder {path} that process 0 made: expected "
-                "--output_dir on a filesystem every process shares."
+                "--output-dir on a filesystem every process shares."
             )
         return path, bool(resumed)
     try:
@@ -73,7 +74,7 @@ def _open(config, base):
 
 def _unwritable(path, reason):
     return RecipeInputError(
-        f"Cannot write the run folder {path}: {reason}. Expected --output_dir to be a folder this process "
+        f"Cannot write the run folder {path}: {reason}. Expected --output-dir to be a folder this process "
         "can write (or one it can create)."
     )
 
@@ -95,7 +96,7 @@ def record_config(run_dir, config, recipe, resumed):
         began["config"].update({k: record["config"][k] for k in PER_LAUNCH})
         differ = sorted(k for k in record["config"] if began["config"].get(k) != record["config"][k])
         if began["recipe"] != recipe or differ:
-            changes = ", ".join(f"--{k} {began['config'].get(k)!r} -> {record['config'][k]!r}" for k in differ)
+            changes = ", ".join(f"{flag(k)} {began['config'].get(k)!r} -> {record['config'][k]!r}" for k in differ)
             raise RecipeInputError(
                 f"--resume: {run_dir} began as another run ({changes or began['recipe'] + ' -> ' + recipe}). "
                 "Expected the command that began it; without --resume a new run starts."
