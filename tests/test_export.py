@@ -192,10 +192,23 @@ def exported(request, digits, tmp_path_factory):
     # The ViT is exported from its file, the hybrid from the model in memory: both entry
     # points, and on JAX the hybrid is not rebuilt from the file (seconds).
     source = model_file if name == TINY_VIT["name"] else model
-    result = export_model(source, output, formats=formats, representative_data="digits")
+    # The ViT calibrates on a folder of the training digits as PNG files, in subfolders (a
+    # user's own images); named so that the seeded draw picks the images "digits" would.
+    representative = "digits" if name != TINY_VIT["name"] else _png_folder(x_train, folder / "train")
+    result = export_model(source, output, formats=formats, representative_data=representative)
     files = dict(model_file=model_file, output=output, result=result, formats=formats)
     return dict(model=model, name=name, accuracy=accuracy, x_test=x_test, y_test=y_test, reference=reference,
                 log_reference=log_reference, **files)  # fmt: skip
+
+
+def _png_folder(images, folder):
+    from PIL import Image
+
+    for index, image in enumerate(images):
+        part = folder / f"part{index // 500}"
+        part.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image).save(part / f"{index:05d}.png")
+    return str(folder)
 
 
 # ---------------------------------------------------------------- the exported files
@@ -611,6 +624,16 @@ def test_normalization_contradicting_the_models_own_is_refused(tmp_path):
     model = _build(dict(TINY_VIT, depth=1, preprocessing=preprocessing))
     with pytest.raises(ValueError, match=r"own pre-processing \(mean=\(0.485.*normalization='vit'.*contradicts it"):
         export_model(model, tmp_path / "out", formats="tflite_float32", normalization="vit")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_without_images_is_refused_as_representative_data(tiny_model_file, tmp_path):
+    (tmp_path / "photos" / "cats").mkdir(parents=True)
+    (tmp_path / "photos" / "cats" / "notes.txt").write_text("not an image")
+    with pytest.raises(ValueError, match=r"Expected images \(.bmp, .gif, .jpeg, .jpg, .png\) in .*photos"):
+        export_model(tiny_model_file, tmp_path / "out", formats="tflite_int8", representative_data=tmp_path / "photos")
+    with pytest.raises(ValueError, match="expected one of .*'digits'.*, a folder of images"):
+        export_model(tiny_model_file, tmp_path / "out", formats="tflite_int8", representative_data="no/such/folder")
     assert not (tmp_path / "out").exists()
 
 

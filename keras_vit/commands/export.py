@@ -7,6 +7,10 @@ on JAX or PyTorch the conversion runs in a child process with the TensorFlow bac
         --formats savedmodel,tflite_float32,tflite_float16,tflite_dynamic_int8,tflite_int8,onnx \\
         --output saved_models/run/export --representative-data digits
 
+    # calibrated on your own images (a folder; its class subfolders too):
+    keras-vit export saved_models/run/model.keras --formats tflite_int8 \\
+        --output saved_models/run/export --representative-data photos/
+
     # a checkpoint (weights only) needs the architecture:
     keras-vit export ViT-B_16.npz --model vit_b16 --image-size 224 \\
         --formats savedmodel,onnx --output saved_models/vit_b16/export
@@ -65,8 +69,9 @@ def build_parser():
     parser.add_argument("--image-size", type=int, help="export at this input size (position embeddings resampled)")
     parser.add_argument(
         "--representative-data",
-        choices=["digits"],
-        help="calibration data for tflite_int8 (and the images exports are verified on)",
+        metavar="digits|FOLDER",
+        help="calibration images for tflite_int8 (and the images the exports are verified on): the embedded "
+        "digits, or a folder of your images (its subfolders too, e.g. your training folder)",
     )
     parser.add_argument("--num-representative", type=int, default=300, help="calibration images")
     parser.add_argument("--model", dest="model_name", help="architecture for a checkpoint, e.g. vit_b16")
@@ -106,7 +111,8 @@ def main(argv=None):
         if args.representative_data is None and args.formats == "all":
             # 'all' without calibration data: everything that needs none.
             formats = tuple(f for f in formats if not FORMATS[f].needs_representative_data)
-            print("note: tflite_int8 skipped; give --representative-data digits to include it", file=sys.stderr)
+            print("note: tflite_int8 skipped; give --representative-data (digits or a folder of images) to include it",
+                  file=sys.stderr)  # fmt: skip
     except ValueError as error:
         commands.bad_input(error)
     try:

@@ -103,7 +103,8 @@ def export_model(
         formats: names (list, or a comma-separated string; ``"all"``), see ``FORMATS``;
             default all but ``tflite_int8`` unless ``representative_data`` is given.
         overwrite: replace existing exports (never done otherwise).
-        representative_data: ``"digits"`` (the embedded training split) or uint8 images;
+        representative_data: ``"digits"`` (the embedded training split), a folder of
+            images (its subfolders too; resized to the model's size) or uint8 images;
             calibrates ``tflite_int8`` and supplies the verification images.
         num_representative: how many images calibrate ``tflite_int8``.
         verification_images: uint8 images to verify on (default: from
@@ -158,13 +159,13 @@ def export_model(
         raise FileExistsError(f"Expected an output folder; {output} is a file.")
     targets = {name: os.path.join(output, FORMATS[name].filename) for name in names}
     saving.check_targets(targets.values(), overwrite)
-    rep.check_source(representative_data)
+    representative_data = rep.check_source(representative_data)
     needs_data = [n for n in names if FORMATS[n].needs_representative_data]
     if needs_data and representative_data is None:
         raise ValueError(
             f"{', '.join(needs_data)} needs representative data to calibrate on: "
-            f"representative_data='digits' (--representative-data digits) or a uint8 array of "
-            "a few hundred training images; got none."
+            f"representative_data='digits' (--representative-data digits), a folder of a few hundred "
+            "training images (--representative-data photos/) or a uint8 array of them; got none."
         )
     from keras_vit.data.preprocessing import check_normalization
 
