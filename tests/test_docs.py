@@ -104,3 +104,73 @@ def test_the_docs_site_builds_in_strict_mode(tmp_path):
     with open(tmp_path / "site" / "guide" / "install" / "index.html") as f:
         install = f.read()
     assert "scripts/test.sh" in install and "--8&lt;" not in install
+
+
+SHELL_BLOCK = re.compile(r"```(?:bash|sh|shell|console)\n(.*?)```", re.S)
+
+
+def _documented_commands():
+    """``(page, argv)`` of every ``keras-vit`` command line (``python -m keras_vit`` and the
+    recipes' scripts included) in the README's and the manual's shell blocks; the dated
+    performance history is a record, not instructions."""
+    import shlex
+
+    found = []
+    for page in _pages():
+        if page.endswith(("CHANGELOG.md", "performance-history.md")):
+            continue
+        with open(page) as f:
+            text = f.read()
+        for block in SHELL_BLOCK.findall(text):
+            for line in block.replace("\\\n", " ").splitlines():
+                words = shlex.split(line, comments=True)
+                while words and re.match(r"^[A-Z_]+=", words[0]):  # KERAS_BACKEND=jax keras-vit ...
+                    words = words[1:]
+                if words[:1] == ["keras-vit"]:
+                    found.append((os.path.relpath(page, ROOT), words[1:]))
+                elif words[:3] in (["python", "-m", "keras_vit"],):
+                    found.append((os.path.relpath(page, ROOT), words[3:]))
+                elif words[:1] == ["python"] and words[1:2] and words[1].startswith("recipes/"):
+                    script = os.path.basename(words[1])[: -len(".py")]
+                    found.append((os.path.relpath(page, ROOT), [{"main": "main"}.get(script, script), *words[2:]]))
+    return found
+
+
+def _parses(argv):
+    """Parses a command line as its command would, doing none of its work: every flag, choice
+    and value type checked (the recipes' values against their ranges too)."""
+    from keras_vit.commands import COMMANDS, command
+    from keras_vit.training.config import parse_args
+
+    name, rest = argv[0], argv[1:]
+    assert name in COMMANDS, f"not a command: {name}"
+    if name in ("pretrain", "finetune", "main"):
+        return parse_args(rest, "digits_finetune" if name == "finetune" else "digits_pretrain")
+    args = command(name).build_parser().parse_args(rest)
+    if name == "launch" and not args.command.endswith(".py"):
+        _parses([args.command, *args.arguments])
+    return args
+
+
+def test_every_command_the_readme_and_the_manual_show_is_taken_as_written():
+    commands = _documented_commands()
+    assert len(commands) >= 30, commands  # the extraction found the pages' commands
+    readme = {tuple(argv[:1]) for page, argv in commands if page == "README.md"}
+    assert {("--help",), ("classify",), ("pretrain",), ("finetune",), ("export",), ("presets",)} <= readme
+    for page, argv in commands:
+        if argv in (["--help"], ["presets"]):
+            continue  # run below
+        try:
+            _parses(argv)
+        except (SystemExit, ValueError) as error:
+            raise AssertionError(f"{page}: keras-vit {' '.join(argv)}: {error}") from None
+
+
+def test_the_readmes_listing_commands_run(capsys):
+    from keras_vit.commands import COMMANDS, main
+
+    assert main(["--help"]) == 0
+    listing = capsys.readouterr().out
+    assert all(f"  {name} " in listing for name in COMMANDS), listing
+    assert main(["presets"]) == 0
+    assert "vit_b16.augreg2_in21k_ft_in1k" in capsys.readouterr().out
