@@ -156,8 +156,8 @@ def build_archive(
             image.set_shape((None, None, channels))
             return preprocessing(image[None])[0]
 
-        image_spec = tf.TensorSpec((height, width, channels), preprocessing.compute_dtype)
-        images = tf.map_fn(one, image_bytes, fn_output_signature=image_spec)
+        decoded = tf.TensorSpec((height, width, channels), preprocessing.compute_dtype)
+        images = tf.map_fn(one, image_bytes, fn_output_signature=decoded)
         outputs = serve_preprocessed(images)
         if top_k:
             outputs["top_k_names"] = tf.gather(tf.constant(names), outputs["top_k_indices"])
