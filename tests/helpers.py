@@ -236,3 +236,13 @@ def small_timm_model(timm, architecture, **model_args):
     row = ARCHITECTURES[architecture]
     args = {**dict(depth=2, img_size=3 * row.get("patch_size", 16), embed_dim=8 * row["num_heads"]), **model_args}
     return randomize_torch(timm.create_model(architecture, pretrained=False, **args).eval(), informative=True)
+
+
+def once_on(backend, why):
+    """A mark that runs a test on ``backend`` alone: for tests of a harness that does the
+    same on every backend (a benchmark's rows and CSV, an export's staging), where the
+    per-backend code it drives is tested on all three elsewhere. ``why`` says so."""
+    import keras
+    import pytest
+
+    return pytest.mark.skipif(keras.backend.backend() != backend, reason=f"run once, on {backend}: {why}")

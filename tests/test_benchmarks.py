@@ -12,7 +12,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from helpers import randomize_keras, to_numpy
+from helpers import once_on, randomize_keras, to_numpy
 
 import keras_vit
 from keras_vit.inspect import count_flops
@@ -41,6 +41,7 @@ def speed_benchmark():
     return _import_benchmark("speed_benchmark")
 
 
+@once_on("torch", "the harness (workers, rounds, CSV, ratios) is one; the PyTorch peers run there too")
 def test_quick_mode_measures_every_row_beside_the_peers(speed_benchmark, tmp_path, capsys):
     engines = [f"keras-vit:{BACKEND}", f"keras-hub:{BACKEND}"]
     if BACKEND == "torch":  # the PyTorch peers, once
@@ -159,6 +160,7 @@ def test_bad_arguments_say_what_is_expected(speed_benchmark, argv, message):
         speed_benchmark.parse_args(argv)
 
 
+@once_on("tensorflow", "the worker and the matmul chain are one code for every backend")
 def test_matmul_ceiling_compares_the_model_with_its_own_matmuls():
     matmul_ceiling = _import_benchmark("matmul_ceiling")
 
@@ -232,6 +234,7 @@ else:
 PEAK_PER_MODEL_MB = (0.9, 2.5)
 
 
+@once_on("torch", "the harness is one; its PyTorch peer (timm) runs there; loading is tested on every backend")
 def test_checkpoint_loading_quick_mode_measures_build_load_and_a_peak_that_grows_with_the_model(tmp_path):
     benchmarks = os.path.join(REPO, "benchmarks")
     engines = [f"keras-vit:{BACKEND}"] + (["timm"] if BACKEND == "torch" else [])  # the PyTorch peer, once
@@ -282,6 +285,11 @@ MIN_AGREEMENT = {"tflite_float32": 0.99, "mixed_bfloat16": 0.85, "int8": 0.85, "
                  "tflite_int8": 0.7}  # fmt: skip
 
 
+@once_on(
+    "tensorflow",
+    "the LiteRT paths are there; each backend's mixed precision and int8 are tested in "
+    "test_quantization and test_numerics",
+)
 def test_reduced_precision_quick_mode_times_every_path_in_one_process(capsys, monkeypatch):
     from keras_vit.data import load_dataset, preprocess_split
 
@@ -332,6 +340,11 @@ def test_reduced_precision_paths_name_the_choices(paths, capsys):
     assert f"--paths {paths}" in error and "mixed_bfloat16, int8, tflite_float32" in error, error
 
 
+@once_on(
+    "jax",
+    "the harness is one, XLA's plan of temporaries is JAX's; remat's equality and recomputation are "
+    "tested on every backend (test_remat)",
+)
 def test_remat_quick_mode_measures_a_step_with_and_without(tmp_path, capsys):
     remat_memory = _import_benchmark("remat_memory")
     csv_path = tmp_path / "remat.csv"

@@ -22,6 +22,7 @@ from helpers import (
     cat_photo,
     log_softmax,
     logits,
+    once_on,
     small_timm_model,
     timm_input,
     to_numpy,
@@ -195,6 +196,10 @@ def test_siglip_intermediates_are_timms(timm, mirror):
     assert_intermediates_are_timms(model, peer, x)
 
 
+# The converters trace the model as TensorFlow rebuilds it from its .keras file, whichever
+# backend built it: the layers' conversion is one, and each backend's export path is
+# test_export's.
+@once_on("tensorflow", "the converters see the layers as TensorFlow rebuilds them, whichever backend built them")
 @pytest.mark.parametrize("architecture", [DINOV2_REGISTERS, SIGLIP])
 def test_savedmodel_litert_and_onnx_exports_give_the_models_outputs(timm, mirror, architecture, tmp_path, rng):
     from keras_vit.export import export_model

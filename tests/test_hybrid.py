@@ -13,7 +13,16 @@ import keras
 import numpy as np
 import pytest
 from conftest import run_on_next_backend
-from helpers import assert_close_to_scale, images, logits, randomize_torch, save_torch_state, to_numpy, torch_logits
+from helpers import (
+    assert_close_to_scale,
+    images,
+    logits,
+    once_on,
+    randomize_torch,
+    save_torch_state,
+    to_numpy,
+    torch_logits,
+)
 from upstream import keras_hybrid, timm_hybrid, write_original_hybrid_npz
 
 import keras_vit
@@ -140,6 +149,7 @@ def test_resnet_paths_count_from_0_and_map_to_both_layouts():
 # --- the named hybrids -------------------------------------------------------------------
 
 
+@once_on("torch", "the layers' weight shapes are one code for every backend")
 @pytest.mark.parametrize("name", sorted(NAMED))
 def test_named_hybrid_parameter_count_matches_timm(timm, name):
     # Built with one encoder block to save time: the blocks are all alike, so the named

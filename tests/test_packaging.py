@@ -17,6 +17,7 @@ import keras
 import numpy as np
 import pytest
 from conftest import to_numpy
+from helpers import once_on
 from upstream import write_original_npz
 
 import keras_vit
@@ -155,8 +156,19 @@ def test_every_command_answers_bad_input_and_a_closed_output_in_one_error_line(c
         assert err == "error: standard output was closed before the command finished (its reader ended)\n", err
 
 
-def test_the_program_into_a_closed_pipe_is_one_error_line_and_no_traceback():
-    # The whole process, as a shell runs it: Python's flush of stdout at exit fails too.
+@once_on("torch", "the program's entry is one for every backend (each backend's quiet start: the main job's test)")
+def test_the_program_lists_its_commands_and_answers_a_wrong_one_and_a_closed_pipe_in_one_line():
+    assert PROGRAM, "keras-vit is not installed beside this Python: pip install -e ."
+    listing = run([PROGRAM, "--help"])
+    assert listing.returncode == 0 and listing.stderr == "", listing.stderr
+    assert all(f"  {name} " in listing.stdout for name in COMMANDS), listing.stdout
+    wrong = run([sys.executable, "-m", "keras_vit", "pretrian"])
+    assert wrong.returncode == 2 and wrong.stdout == ""
+    assert wrong.stderr.splitlines() == [
+        f"error: Unknown command 'pretrian' (did you mean pretrain?); expected one of {', '.join(COMMANDS)}."
+    ]
+    # Into a pipe whose reader has ended, as a shell runs it (keras-vit presets | head -0):
+    # Python's own flush of stdout at exit must not fail either.
     read, write = os.pipe()
     os.close(read)
     env = {**os.environ, "KERAS_BACKEND": BACKEND, "PYTHONPATH": ROOT}
@@ -167,18 +179,6 @@ def test_the_program_into_a_closed_pipe_is_one_error_line_and_no_traceback():
     assert child.stderr.splitlines() == [
         "error: standard output was closed before the command finished (its reader ended)"
     ], child.stderr
-
-
-def test_the_program_lists_its_commands_and_answers_a_wrong_one_in_one_line():
-    assert PROGRAM, "keras-vit is not installed beside this Python: pip install -e ."
-    listing = run([PROGRAM, "--help"])
-    assert listing.returncode == 0 and listing.stderr == "", listing.stderr
-    assert all(f"  {name} " in listing.stdout for name in COMMANDS), listing.stdout
-    wrong = run([sys.executable, "-m", "keras_vit", "pretrian"])
-    assert wrong.returncode == 2 and wrong.stdout == ""
-    assert wrong.stderr.splitlines() == [
-        f"error: Unknown command 'pretrian' (did you mean pretrain?); expected one of {', '.join(COMMANDS)}."
-    ]
 
 
 def test_the_main_job_is_quiet_and_verbose_brings_the_backends_lines_back(tmp_path):

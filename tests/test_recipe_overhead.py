@@ -7,6 +7,7 @@ import sys
 
 import keras
 import pytest
+from helpers import once_on
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,6 +21,7 @@ def recipe_overhead():
         sys.path.remove(os.path.join(REPO, "benchmarks"))
 
 
+@once_on("torch", "the benchmark's harness is one for every backend; the recipe itself runs on each in test_recipes")
 def test_quick_mode_times_the_recipe_beside_a_bare_fit(recipe_overhead, tmp_path, capsys):
     path = tmp_path / "overhead.csv"
     ratios = recipe_overhead.main(["--quick", "--csv", str(path)])
