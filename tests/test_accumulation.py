@@ -62,7 +62,7 @@ def test_micro_batches_update_the_weights_as_one_batch(start, accumulation):
 
 
 def test_a_batch_the_accumulation_cannot_split_is_refused_before_training(tmp_path):
-    with pytest.raises(ValueError, match="accumulation_steps must be in"):
+    with pytest.raises(ValueError, match="--accumulation-steps must be in"):
         make_config("digits_pretrain", accumulation_steps=0)
     config = make_config("digits_pretrain", batch_size=30, accumulation_steps=4, output_dir=str(tmp_path))
     with pytest.raises(

@@ -190,8 +190,12 @@ def test_fine_tuning_drops_the_mask_embedding_and_head(mpp_run, tmp_path):
             np.testing.assert_array_equal(value, pretrained[key], err_msg=key)
 
 
-def test_unknown_objective_is_an_error_before_any_work(tmp_path):
-    config = parse_args(["--objective", "masked_patches", "--dataset", "no-such-dataset"], "digits_pretrain")
+def test_unknown_objective_is_an_error_before_any_work(tmp_path, capsys):
+    # On the command line, a choice argparse checks: one line naming the choices.
+    with pytest.raises(SystemExit):
+        parse_args(["--objective", "masked_patches", "--dataset", "no-such-dataset"], "digits_pretrain")
+    assert "--objective: invalid choice: 'masked_patches'" in capsys.readouterr().err
+    config = make_config("digits_pretrain", objective="masked_patches", dataset="no-such-dataset")
     config.output_dir = str(tmp_path)
     # The objective fails first: the dataset (which would fail too) is never looked at.
     with pytest.raises(ValueError, match="Unknown objective 'masked_patches' \\(did you mean masked_patch_prediction"):
