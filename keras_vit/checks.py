@@ -107,54 +107,54 @@ def shown(value):
     return str(value) if value != "" else '""'
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """The description as written; each flag's default after its help, as it would be typed,
-    except where there is none to show (a required flag, an unset one, an on-switch)."""
-
-    def _get_help_string(self, action):
-        text = action.help or ""
-        default = action.default
-        if action.required or default is None or default is argparse.SUPPRESS or "%(default)" in text:
-            return text
-        if action.nargs == 0 and default is False:  # --overwrite: off unless given
-            return text
-        return f"{text} (default: {shown(default).replace('%', '%%')})"  # argparse formats help with %
-
-    def _format_action_invocation(self, action):
-        if isinstance(action, BooleanFlag):  # --resume [true|false], --no-resume
-            yes, no = action.option_strings
-            return f"{yes} [{action.metavar}], {no}"
-        return super()._format_action_invocation(action)
-
-
-class BooleanFlag(argparse.Action):
-    """``--name`` / ``--no-name`` (true / false), and ``--name true|false`` still taken.
-
-    The value reaches the namespace as the text given (``"true"`` for ``--name`` alone,
-    ``"false"`` for ``--no-name``), for the caller's own parsing.
-    """
-
-    def __init__(self, option_strings, dest, **kwargs):
-        negatives = [f"--no-{o[2:]}" for o in option_strings if o.startswith("--")]
-        super().__init__([*option_strings, *negatives], dest, nargs="?", metavar="true|false", **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        if option_string.startswith("--no-"):
-            if values is not None:
-                parser.error(f"{option_string} takes no value; got {values!r}")
-            values = "false"
-        setattr(namespace, self.dest, "true" if values is None else values)
+def with_default(text, default):
+    """A flag's help with its default as it would be typed, where there is one to show."""
+    if default is None or default is argparse.SUPPRESS or default is False:
+        return text
+    return f"{text} (default: {shown(default).replace('%', '%%')})"  # argparse formats help with %
 
 
 class CommandLineParser(argparse.ArgumentParser):
     """argparse's parser as every keras-vit command uses it: bad input is one line on stderr
     and exit status 2 (argparse's own prints the whole usage first); the flags are spelt with
     hyphens (``--batch-size``), as argparse and timm spell them, and the underscore form of
-    a flag (``--batch-size``) is taken as the same flag."""
+    a flag (``--batch_size``) is the same flag; ``--help`` shows each flag's default (none
+    for a required flag, an unset one or an off-switch); ``add_switch`` makes a true/false
+    option's ``--name`` / ``--no-name``."""
 
     def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", HelpFormatter)
+        self.takes_value = {}  # every flag of this parser: whether a value follows it
+        self.passes_on = False  # whether the rest of the line is another program's
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def add_argument(self, *names, **options):
+        return self._added(super().add_argument, names, options)
+
+    def add_argument_group(self, *args, **kwargs):
+        group = super().add_argument_group(*args, **kwargs)
+        add = group.add_argument
+        group.add_argument = lambda *names, **options: self._added(add, names, options)
+        return group
+
+    def _added(self, add, names, options):
+        if "help" in options and options["help"] is not argparse.SUPPRESS and not options.get("required"):
+            options["help"] = with_default(options["help"], options.get("default"))
+        action = add(*names, **options)
+        for name in action.option_strings:
+            self.takes_value[name] = action.nargs is None
+        self.passes_on = self.passes_on or action.nargs == argparse.REMAINDER
+        return action
+
+    def add_switch(self, group, flag, dest, help):
+        """``flag`` (``--resume``, or ``--resume true|false``) and ``--no-...`` (false) for
+        ``dest``; the value reaches the namespace as text (``"true"`` / ``"false"``), for the
+        caller's own parsing. Only ``flag`` is listed in ``--help``: say the other in ``help``."""
+        negative = f"--no-{flag[2:]}"
+        group.add_argument(flag, dest=dest, nargs="?", const="true", metavar="true|false", default=argparse.SUPPRESS,
+                           help=help)  # fmt: skip
+        group.add_argument(negative, dest=dest, action="store_const", const="false", default=argparse.SUPPRESS,
+                           help=argparse.SUPPRESS)  # fmt: skip
 
     def parse_known_args(self, args=None, namespace=None):
         import sys
@@ -165,14 +165,12 @@ class CommandLineParser(argparse.ArgumentParser):
     def _hyphenated_all(self, args):
         # A parser that passes the rest of the line on (keras-vit launch COMMAND ...) leaves
         # everything from that command on as given: it is another program's line.
-        passes_on = any(action.nargs == argparse.REMAINDER for action in self._actions)
         out, expects_value = [], False
         for index, token in enumerate(args):
-            if passes_on and not expects_value and not token.startswith("-"):
+            if self.passes_on and not expects_value and not token.startswith("-"):
                 return out + args[index:]
             token = self._hyphenated(token)
-            action = self._option_string_actions.get(token)
-            expects_value = action is not None and action.nargs is None and "=" not in token
+            expects_value = self.takes_value.get(token, False)
             out.append(token)
         return out
 
@@ -183,7 +181,7 @@ class CommandLineParser(argparse.ArgumentParser):
             return token
         name, sep, value = token.partition("=")
         name = "--" + name[2:].replace("_", "-")
-        return name + sep + value if name in self._option_string_actions else token
+        return name + sep + value if name in self.takes_value else token
 
     def print_help(self, file=None):
         # argparse's own ignores a failed write: a closed output must reach the command's caller.

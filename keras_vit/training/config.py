@@ -316,7 +316,7 @@ def _kind(field):
     return field.type
 
 
-def _add_flag(group, name, field, default, note):
+def _add_flag(parser, group, name, field, default, note):
     """``--<name>`` (hyphens; ``--<name_with_underscores>`` taken too), its choices or its
     type shown, its value in the recipe as the default; ``--name`` / ``--no-name`` for a
     true/false field. Every value stays text here, parsed by ``_parse_value``."""
@@ -325,7 +325,8 @@ def _add_flag(group, name, field, default, note):
     shown_default = "the model's" if default is _THE_MODELS else default
     options = dict(default=argparse.SUPPRESS, help=f"{text} (default: {checks.shown(shown_default)})")
     if _kind(field) is bool:
-        group.add_argument(flag, dest=name, action=checks.BooleanFlag, **options)
+        negative = f"--no-{flag[2:]}"
+        parser.add_switch(group, flag, name, f"{text} (default: {checks.shown(shown_default)}; {negative}: false)")
     elif name in CHOICES:
         optional = _kind(field) is not field.type
         choices = [str(c) for c in CHOICES[name]] + (["none"] if optional else [])
@@ -354,10 +355,10 @@ def build_parser(default_preset, prog=None, description=None):
         group = parser.add_argument_group(title)
         for name in names:
             if name in FIELDS:
-                _add_flag(group, name, FIELDS[name], getattr(defaults, name), notes.get(name, ""))
+                _add_flag(parser, group, name, FIELDS[name], getattr(defaults, name), notes.get(name, ""))
             else:
                 default = defaults.model_options.get(name, _THE_MODELS)
-                _add_flag(group, name, MODEL_OPTIONS[name], default, "a ViTSpec option")
+                _add_flag(parser, group, name, MODEL_OPTIONS[name], default, "a ViTSpec option")
     quiet.add_flag(parser)
     return parser
 
