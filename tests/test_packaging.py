@@ -80,7 +80,11 @@ def test_every_flag_is_hyphenated_and_help_shows_groups_choices_and_defaults_as_
 
 
 def test_flags_take_both_spellings_switches_and_the_old_recipe_flag(capsys):
-    from keras_vit.training.config import parse_args
+    from keras_vit.training.config import FIELDS, GROUPS, MODEL_OPTIONS, parse_args
+
+    # Every field is a flag in exactly one group (a field left out would have no flag).
+    grouped = [name for names in GROUPS.values() for name in names]
+    assert sorted(grouped) == sorted([*FIELDS, *MODEL_OPTIONS])
 
     hyphens = parse_args(["--learning-rate", "0.5", "--no-jit-compile", "--resume", "--depth=2"], "digits_pretrain")
     underscores = parse_args(["--learning_rate", "0.5", "--jit_compile", "false", "--resume", "true", "--depth=2"],
