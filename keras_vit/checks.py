@@ -5,6 +5,7 @@ Each message says what was expected and what was given.
 
 import argparse
 import numbers
+import sys
 
 
 def positive_int(value, name):
@@ -157,8 +158,6 @@ class CommandLineParser(argparse.ArgumentParser):
                            help=argparse.SUPPRESS)  # fmt: skip
 
     def parse_known_args(self, args=None, namespace=None):
-        import sys
-
         args = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(self._hyphenated_all(args), namespace)
 
@@ -185,8 +184,6 @@ class CommandLineParser(argparse.ArgumentParser):
 
     def print_help(self, file=None):
         # argparse's own ignores a failed write: a closed output must reach the command's caller.
-        import sys
-
         (file or sys.stdout).write(self.format_help())
 
     def error(self, message):

@@ -31,12 +31,17 @@ TINY_RUN = ["--epochs", "1", "--steps_per_epoch", "2", "--batch_size", "16", "--
             "--hidden_size", "32", "--num_heads", "2", "--mlp_dim", "64", "--progress", "2"]  # fmt: skip
 
 
-def run(argv, **env):
-    """``argv`` in a child process on this test run's backend; the source tree importable."""
+def child_env(**env):
+    """A child process's environment: this test run's backend, the source tree importable."""
     env = {**os.environ, "KERAS_BACKEND": BACKEND, "PYTHONPATH": ROOT, **env}
     for name in ("KERAS_VIT_VERBOSE", "TF_CPP_MIN_LOG_LEVEL"):  # as in a new shell (importing Keras sets the latter)
         env.pop(name, None)
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    return env
+
+
+def run(argv, **env):
+    """``argv`` in a child process (``child_env``), its output captured."""
+    return subprocess.run(argv, env=child_env(**env), capture_output=True, text=True, timeout=600)
 
 
 def test_import_keras_vit_imports_no_other_framework():
@@ -170,9 +175,8 @@ def test_the_program_lists_its_commands_and_answers_a_wrong_one_and_a_closed_pip
     # Python's own flush of stdout at exit must not fail either.
     read, write = os.pipe()
     os.close(read)
-    env = {**os.environ, "KERAS_BACKEND": BACKEND, "PYTHONPATH": ROOT}
     with os.fdopen(write, "w") as stdout:
-        child = subprocess.run([PROGRAM, "presets"], stdout=stdout, stderr=subprocess.PIPE, text=True, env=env,
+        child = subprocess.run([PROGRAM, "presets"], stdout=stdout, stderr=subprocess.PIPE, text=True, env=child_env(),
                                timeout=300)  # fmt: skip
     assert child.returncode == 2, child.stderr
     assert child.stderr.splitlines() == [

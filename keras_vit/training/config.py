@@ -218,7 +218,6 @@ GROUPS = {
     "runtime": ("mixed_precision", "jit_compile", "seed"),
     "model options (ViTSpec; default: the model's own)": tuple(MODEL_OPTIONS),
 }  # fmt: skip
-_THE_MODELS = object()  # a model option's default: what the model itself has
 # What a recipe preset says about its own model, which a model the user names replaces.
 _ARCHITECTURE = {"image_size", *(n for n in ViTSpec.fields_with_role(ARCHITECTURE) if n in MODEL_OPTIONS)}
 
@@ -268,11 +267,9 @@ def _unknown_keys_message(unknown, flags=False):
 
 
 def _parse_value(text, field):
-    kind = field.type
-    if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None
-        if text.lower() in ("none", "null", ""):
-            return None
-        kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    kind = _kind(field)
+    if kind is not field.type and text.lower() in ("none", "null", ""):  # X | None
+        return None
     if kind is bool:
         if text.lower() in ("1", "true", "yes", "on"):
             return True
@@ -321,12 +318,10 @@ def _add_flag(parser, group, name, field, default, note):
     type shown, its value in the recipe as the default; ``--name`` / ``--no-name`` for a
     true/false field. Every value stays text here, parsed by ``_parse_value``."""
     flag = checks.flag(name)
-    text = note.replace("%", "%%")
-    shown_default = "the model's" if default is _THE_MODELS else default
-    options = dict(default=argparse.SUPPRESS, help=f"{text} (default: {checks.shown(shown_default)})")
+    text = f"{note} (default: {checks.shown(default)}".replace("%", "%%")  # argparse formats help with %
+    options = dict(default=argparse.SUPPRESS, help=f"{text})")
     if _kind(field) is bool:
-        negative = f"--no-{flag[2:]}"
-        parser.add_switch(group, flag, name, f"{text} (default: {checks.shown(shown_default)}; {negative}: false)")
+        parser.add_switch(group, flag, name, f"{text}; --no-{flag[2:]}: false)")
     elif name in CHOICES:
         optional = _kind(field) is not field.type
         choices = [str(c) for c in CHOICES[name]] + (["none"] if optional else [])
@@ -357,7 +352,7 @@ def build_parser(default_preset, prog=None, description=None):
             if name in FIELDS:
                 _add_flag(parser, group, name, FIELDS[name], getattr(defaults, name), notes.get(name, ""))
             else:
-                default = defaults.model_options.get(name, _THE_MODELS)
+                default = defaults.model_options.get(name, "the model's")
                 _add_flag(parser, group, name, MODEL_OPTIONS[name], default, "a ViTSpec option")
     quiet.add_flag(parser)
     return parser
