@@ -60,6 +60,30 @@ def run_on_next_backend(script, *args):
     return backend
 
 
+# The export package's docstring examples write their files in a TensorFlow process (PyTorch's
+# for .pt2) whichever backend calls them, and tests/test_export.py calls that process from
+# every backend: the examples run once, on the backend that writes what they show.
+_EXPORTING_MODULES = ("__init__", "api", "convert", "litert", "onnx", "runtime", "serving")
+_DOCTESTS_ONCE_ON = {
+    **{f"keras_vit/export/{module}.py": "tensorflow" for module in _EXPORTING_MODULES},
+    "keras_vit/export/torch_program.py": "torch",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    import keras
+
+    here = keras.backend.backend()
+    for item in items:
+        if not isinstance(item, pytest.DoctestItem):
+            continue
+        path = item.path.relative_to(config.rootpath).as_posix()
+        backend = _DOCTESTS_ONCE_ON.get(path, here)
+        if backend != here:
+            reason = f"run once, on {backend}: its files are written by {backend} from every backend"
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
 # The small Transformer that the model-level tests share (seconds per backend, not minutes).
 TINY_ENCODER = dict(hidden_size=32, num_heads=2, mlp_dim=64)
 
