@@ -71,17 +71,13 @@ _DOCTESTS_ONCE_ON = {
 
 
 def pytest_collection_modifyitems(config, items):
-    import keras
+    from helpers import once_on
 
-    here = keras.backend.backend()
     for item in items:
-        if not isinstance(item, pytest.DoctestItem):
-            continue
-        path = item.path.relative_to(config.rootpath).as_posix()
-        backend = _DOCTESTS_ONCE_ON.get(path, here)
-        if backend != here:
-            reason = f"run once, on {backend}: its files are written by {backend} from every backend"
-            item.add_marker(pytest.mark.skip(reason=reason))
+        if isinstance(item, pytest.DoctestItem):
+            backend = _DOCTESTS_ONCE_ON.get(item.path.relative_to(config.rootpath).as_posix())
+            if backend is not None:
+                item.add_marker(once_on(backend, f"its files are written by {backend} from every backend"))
 
 
 # The small Transformer that the model-level tests share (seconds per backend, not minutes).
