@@ -147,12 +147,14 @@ class CommandLineParser(argparse.ArgumentParser):
         self.passes_on = self.passes_on or action.nargs == argparse.REMAINDER
         return action
 
-    def add_switch(self, group, flag, dest, help):
-        """``flag`` (``--resume``, or ``--resume true|false``) and ``--no-...`` (false) for
-        ``dest``; the value reaches the namespace as text (``"true"`` / ``"false"``), for the
-        caller's own parsing. Only ``flag`` is listed in ``--help``: say the other in ``help``."""
+    def add_switch(self, group, flag, dest, help, optional=False):
+        """``flag`` (``--resume``, or ``--resume true|false``, ``|none`` where ``optional``)
+        and ``--no-...`` (false) for ``dest``; the value reaches the namespace as text
+        (``"true"`` / ``"false"``), for the caller's own parsing. Only ``flag`` is listed in
+        ``--help``: say the other in ``help``."""
         negative = f"--no-{flag[2:]}"
-        group.add_argument(flag, dest=dest, nargs="?", const="true", metavar="true|false", default=argparse.SUPPRESS,
+        metavar = "true|false|none" if optional else "true|false"
+        group.add_argument(flag, dest=dest, nargs="?", const="true", metavar=metavar, default=argparse.SUPPRESS,
                            help=help)  # fmt: skip
         group.add_argument(negative, dest=dest, action="store_const", const="false", default=argparse.SUPPRESS,
                            help=argparse.SUPPRESS)  # fmt: skip

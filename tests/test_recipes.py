@@ -19,6 +19,7 @@ import keras_vit
 from keras_vit.data import load_dataset, make_pipeline
 from keras_vit.layers import ImagePreprocessing
 from keras_vit.training import finetune, make_config, pretrain
+from keras_vit.training import run as recipe_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(depth=1, representation_size=32, epochs=1, batch_size=32, progress=0, warmup_steps=2, **TINY_ENCODER)
@@ -55,6 +56,21 @@ def test_pretrain_writes_the_run_folder(pretrained):
     code = f"import keras, keras_vit; print(type(keras.saving.load_model({path!r}).optimizer).__name__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().endswith("AdamW"), out.stderr[-2000:]
+
+
+def test_xla_is_keras_choice_unless_the_config_names_it(pretrained, tmp_path):
+    # jit_compile None (the default) is Keras' "auto": XLA on JAX, never on PyTorch, on
+    # TensorFlow only with an accelerator; true or false as given, but for PyTorch and
+    # TensorFlow's MirroredStrategy, which run without it.
+    backend = keras.backend.backend()
+    accelerator = backend == "tensorflow" and bool(__import__("tensorflow").config.list_physical_devices("GPU"))
+    assert pretrained.model.jit_compile == {"jax": True, "torch": False, "tensorflow": accelerator}[backend]
+    for value, strategy, expected in [(True, "default", backend != "torch"), (False, "default", False),
+                                      (True, "mirrored", False)]:  # fmt: skip
+        model = keras_vit.create_model("vit_ti16", image_size=16, patch_size=8, num_classes=2, depth=1, **TINY_ENCODER)
+        model.compile(jit_compile=recipe_run._jit_compile(tiny("digits_pretrain", tmp_path, jit_compile=value,
+                                                        strategy=strategy)))  # fmt: skip
+        assert model.jit_compile == expected, (value, strategy)
 
 
 def test_finetune_at_1_5x_starts_from_the_pretrained_model(pretrained, tmp_path):

@@ -87,7 +87,7 @@ class RecipeConfig:
     resume: bool = False  # continue the newest run folder of this name from its backup
     output_dir: str = "saved_models"
     mixed_precision: bool = False  # "mixed_bfloat16" compute, float32 weights
-    jit_compile: bool = True  # XLA where the backend supports it
+    jit_compile: bool | None = None  # XLA; none: Keras' "auto" (XLA, but not TensorFlow's on a CPU-only machine)
     strategy: str = "default"  # tf: default|mirrored|tpu; jax: default|data_parallel|model_parallel|sharded
     tpu: str = ""  # TPU name or grpc address for strategy=tpu ("" = the local TPU VM)
     # Several processes training together (JAX; keras_vit/training/processes.py); each flag
@@ -320,10 +320,10 @@ def _add_flag(parser, group, name, field, default, note):
     flag = checks.flag(name)
     text = f"{note} (default: {checks.shown(default)}".replace("%", "%%")  # argparse formats help with %
     options = dict(default=argparse.SUPPRESS, help=f"{text})")
+    optional = _kind(field) is not field.type
     if _kind(field) is bool:
-        parser.add_switch(group, flag, name, f"{text}; --no-{flag[2:]}: false)")
+        parser.add_switch(group, flag, name, f"{text}; --no-{flag[2:]}: false)", optional)
     elif name in CHOICES:
-        optional = _kind(field) is not field.type
         choices = [str(c) for c in CHOICES[name]] + (["none"] if optional else [])
         group.add_argument(flag, dest=name, choices=choices, **options)
     else:

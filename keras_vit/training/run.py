@@ -304,9 +304,11 @@ def _jit_compile(config):
     # torch.compile is not what Keras' jit_compile means on torch; and XLA clusters under
     # MirroredStrategy read replica variables across devices, which TensorFlow rejects
     # (its "tf.Variable on a different device" known issue): both run without it.
+    # None is Keras' own choice, "auto": no XLA for TensorFlow without an accelerator (its
+    # graph optimiser fuses the model's matmuls into the CPU's oneDNN kernels instead).
     if keras.backend.backend() == "torch" or config.strategy == "mirrored":
         return False
-    return config.jit_compile
+    return "auto" if config.jit_compile is None else config.jit_compile
 
 
 def _save(config, model, run_dir):
