@@ -16,8 +16,10 @@ Examples:
     5717416
 """
 
+from keras_vit.layers.attention_pooling import ATTENTION_POOLING
 from keras_vit.layers.padding import conv_output_size
 from keras_vit.models.registry import create_model, get_spec
+from keras_vit.models.spec import ViTSpec
 from keras_vit.models.vit import VisionTransformer
 
 TRAINING_FLOPS_PER_FORWARD = 3  # forward 1x, backward 2x (gradients of inputs and weights)
@@ -48,24 +50,40 @@ def resnet_flops(height, width, channels, block_units, resnet_width=64):
     return flops
 
 
-def encoder_block_flops(tokens, hidden_size, mlp_dim):
+def mlp_flops(tokens, hidden_size, mlp_dim, gated=False):
+    """Forward FLOPs of one ``MlpBlock`` over ``tokens`` tokens (gated: ``fc1`` twice as wide)."""
+    return _dense(tokens, hidden_size, mlp_dim * (2 if gated else 1)) + _dense(tokens, mlp_dim, hidden_size)
+
+
+def encoder_block_flops(tokens, hidden_size, mlp_dim, gated=False):
     """Forward FLOPs of one ``EncoderBlock`` over ``tokens`` tokens."""
     return (
         _dense(tokens, hidden_size, 3 * hidden_size)  # fused q, k, v
         + 2 * _dense(tokens, hidden_size, tokens)  # QK^T and AV, all heads together
         + _dense(tokens, hidden_size, hidden_size)  # attention output
-        + _dense(tokens, hidden_size, mlp_dim)
-        + _dense(tokens, mlp_dim, hidden_size)
+        + mlp_flops(tokens, hidden_size, mlp_dim, gated)
+    )
+
+
+def attention_pooling_flops(tokens, hidden_size, mlp_dim):
+    """Forward FLOPs of ``AttentionPooling`` (the MAP head) over ``tokens`` pooled tokens:
+    one query against every token's key and value, then the output projection and the MLP."""
+    return (
+        _dense(1, hidden_size, hidden_size)  # the latent's query
+        + _dense(tokens, hidden_size, 2 * hidden_size)  # keys | values
+        + 2 * _dense(1, hidden_size, tokens)  # QK^T and AV of the one query
+        + _dense(1, hidden_size, hidden_size)  # output
+        + mlp_flops(1, hidden_size, mlp_dim)
     )
 
 
 def _spec(name_or_model, options):
-    if isinstance(name_or_model, VisionTransformer):
+    if isinstance(name_or_model, (VisionTransformer, ViTSpec)):
         if options:
-            raise ValueError("count_flops: options go with a model name; a built model already has its own.")
-        return name_or_model.spec
+            raise ValueError("count_flops: options go with a model name; a spec or a built model has its own.")
+        return name_or_model if isinstance(name_or_model, ViTSpec) else name_or_model.spec
     if not isinstance(name_or_model, str):
-        raise TypeError(f"count_flops expects a model name or a VisionTransformer, got {name_or_model!r}.")
+        raise TypeError(f"count_flops expects a model name, a ViTSpec or a VisionTransformer, got {name_or_model!r}.")
     return get_spec(name_or_model).replace(**options)
 
 
@@ -73,7 +91,8 @@ def count_flops(name_or_model, **options):
     """Forward FLOPs for one image (see the module docstring for what is counted).
 
     Args:
-        name_or_model: a name from ``list_models()`` or a built ``VisionTransformer``.
+        name_or_model: a name from ``list_models()``, a ``ViTSpec`` or a built
+            ``VisionTransformer``.
         **options: with a name, ``ViTSpec`` fields that change the cost: ``image_size``
             (224), ``num_classes`` (1000), ``include_top``, ``pooling``, ``class_token``,
             ``representation_size``, ``num_channels``, ``resnet_width``, or an
@@ -91,7 +110,9 @@ def count_flops(name_or_model, **options):
     grid_h, grid_w = spec.grid_size
     flops += _dense(grid_h * grid_w, spec.patch_size**2 * spec.embedding_channels, spec.hidden_size)
     tokens = grid_h * grid_w + spec.num_prefix_tokens
-    flops += spec.depth * encoder_block_flops(tokens, spec.hidden_size, spec.mlp_dim)
+    flops += spec.depth * encoder_block_flops(tokens, spec.hidden_size, spec.mlp_dim, spec.gated_mlp)
+    if spec.pooling == ATTENTION_POOLING:  # over the patch tokens: it leaves the prefix out
+        flops += attention_pooling_flops(grid_h * grid_w, spec.hidden_size, spec.mlp_dim)
     if spec.include_top:
         features = spec.hidden_size
         if spec.representation_size:
