@@ -1,5 +1,6 @@
 """Shared test fixtures. The Keras backend comes from KERAS_BACKEND (one process each)."""
 
+import gc
 import os
 import subprocess
 import sys
@@ -68,6 +69,15 @@ _DOCTESTS_ONCE_ON = {
     **{f"keras_vit/export/{module}.py": "tensorflow" for module in _EXPORTING_MODULES},
     "keras_vit/export/torch_program.py": "torch",
 }
+
+
+def pytest_collection_finish(session):
+    # Keras collects the garbage after each variable a layer lets go of (quantize lets go
+    # of every float kernel), and a full collection walks every object the process holds:
+    # by now the frameworks' modules, millions of them, which live as long as the process.
+    # Frozen, a collection walks only what the tests made.
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(config, items):
