@@ -74,8 +74,8 @@ _DOCTESTS_ONCE_ON = {
 def pytest_collection_finish(session):
     # Keras collects the garbage after each variable a layer lets go of (quantize lets go
     # of every float kernel), and a full collection walks every object the process holds:
-    # by now the frameworks' modules, millions of them, which live as long as the process.
-    # Frozen, a collection walks only what the tests made.
+    # by now the frameworks' modules, hundreds of thousands of objects that live as long as
+    # the process. Frozen, a collection walks only what the tests made.
     gc.collect()
     gc.freeze()
 
