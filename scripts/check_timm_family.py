@@ -1,6 +1,7 @@
-"""Loads every timm architecture keras-vit builds, at timm's logits: the whole table, where
-the tests take one architecture of each kind (tests/test_family.py). Needs timm (the test
-extra); on the backend KERAS_BACKEND names.
+"""Loads every timm architecture keras-vit builds, at timm's logits, on the backend
+KERAS_BACKEND names: the whole table, which the tests load by hub name on PyTorch, taking
+one architecture of each kind on TensorFlow and JAX (tests/test_family.py). Needs timm
+(the test extra).
 
 Each architecture is built by timm at depth 2 on a 3x3 patch grid, 8 channels a head, with
 random informative weights, written by timm's ``save_for_hf`` into a folder and loaded from
