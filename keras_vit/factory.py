@@ -14,6 +14,7 @@ This module joins ``models``, ``checkpoints`` and ``presets`` from above; none o
 imports it.
 """
 
+import fnmatch
 import functools
 import json
 import os
@@ -21,6 +22,7 @@ import os
 from keras_vit import saving
 from keras_vit.checkpoints import load_weights, timm_config
 from keras_vit.checkpoints.loader import trained_numerics
+from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
 from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.models import registry
 from keras_vit.models.deferred_init import deferred_initialization, initialize_unloaded
@@ -35,17 +37,25 @@ CHECKPOINT_EXTENSIONS = (".npz", ".pth", ".pt", ".bin", ".safetensors", ".keras"
 
 
 def list_models(pattern="*", pretrained=False):
-    """Names accepted by ``create_model``, sorted, filtered by a shell-style pattern.
+    """Names accepted by ``create_model``, sorted, filtered by a shell-style pattern: the
+    variants (``vit_b16``, the hybrids) and the architectures of timm's ViT family that
+    keras-vit builds, by timm's names (``vit_small_patch14_reg4_dinov2``; their weights by
+    hub name, ``"hf-hub:timm/<architecture>.<tag>"``).
 
     With ``pretrained=True``, the presets: published checkpoints named ``<model>.<tag>``
     (``keras_vit.get_preset(name).card()`` describes one).
 
-    >>> list_models("vit_b*")
+    >>> list_models("vit_b[0-9]*")
     ['vit_b14', 'vit_b16', 'vit_b32', 'vit_b8']
+    >>> list_models("vit_[bs]*reg4_dinov2")
+    ['vit_base_patch14_reg4_dinov2', 'vit_small_patch14_reg4_dinov2']
     >>> list_models("vit_b16.*384", pretrained=True)
     ['vit_b16.augreg_in21k_ft_in1k_384', 'vit_b16.orig_in21k_ft_in1k_384']
     """
-    return list_presets(pattern) if pretrained else registry.list_models(pattern)
+    if pretrained:
+        return list_presets(pattern)
+    family = [name for name in timm_config.buildable() if fnmatch.fnmatch(name, pattern)]
+    return sorted(registry.list_models(pattern) + family)
 
 
 def create_model(name, image_size=None, num_classes=None, *, weights=None, dtype=None, **options):
@@ -96,6 +106,8 @@ def create_model(name, image_size=None, num_classes=None, *, weights=None, dtype
                 f"(one of list_models()), or the timm model as name alone; got name={name!r}."
             )
         return _timm_model(weights, image_size, num_classes, dtype, {"name": name, **options}, sized_as=name)
+    if isinstance(name, str) and name in ARCHITECTURES and name not in VARIANTS:
+        return _timm_architecture(name, weights, image_size, num_classes, dtype, options)
     model_name, source = resolve(name, weights)
     if source is None:
         return registry.create_model(name, image_size, num_classes, dtype=dtype, **options)
@@ -225,6 +237,22 @@ def _timm_model(name, image_size, num_classes, dtype, options, sized_as=None):
     own.setdefault("preprocessing", ImagePreprocessing(spec.image_size, **preprocessing))
     own.setdefault("class_names", class_names if spec.num_classes == spec_options["num_classes"] else None)
     return _built_and_loaded(spec, dtype, own, fetch("model.safetensors"))  # bad options failed before it
+
+
+def _timm_architecture(name, weights, image_size, num_classes, dtype, options):
+    """timm's architecture ``name`` with random weights, as ``timm.create_model(name)`` builds it."""
+    if weights is not None:
+        raise ValueError(
+            f"{name!r} is a timm architecture: its pretrained weights load by hub name, "
+            f"create_model('hf-hub:timm/{name}.<tag>'); got weights={weights!r}."
+        )
+    reason = timm_config.support(name)
+    if reason is not None:
+        raise ValueError(f"{name!r}: {reason}")
+    spec = ViTSpec(**timm_config.spec_options(timm_config.architecture_args(name)))
+    own = {k: options.pop(k) for k in registry.MODEL_ARGUMENTS if k in options}
+    task = {k: v for k, v in dict(image_size=image_size, num_classes=num_classes).items() if v is not None}
+    return VisionTransformer(spec.replace(**task, **options), dtype=dtype, **{"name": name, **own})
 
 
 def _built_and_loaded(spec, dtype, own, path):

@@ -173,4 +173,5 @@ def test_the_readmes_listing_commands_run(capsys):
     listing = capsys.readouterr().out
     assert all(f"  {name} " in listing for name in COMMANDS), listing
     assert main(["presets"]) == 0
-    assert "vit_b16.augreg2_in21k_ft_in1k" in capsys.readouterr().out
+    listing = capsys.readouterr().out
+    assert "vit_b16.augreg2_in21k_ft_in1k" in listing and "hf-hub:timm/<architecture>.<tag>" in listing

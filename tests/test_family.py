@@ -322,6 +322,23 @@ def test_every_architecture_builds_or_says_why_not():
     assert len(built) + len(refused) == len(ARCHITECTURES)
 
 
+def test_list_models_names_the_family_and_create_model_builds_one_as_timm_does(timm):
+    names = keras_vit.list_models()
+    assert set(timm_config.buildable()) <= set(names) and {"vit_b16", "r50_vit_b16"} <= set(names)
+    assert "vit_base_patch16_rpn_224" not in names  # not built yet: not offered
+    assert keras_vit.list_models("vit_small_patch14*") == ["vit_small_patch14_dinov2", "vit_small_patch14_reg4_dinov2"]
+    # By timm's name, with random weights: timm's parameters (registers, LayerScale, the
+    # position table without the prefix tokens), at a small size as timm builds it.
+    model = keras_vit.create_model(DINOV2_REGISTERS, image_size=28, depth=1, num_classes=5)
+    peer = timm.create_model(DINOV2_REGISTERS, pretrained=False, img_size=28, depth=1, num_classes=5)
+    assert model.name == DINOV2_REGISTERS and model.spec.num_register_tokens == 4 and model.preprocessing is None
+    assert model.count_params() == sum(p.numel() for p in peer.parameters())
+    with pytest.raises(ValueError, match=r"create_model\('hf-hub:timm/vit_small_patch14_reg4_dinov2.<tag>'\)"):
+        keras_vit.create_model(DINOV2_REGISTERS, weights="lvd142m")
+    with pytest.raises(ValueError, match="does not build these timm options yet: block_fn='respostblock'"):
+        keras_vit.create_model("vit_base_patch16_rpn_224")
+
+
 def test_bad_names_configs_and_files_are_clear_errors_and_load_nothing(timm, mirror, tmp_path):
     with pytest.raises(ValueError, match="not one of timm's .* Did you mean 'vit_small_patch16_224'"):
         timm_config.architecture_args("vit_smal_patch16_224")

@@ -10,6 +10,7 @@ arguments into ``ViTSpec`` fields, or names what keras-vit does not build yet.
 """
 
 import difflib
+import functools
 
 from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
 from keras_vit.layers.layer_norm import NORM_TYPES
@@ -153,6 +154,16 @@ def support(name):
     except UnsupportedArchitectureError as error:
         return str(error)
     return None
+
+
+@functools.cache
+def buildable():
+    """timm's architectures keras-vit builds, sorted (a tuple).
+
+    >>> len(buildable()) > 100 and "vit_base_patch16_siglip_224" in buildable()
+    True
+    """
+    return tuple(sorted(name for name in ARCHITECTURES if support(name) is None))
 
 
 def preprocessing_options(pretrained_cfg):

@@ -91,8 +91,8 @@ def count_flops(name_or_model, **options):
     """Forward FLOPs for one image (see the module docstring for what is counted).
 
     Args:
-        name_or_model: a name from ``list_models()``, a ``ViTSpec`` or a built
-            ``VisionTransformer``.
+        name_or_model: a variant's name (``keras_vit.get_spec``), a ``ViTSpec`` (a timm
+            architecture's: ``create_model(name).spec``) or a built ``VisionTransformer``.
         **options: with a name, ``ViTSpec`` fields that change the cost: ``image_size``
             (224), ``num_classes`` (1000), ``include_top``, ``pooling``, ``class_token``,
             ``representation_size``, ``num_channels``, ``resnet_width``, or an

@@ -1,5 +1,5 @@
-"""``python -m keras_vit.presets [PATTERN]``: the presets as a table; one preset's card if
-the pattern names exactly one."""
+"""``python -m keras_vit.presets [PATTERN]``: the presets as a table (and where timm's ViT
+family is); one preset's card if the pattern names exactly one."""
 
 import sys
 
@@ -30,7 +30,19 @@ def main(argv):
         print(f"error: no preset matches {pattern!r}; keras-vit presets lists them all.", file=sys.stderr)
         return 2
     print(PRESETS[names[0]].card() if len(names) == 1 else table(pattern))
+    if len(names) > 1:
+        print(family_line())
     return 0
+
+
+def family_line():
+    """Where timm's ViT family is: its checkpoints load by hub name, not as presets."""
+    from keras_vit.checkpoints.timm_config import buildable
+
+    return (
+        f"And timm's ViT family, {len(buildable())} architectures by hub name: hf-hub:timm/<architecture>.<tag> "
+        "(keras_vit.list_models() names them; docs/guide/timm-architectures.md)."
+    )
 
 
 if __name__ == "__main__":
