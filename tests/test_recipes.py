@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import pytest
 from conftest import TINY_ENCODER
-from helpers import randomize_keras, write_photos
+from helpers import once_on, randomize_keras, small_timm_model, to_numpy, write_photos
 
 import keras_vit
 from keras_vit.data import load_dataset, make_pipeline
@@ -363,6 +363,31 @@ def test_finetune_from_a_preset_name_served_by_a_mirror(photos, tmp_path, monkey
     assert result.model.input_shape == (None, 24, 24, 3) and result.model.class_names == ("a", "b")
     checks = result.checks
     assert checks["feature_cosine_similarity"] > checks["feature_cosine_other_images"], checks
+
+
+@once_on("torch", "a hub name loads by one code on every backend (test_family.py); fine-tuning runs on each above")
+def test_finetune_from_a_timm_hub_name_served_by_a_mirror(timm, photos, tmp_path, monkeypatch):
+    from http_server import FileServer, download_env
+
+    # DINOv2 with registers, small (depth 2, 42 px: a 3x3 grid of 14 px patches), written by
+    # timm's save_for_hf where the mirror keeps the hub's paths.
+    architecture = "vit_small_patch14_reg4_dinov2"
+    peer = small_timm_model(timm, architecture)
+    with FileServer(tmp_path / "served") as server:
+        download_env(monkeypatch, tmp_path / "home", mirror=server.url)
+        folder = tmp_path / "served" / "timm" / f"{architecture}.random" / "resolve" / "main"
+        timm.models.save_for_hf(peer, folder, safe_serialization=True)
+        result = finetune_command("--init-from", f"hf-hub:timm/{architecture}.random", "--dataset", str(photos),
+                                  "--freeze", "backbone", "--output-dir", str(tmp_path / "runs"))  # fmt: skip
+        assert len(server.requests) == 2  # its config.json and model.safetensors
+    model = result.model
+    assert model.spec.num_register_tokens == 4 and model.spec.layer_scale_init is not None
+    assert model.input_shape == (None, 42, 42, 3) and model.class_names == ("a", "b")
+    assert os.path.basename(result.run_dir) == f"finetune-{architecture}-photos"
+    # The hub's weights, kept by the linear probe (a new head learns the folder's classes).
+    saved = keras_vit.load_model(os.path.join(result.run_dir, "model.keras"))
+    registers = {v.path: to_numpy(v) for v in saved.weights}["register_tokens/tokens"]
+    np.testing.assert_array_equal(registers, peer.reg_token.detach().numpy())
 
 
 def test_a_model_the_user_names_is_built_as_named():

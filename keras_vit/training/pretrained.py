@@ -13,20 +13,22 @@ from keras_vit.factory import CHECKPOINT_EXTENSIONS
 from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.models.masked_patches import MaskedPatchPrediction
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
+from keras_vit.presets import hub
 from keras_vit.saving import load_model
 from keras_vit.training.errors import MissingInputFileError, RecipeInputError
 
 
 def load_pretrained(config):
-    """The model to fine-tune from ``init_from`` (a preset name or folder, a ``.keras`` file;
-    a masked patch prediction model's backbone), or None for a checkpoint without architecture."""
+    """The model to fine-tune from ``init_from`` (a preset name or folder, a timm hub name or
+    folder, a ``.keras`` file; a masked patch prediction model's backbone), or None for a
+    checkpoint without architecture."""
     source = config.init_from
     if os.path.isfile(source) and not source.endswith(".keras"):
         return None  # loaded into the model to fine-tune by load_weights
-    if not os.path.exists(source):
+    if not os.path.exists(source) and not hub.is_hub_name(source):
         if os.sep in source or os.path.splitext(source)[1] in CHECKPOINT_EXTENSIONS:
             raise MissingInputFileError(f"--init-from {source!r} is not a file or folder.")
-        if "." not in source and not source.startswith("hf-hub:"):
+        if "." not in source:
             raise RecipeInputError(
                 f"--init-from {source!r} is not a file, a folder or a preset: a model name alone has no "
                 f"pre-trained weights. Expected a preset such as {_presets_of(source)}, a preset folder "
