@@ -208,7 +208,8 @@ def render(root):
         if os.path.exists(notes):
             with open(notes, encoding="utf-8") as f:
                 lines += [f.read().strip(), ""]
-        lines.append(f"Files: [`docs/{link}/`]({link}/).")
+        # Not a link: the site has no page for a folder (each CSV is linked under its table).
+        lines.append(f"Files: `docs/{link}/`.")
         tables = []
         for name in csvs.get(folder, []):
             try:
