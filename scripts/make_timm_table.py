@@ -90,6 +90,34 @@ def render(version, architectures):
     return HEADER.format(version=version) + "ARCHITECTURES = {\n" + rows + "}\n# fmt: on\n"
 
 
+# The docs page's groups: (heading, a part of the name); an architecture falls in the first
+# group whose part its name holds, the paper's classic ViT last.
+FAMILIES = (
+    ("AIMv2 (SwiGLU MLP, RMSNorm)", "aimv2"),
+    ("DeiT III (LayerScale)", "deit3"),
+    ("DeiT distilled (a distillation token and head)", "distilled"),
+    ("DeiT", "deit_"),
+    ("DINOv2 with registers", "reg4_dinov2"),
+    ("DINOv2 (LayerScale)", "dinov2"),
+    ("TIPSv2", "tipsv2"),
+    ("SigLIP with average pooling", "siglip_gap"),
+    ("SigLIP (attention pooling)", "siglip"),
+    ("CLIP (a norm before the blocks)", "clip"),
+    ("RADIO", "radio"),
+    ("EVA", "eva"),
+    ("FlexiViT", "flexivit"),
+    ("InternViT", "intern"),
+    ("Register and average-pooling models (`reg`, `gap`)", "gap"),
+    ("timm's test models", "test_vit"),
+    ("The paper's ViT, AugReg and other classic ones", ""),
+)
+
+
+def family(name):
+    """The docs page's group of an architecture (the first of ``FAMILIES`` its name holds)."""
+    return next(heading for heading, part in FAMILIES if part in name)
+
+
 def render_docs():
     """The docs page: every architecture of the table, built or with the reason it is not.
     Reads the table and keras-vit (no timm needed)."""
@@ -109,10 +137,19 @@ def render_docs():
         'by its hub name, `keras_vit.create_model("hf-hub:timm/<architecture>.<tag>")`, or from a',
         "folder holding its `config.json` and `model.safetensors`: architecture, weights,",
         "pre-processing and class names (see [Pretrained models by name](presets.md)).",
+        '`keras_vit.list_models()` names them too, and `keras_vit.create_model("<architecture>")`',
+        "builds one with random weights, as `timm.create_model` does.",
         "",
         "## Built",
         "",
-        ", ".join(f"`{name}`" for name in built),
+        "| family | architectures |",
+        "|---|---|",
+    ]
+    groups = {heading: [] for heading, _ in FAMILIES}
+    for name in built:
+        groups[family(name)].append(name)
+    lines += [f"| {heading} | {', '.join(f'`{n}`' for n in names)} |" for heading, names in groups.items() if names]
+    lines += [
         "",
         "## Not built yet",
         "",

@@ -381,3 +381,7 @@ def test_the_table_and_its_docs_page_are_what_the_script_writes_from_this_timm(t
     assert collected == ARCHITECTURES, f"timm {version}: run scripts/make_timm_table.py"
     with open(make.DOCS, encoding="utf-8") as f:
         assert f.read() == make.render_docs(), "run scripts/make_timm_table.py"
+    # The page's groups: a name's first match, so the narrower part comes first.
+    assert make.family("vit_so400m_patch14_siglip_gap_384") == "SigLIP with average pooling"
+    assert make.family("vit_small_patch14_reg4_dinov2") == "DINOv2 with registers"
+    assert make.family("vit_base_patch16_224").startswith("The paper's ViT")
