@@ -109,10 +109,12 @@ def test_the_docs_site_builds_in_strict_mode(tmp_path):
 SHELL_BLOCK = re.compile(r"```(?:bash|sh|shell|console)\n(.*?)```", re.S)
 
 
-def _documented_commands():
-    """``(page, argv)`` of every ``keras-vit`` command line (``python -m keras_vit`` and the
-    recipes' scripts included) in the README's and the manual's shell blocks; the dated
-    performance history is a record, not instructions."""
+def documented_commands():
+    """``(page, environment, argv)`` of every ``keras-vit`` command line (``python -m
+    keras_vit`` and the recipes' scripts included) in the README's and the manual's shell
+    blocks, in their order; ``environment`` holds the variables the line sets before it
+    (``KERAS_BACKEND=jax keras-vit ...``). The dated performance history is a record, not
+    instructions."""
     import shlex
 
     found = []
@@ -123,16 +125,18 @@ def _documented_commands():
             text = f.read()
         for block in SHELL_BLOCK.findall(text):
             for line in block.replace("\\\n", " ").splitlines():
-                words = shlex.split(line, comments=True)
+                words, environment = shlex.split(line, comments=True), {}
                 while words and re.match(r"^[A-Z_]+=", words[0]):  # KERAS_BACKEND=jax keras-vit ...
-                    words = words[1:]
+                    name, value = words.pop(0).split("=", 1)
+                    environment[name] = value
+                where = os.path.relpath(page, ROOT)
                 if words[:1] == ["keras-vit"]:
-                    found.append((os.path.relpath(page, ROOT), words[1:]))
+                    found.append((where, environment, words[1:]))
                 elif words[:3] in (["python", "-m", "keras_vit"],):
-                    found.append((os.path.relpath(page, ROOT), words[3:]))
+                    found.append((where, environment, words[3:]))
                 elif words[:1] == ["python"] and words[1:2] and words[1].startswith("recipes/"):
                     script = os.path.basename(words[1])[: -len(".py")]
-                    found.append((os.path.relpath(page, ROOT), [{"main": "main"}.get(script, script), *words[2:]]))
+                    found.append((where, environment, [{"main": "main"}.get(script, script), *words[2:]]))
     return found
 
 
@@ -153,11 +157,11 @@ def _parses(argv):
 
 
 def test_every_command_the_readme_and_the_manual_show_is_taken_as_written():
-    commands = _documented_commands()
+    commands = documented_commands()
     assert len(commands) >= 30, commands  # the extraction found the pages' commands
-    readme = {tuple(argv[:1]) for page, argv in commands if page == "README.md"}
+    readme = {tuple(argv[:1]) for page, _, argv in commands if page == "README.md"}
     assert {("--help",), ("classify",), ("pretrain",), ("finetune",), ("export",), ("presets",)} <= readme
-    for page, argv in commands:
+    for page, _, argv in commands:
         if argv in (["--help"], ["presets"]):
             continue  # run below
         try:

@@ -22,7 +22,7 @@ from keras_vit.images import read_image
 def build_parser():
     parser = commands.parser("classify", __doc__)
     parser.add_argument("model", help="a .keras file, a local preset folder or a preset name")
-    parser.add_argument("images", nargs="+", help="image files (.jpg, .png, ...) or folders of them")
+    parser.add_argument("images", nargs="+", help="image files (.jpg, .png, ...) or folders of them (subfolders too)")
     parser.add_argument("--top", type=int, default=5, help="classes shown per image")
     parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass")
     parser.add_argument("--csv", help="also write image,rank,index,class,probability rows here")

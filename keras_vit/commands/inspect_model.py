@@ -38,7 +38,7 @@ FIGURES = ("attention_rollout", "attention_distance", "position_embedding_simila
 def build_parser():
     parser = commands.parser("inspect", __doc__)
     parser.add_argument("model", help="a .keras file, a local preset folder or a preset name")
-    parser.add_argument("--images", help="a folder of images (none: the embedded digits' test split)")
+    parser.add_argument("--images", help="a folder of images, subfolders too (none: the embedded digits' test split)")
     parser.add_argument("--num-images", type=int, default=8, help="images shown and averaged over")
     parser.add_argument("--output", help="folder for the figures (none: see above)")
     parser.add_argument("--head-fusion", default="mean", choices=inspect.attention.HEAD_FUSIONS, help="rollout")
@@ -49,7 +49,7 @@ def build_parser():
 
 
 def load_images(folder, count):
-    """Up to ``count`` raw uint8 images: from ``folder`` (sorted by name) or the digits' test split."""
+    """Up to ``count`` raw uint8 images: from ``folder`` (sorted by path) or the digits' test split."""
     if folder is None:
         from keras_vit.data import load_digits
 

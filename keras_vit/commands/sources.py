@@ -14,17 +14,26 @@ def load_any_model(source):
 
 
 def image_paths(folder):
-    """The image files of ``folder``, sorted by name; ValueError if it is none or has none."""
+    """The image files of ``folder`` and its subfolders (a dataset's class folders), sorted
+    by their path in it; ValueError if it is no folder or has no images."""
     from keras_vit.data import IMAGE_EXTENSIONS
 
     if not os.path.isdir(folder):
         raise ValueError(f"Expected a folder of images; {folder} is not a folder.")
-    names = sorted(n for n in os.listdir(folder) if n.lower().endswith(IMAGE_EXTENSIONS))
-    if not names:
-        raise ValueError(f"Expected a folder of images ({', '.join(IMAGE_EXTENSIONS)}); {folder} has no images.")
-    return [os.path.join(folder, name) for name in names]
+    paths = sorted(
+        os.path.relpath(os.path.join(place, name), folder)
+        for place, _, names in os.walk(folder)
+        for name in names
+        if name.lower().endswith(IMAGE_EXTENSIONS)
+    )
+    if not paths:
+        raise ValueError(
+            f"Expected a folder of images ({', '.join(IMAGE_EXTENSIONS)}); {folder} has no images, "
+            "in it or its subfolders."
+        )
+    return [os.path.join(folder, path) for path in paths]
 
 
 def read_folder(folder, count=None):
-    """Up to ``count`` images of ``folder``, sorted by name, as uint8 RGB arrays."""
+    """Up to ``count`` images of ``folder`` (and its subfolders), sorted by path, as uint8 RGB arrays."""
     return [read_image(path) for path in image_paths(folder)[:count]]
