@@ -11,7 +11,9 @@ outputs relative to their size and refuses expected values that carry no informa
 """
 
 import math
+import os
 import pathlib
+import re
 
 import numpy as np
 
@@ -246,3 +248,46 @@ def once_on(backend, why):
     import pytest
 
     return pytest.mark.skipif(keras.backend.backend() != backend, reason=f"run once, on {backend}: {why}")
+
+
+REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
+SHELL_BLOCK = re.compile(r"```(?:bash|sh|shell|console)\n(.*?)```", re.S)
+
+
+def doc_pages():
+    """The README's, the CHANGELOG's and every docs page's path."""
+    pages = [str(REPOSITORY / "README.md"), str(REPOSITORY / "CHANGELOG.md")]
+    for folder, _, names in os.walk(REPOSITORY / "docs"):
+        pages += [os.path.join(folder, n) for n in sorted(names) if n.endswith(".md")]
+    return pages
+
+
+def documented_commands():
+    """``(page, environment, argv)`` of every ``keras-vit`` command line (``python -m
+    keras_vit`` and the recipes' scripts included) in the README's and the manual's shell
+    blocks, in their order; ``environment`` holds the variables the line sets before it
+    (``KERAS_BACKEND=jax keras-vit ...``). The dated performance history is a record, not
+    instructions."""
+    import shlex
+
+    found = []
+    for page in doc_pages():
+        if page.endswith(("CHANGELOG.md", "performance-history.md")):
+            continue
+        with open(page) as f:
+            text = f.read()
+        for block in SHELL_BLOCK.findall(text):
+            for line in block.replace("\\\n", " ").splitlines():
+                words, environment = shlex.split(line, comments=True), {}
+                while words and re.match(r"^[A-Z_]+=", words[0]):  # KERAS_BACKEND=jax keras-vit ...
+                    name, value = words.pop(0).split("=", 1)
+                    environment[name] = value
+                where = os.path.relpath(page, REPOSITORY)
+                if words[:1] == ["keras-vit"]:
+                    found.append((where, environment, words[1:]))
+                elif words[:3] in (["python", "-m", "keras_vit"],):
+                    found.append((where, environment, words[3:]))
+                elif words[:1] == ["python"] and words[1:2] and words[1].startswith("recipes/"):
+                    script = os.path.basename(words[1])[: -len(".py")]
+                    found.append((where, environment, [{"main": "main"}.get(script, script), *words[2:]]))
+    return found

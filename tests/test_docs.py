@@ -7,19 +7,13 @@ import subprocess
 import sys
 
 import pytest
+from helpers import doc_pages, documented_commands
 
 import keras_vit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-
-
-def _pages():
-    pages = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "CHANGELOG.md")]
-    for folder, _, names in os.walk(DOCS):
-        pages += [os.path.join(folder, n) for n in sorted(names) if n.endswith(".md")]
-    return pages
 
 
 def _outside_code(text):
@@ -33,7 +27,7 @@ def test_the_readme_is_a_page():
     assert len(lines) <= 300, len(lines)
 
 
-@pytest.mark.parametrize("page", _pages(), ids=lambda p: os.path.relpath(p, ROOT))
+@pytest.mark.parametrize("page", doc_pages(), ids=lambda p: os.path.relpath(p, ROOT))
 def test_every_relative_link_resolves(page):
     with open(page) as f:
         text = _outside_code(f.read())
@@ -58,7 +52,7 @@ def test_the_api_reference_covers_every_public_name():
 def test_every_docs_page_is_in_the_sites_navigation():
     with open(os.path.join(ROOT, "mkdocs.yml")) as f:
         navigation = set(re.findall(r":\s*([\w/.-]+\.md)\s*$", f.read(), flags=re.M))
-    pages = {os.path.relpath(p, DOCS) for p in _pages() if p.startswith(DOCS + os.sep)}
+    pages = {os.path.relpath(p, DOCS) for p in doc_pages() if p.startswith(DOCS + os.sep)}
     # A benchmark folder's notes are shown inside the generated performance page.
     pages = {p for p in pages if not p.startswith("benchmarks" + os.sep)}
     assert pages == navigation, (sorted(pages - navigation), sorted(navigation - pages))
@@ -73,7 +67,7 @@ def test_what_the_manual_shows_from_the_readme_is_a_marked_readme_section():
     # include names a section the README marks, holding text with no relative link (a link
     # relative to the README breaks on a page in docs/guide).
     included = {}
-    for page in _pages():
+    for page in doc_pages():
         with open(page) as f:
             for source, section in SNIPPET.findall(f.read()):
                 included.setdefault((source, section), []).append(os.path.relpath(page, ROOT))
@@ -104,40 +98,6 @@ def test_the_docs_site_builds_in_strict_mode(tmp_path):
     with open(tmp_path / "site" / "guide" / "install" / "index.html") as f:
         install = f.read()
     assert "scripts/test.sh" in install and "--8&lt;" not in install
-
-
-SHELL_BLOCK = re.compile(r"```(?:bash|sh|shell|console)\n(.*?)```", re.S)
-
-
-def documented_commands():
-    """``(page, environment, argv)`` of every ``keras-vit`` command line (``python -m
-    keras_vit`` and the recipes' scripts included) in the README's and the manual's shell
-    blocks, in their order; ``environment`` holds the variables the line sets before it
-    (``KERAS_BACKEND=jax keras-vit ...``). The dated performance history is a record, not
-    instructions."""
-    import shlex
-
-    found = []
-    for page in _pages():
-        if page.endswith(("CHANGELOG.md", "performance-history.md")):
-            continue
-        with open(page) as f:
-            text = f.read()
-        for block in SHELL_BLOCK.findall(text):
-            for line in block.replace("\\\n", " ").splitlines():
-                words, environment = shlex.split(line, comments=True), {}
-                while words and re.match(r"^[A-Z_]+=", words[0]):  # KERAS_BACKEND=jax keras-vit ...
-                    name, value = words.pop(0).split("=", 1)
-                    environment[name] = value
-                where = os.path.relpath(page, ROOT)
-                if words[:1] == ["keras-vit"]:
-                    found.append((where, environment, words[1:]))
-                elif words[:3] in (["python", "-m", "keras_vit"],):
-                    found.append((where, environment, words[3:]))
-                elif words[:1] == ["python"] and words[1:2] and words[1].startswith("recipes/"):
-                    script = os.path.basename(words[1])[: -len(".py")]
-                    found.append((where, environment, [{"main": "main"}.get(script, script), *words[2:]]))
-    return found
 
 
 def _parses(argv):

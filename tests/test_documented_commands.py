@@ -1,6 +1,6 @@
 """Every command the README and the manual show runs as written, offline, on small models.
 
-The pages' shell blocks are read as tests/test_docs.py reads them, and each page's commands
+The pages' shell blocks are read as tests/test_docs.py reads them (``helpers``), and each page's commands
 run in their order, in a folder of the page's own, through the program's entry point
 (``keras_vit.commands.main``, in this process). What a command names that no command
 before it wrote is put there first, as a reader would have it (``PROVIDED``: photos in two
@@ -19,8 +19,7 @@ import os
 import keras
 import numpy as np
 import pytest
-from helpers import once_on, write_photos
-from test_docs import documented_commands
+from helpers import documented_commands, once_on, write_photos
 
 import keras_vit
 
