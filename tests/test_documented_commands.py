@@ -11,6 +11,11 @@ last flag given wins); every other command runs as written. A command that needs
 offline test cannot have is in ``NOT_RUN`` with the reason (test_docs.py still parses it).
 The commands run on TensorFlow, but those a page runs on JAX (``KERAS_BACKEND=jax``,
 ``keras-vit launch``'s processes), which run in the JAX run.
+
+The whole suite (CI) runs the README's commands on TensorFlow, a new user's first ones. The
+manual's pages and the commands on JAX train, export and start processes for several
+minutes more: ``KERAS_VIT_DOCS_COMMANDS=1`` runs them too (docs/contributing.md: before a
+change to the docs or to the commands).
 """
 
 import dataclasses
@@ -24,6 +29,9 @@ from helpers import documented_commands, once_on, write_photos
 import keras_vit
 
 BACKEND = keras.backend.backend()
+ON_REQUEST = pytest.mark.skipif(
+    os.environ.get("KERAS_VIT_DOCS_COMMANDS") != "1", reason="the manual's commands: KERAS_VIT_DOCS_COMMANDS=1"
+)
 # What an offline test on one machine cannot run, by a part of the command line.
 NOT_RUN = {
     "imagenet2012": "ImageNet, which tensorflow-datasets cannot download (its files are the reader's)",
@@ -179,13 +187,16 @@ def test_what_is_not_run_is_few_and_each_needs_what_a_test_cannot_have():
 
 
 @once_on("tensorflow", "the commands' code is one on every backend; each command's backend code is tested on all three")
-@pytest.mark.parametrize("page", sorted(_page_commands("tensorflow")))
+@pytest.mark.parametrize(
+    "page", [pytest.param(p, marks=[ON_REQUEST] * (p != "README.md")) for p in sorted(_page_commands("tensorflow"))]
+)
 def test_each_pages_commands_run_in_order(page, reader, capsys):
     for argv in _page_commands("tensorflow")[page]:
         _run(reader, _as_run(argv))
     capsys.readouterr()
 
 
+@ON_REQUEST
 @once_on("jax", "what the pages run on JAX: several processes, keras.distribution")
 def test_the_commands_the_pages_run_on_jax_run(reader, capsys):
     commands = [argv for argvs in _page_commands("jax").values() for argv in argvs]
