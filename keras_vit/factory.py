@@ -111,8 +111,8 @@ def create_model(name, image_size=None, num_classes=None, *, weights=None, dtype
     model_name, source = resolve(name, weights)
     if source is None:
         return registry.create_model(name, image_size, num_classes, dtype=dtype, **options)
-    own = {k: options.pop(k) for k in registry.MODEL_ARGUMENTS if k in options}
-    options.update({k: v for k, v in dict(image_size=image_size, num_classes=num_classes).items() if v is not None})
+    own, task = _own_and_task(options, image_size, num_classes)
+    options.update(task)
     if isinstance(source, str) and (os.path.isdir(source) or source.endswith(".keras")):
         return local.load(source, dtype=dtype, **own, **options)
     own = {"name": model_name, **own}
@@ -230,8 +230,7 @@ def _timm_model(name, image_size, num_classes, dtype, options, sized_as=None):
                 f"{name} holds a {config['architecture']} of another size than {sized_as}: {', '.join(differ)}. "
                 f"Expected {sized_as}'s size; or create_model({str(name)!r}) builds it as it is."
             )
-    own = {k: options.pop(k) for k in registry.MODEL_ARGUMENTS if k in options}
-    task = {k: v for k, v in dict(image_size=image_size, num_classes=num_classes).items() if v is not None}
+    own, task = _own_and_task(options, image_size, num_classes)
     spec = ViTSpec(**spec_options).replace(**{**task, **options})
     own.setdefault("name", config["architecture"])
     own.setdefault("preprocessing", ImagePreprocessing(spec.image_size, **preprocessing))
@@ -250,9 +249,15 @@ def _timm_architecture(name, weights, image_size, num_classes, dtype, options):
     if reason is not None:
         raise ValueError(f"{name!r}: {reason}")
     spec = ViTSpec(**timm_config.spec_options(timm_config.architecture_args(name)))
+    own, task = _own_and_task(options, image_size, num_classes)
+    return VisionTransformer(spec.replace(**task, **options), dtype=dtype, **{"name": name, **own})
+
+
+def _own_and_task(options, image_size, num_classes):
+    """``options`` split: the model's own arguments (popped from it) and the task's sizes given."""
     own = {k: options.pop(k) for k in registry.MODEL_ARGUMENTS if k in options}
     task = {k: v for k, v in dict(image_size=image_size, num_classes=num_classes).items() if v is not None}
-    return VisionTransformer(spec.replace(**task, **options), dtype=dtype, **{"name": name, **own})
+    return own, task
 
 
 def _built_and_loaded(spec, dtype, own, path):

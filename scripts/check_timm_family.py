@@ -37,9 +37,8 @@ def main(argv=None):
 
     import keras_vit
     from keras_vit.checkpoints import timm_config
-    from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
 
-    names = [n for n in sorted(ARCHITECTURES) if fnmatch.fnmatch(n, args.only) and timm_config.support(n) is None]
+    names = [n for n in timm_config.buildable() if fnmatch.fnmatch(n, args.only)]
     worst = {}
     for name in names:
         peer = small_timm_model(timm, name)

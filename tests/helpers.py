@@ -168,12 +168,13 @@ def assert_close_to_scale(actual, expected, rtol, err_msg=""):
     return difference / scale
 
 
-def write_photos(root):
+def write_photos(root, mirrored=False):
     """Eight real photos (scikit-image's samples, six RGB and two grey), shrunk to at most
     96 pixels a side and written as JPEGs under ``root``, four per class (folders ``a`` and
-    ``b``); returns their paths."""
+    ``b``); returns their paths. ``mirrored``: each photo's mirror image beside it too
+    (``<name>-mirrored.jpg``, not returned), eight a class, enough for a dataset's three splits."""
     import skimage.data
-    from PIL import Image
+    from PIL import Image, ImageOps
 
     names = ["astronaut", "chelsea", "coffee", "rocket", "immunohistochemistry", "colorwheel", "camera", "coins"]
     paths = []
@@ -183,6 +184,8 @@ def write_photos(root):
         folder = pathlib.Path(root) / ("a" if i % 2 else "b")
         folder.mkdir(parents=True, exist_ok=True)
         image.save(folder / f"{name}.jpg", quality=95)
+        if mirrored:
+            ImageOps.mirror(image).save(folder / f"{name}-mirrored.jpg", quality=95)
         paths.append(folder / f"{name}.jpg")
     return paths
 

@@ -21,14 +21,12 @@ change to the docs or to the commands).
 import dataclasses
 import os
 
-import keras
 import numpy as np
 import pytest
 from helpers import documented_commands, once_on, write_photos
 
 import keras_vit
 
-BACKEND = keras.backend.backend()
 ON_REQUEST = pytest.mark.skipif(
     os.environ.get("KERAS_VIT_DOCS_COMMANDS") != "1", reason="the manual's commands: KERAS_VIT_DOCS_COMMANDS=1"
 )
@@ -45,7 +43,7 @@ TINY = dict(hidden_size=32, depth=1, num_heads=2, mlp_dim=64)
 TINY_IMAGE_SIZE = 32
 # Appended to the training commands: one short epoch (of a small model, where none is named).
 SHORT = ["--epochs", "1", "--steps-per-epoch", "2", "--progress", "0"]
-SMALL = ["--depth", "1", "--hidden-size", "32", "--num-heads", "2", "--mlp-dim", "64", "--batch-size", "16"]
+SMALL = [w for k, v in TINY.items() for w in (f"--{k.replace('_', '-')}", str(v))] + ["--batch-size", "16"]
 TRAINING = {"pretrain": SHORT + SMALL, "main": SHORT + SMALL, "finetune": SHORT + ["--batch-size", "4"]}
 # Placeholders the pages write for what the reader fills in.
 PLACEHOLDERS = {"<run>": "main-pretrain", "...": "vit_s16.augreg_in21k_ft_in1k"}
@@ -59,13 +57,6 @@ def _small_model(**options):
 def _model_file(path):
     path.parent.mkdir(parents=True, exist_ok=True)
     keras_vit.save_model(_small_model(class_names=[f"digit {d}" for d in range(10)]), str(path))
-
-
-def _photos(folder):
-    from PIL import Image, ImageOps
-
-    for path in write_photos(folder):  # two classes of real photos, and their mirror images: 8 a class
-        ImageOps.mirror(Image.open(path)).save(path.with_name(f"{path.stem}-mirrored.jpg"), quality=95)
 
 
 def _photo(path):
@@ -82,7 +73,7 @@ def _preset_folder(path):
 
 # What a page's command names, put there before the command if no command before it wrote it.
 PROVIDED = {
-    "photos/": _photos,
+    "photos/": lambda folder: write_photos(folder, mirrored=True),
     "photo.jpg": _photo,
     "model.keras": _model_file,
     "presets/flowers": _preset_folder,

@@ -248,7 +248,7 @@ def _loaded_by_name():
     each kind, where each backend's own layers are what differs (the three kinds tested
     further in their own tests apart)."""
     if keras.backend.backend() == "torch":
-        return [n for n in sorted(ARCHITECTURES) if timm_config.support(n) is None]
+        return list(timm_config.buildable())
     return [n for n in _representatives() if n not in (DINOV2_REGISTERS, DEIT_DISTILLED, SIGLIP)]
 
 

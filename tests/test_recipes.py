@@ -275,11 +275,8 @@ TINY_PRESET = dict(image_size=16, depth=1, hidden_size=32, num_heads=2, mlp_dim=
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory):
-    from PIL import Image, ImageOps
-
     root = tmp_path_factory.mktemp("data") / "photos"
-    for path in write_photos(root):  # two classes, a and b, of real photos; and their mirror images
-        ImageOps.mirror(Image.open(path)).save(path.with_name(f"{path.stem}-mirrored.jpg"), quality=95)
+    write_photos(root, mirrored=True)  # two classes, a and b, of real photos; and their mirror images
     return root  # 8 a class: 5 to train on, 1 to validate, 2 to test
 
 
