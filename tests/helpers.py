@@ -253,6 +253,16 @@ def once_on(backend, why):
     return pytest.mark.skipif(keras.backend.backend() != backend, reason=f"run once, on {backend}: {why}")
 
 
+def not_on(backend, why):
+    """A mark that skips a test on ``backend``, where it would take the same path as on
+    another backend (an export that a TensorFlow child process converts from the model's
+    .keras file, whichever backend wrote it). ``why`` says which."""
+    import keras
+    import pytest
+
+    return pytest.mark.skipif(keras.backend.backend() == backend, reason=f"not on {backend}: {why}")
+
+
 REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
 SHELL_BLOCK = re.compile(r"```(?:bash|sh|shell|console)\n(.*?)```", re.S)
 
