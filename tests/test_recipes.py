@@ -247,6 +247,8 @@ def test_main_recipe_runs_both_phases(tmp_path, capsys):
         str(tmp_path),
         "--epochs",
         "1",
+        "--steps_per_epoch",
+        "2",
         "--depth",
         "1",
         "--hidden_size",
