@@ -1,7 +1,6 @@
 """Loads every timm architecture keras-vit builds, at timm's logits, on the backend
-KERAS_BACKEND names: the whole table, which the tests load by hub name on PyTorch, taking
-one architecture of each kind on TensorFlow and JAX (tests/test_family.py). Needs timm
-(the test extra).
+KERAS_BACKEND names: the whole table, as the tests load it by hub name on each backend
+(tests/test_family.py), without the loopback hub. Needs timm (the test extra).
 
 Each architecture is built by timm at depth 2 on a 3x3 patch grid, 8 channels a head, with
 random informative weights, written by timm's ``save_for_hf`` into a folder and loaded from

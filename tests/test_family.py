@@ -40,29 +40,8 @@ RTOL = 2e-5
 # after each of its two passes, the layer keeps floats (test_preprocessing.py: at most 1.25
 # levels, 0.4 on average); in normalised units 0.4 levels are under 0.01.
 MEAN_PREPROCESSING_DIFFERENCE = 0.02
-SIZE_ARGS = ("embed_dim", "depth", "num_heads", "patch_size", "img_size", "mlp_ratio")
-
-
-def _signature(args):
-    """What an architecture's arguments choose besides its sizes."""
-    return tuple(sorted((k, "set" if k == "init_values" else v) for k, v in args.items() if k not in SIZE_ARGS))
-
-
-def _representatives():
-    """One architecture (the narrowest) of each distinct set of options that keras-vit builds."""
-    chosen = {}
-    for name in sorted(ARCHITECTURES):
-        args = ARCHITECTURES[name]
-        if timm_config.support(name) is not None:
-            continue
-        key = _signature(args)
-        if key not in chosen or args["embed_dim"] < ARCHITECTURES[chosen[key]]["embed_dim"]:
-            chosen[key] = name
-    return sorted(chosen.values())
-
-
-# Registers, LayerScale, no position rows for the prefix tokens: in the fast tier (the other
-# representatives are in the slow one, tests/slow_tests.txt).
+# Registers, LayerScale, no position rows for the prefix tokens: in the fast tier (every
+# architecture's load is in the slow one, tests/slow_tests.txt).
 DINOV2_REGISTERS = "vit_small_patch14_reg4_dinov2"
 # A distillation token and a second head.
 DEIT_DISTILLED = "deit_tiny_distilled_patch16_224"
@@ -241,18 +220,8 @@ def test_deit_distilled_averages_its_two_heads_and_its_two_tokens_as_timm_does(t
         new.spec.replace(pooling="gap")
 
 
-def _loaded_by_name():
-    """The architectures test_timm_architectures_load_by_hub_name_at_timms_logits loads. On
-    PyTorch every one keras-vit builds: a name's config and files are read by one code on
-    every backend, and PyTorch runs these small models fastest. On TensorFlow and JAX one of
-    each kind, where each backend's own layers are what differs (the three kinds tested
-    further in their own tests apart)."""
-    if keras.backend.backend() == "torch":
-        return list(timm_config.buildable())
-    return [n for n in _representatives() if n not in (DINOV2_REGISTERS, DEIT_DISTILLED, SIGLIP)]
-
-
-@pytest.mark.parametrize("architecture", _loaded_by_name())
+# Every architecture keras-vit builds (timm_config.buildable()), on every backend.
+@pytest.mark.parametrize("architecture", timm_config.buildable())
 def test_timm_architectures_load_by_hub_name_at_timms_logits(timm, mirror, architecture):
     assert_loads_by_hub_name_at_timms_logits(timm, mirror, architecture)
 
