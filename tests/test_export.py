@@ -25,7 +25,7 @@ import keras
 import numpy as np
 import pytest
 from conftest import TINY_ENCODER
-from helpers import assert_close_to_scale, log_softmax, once_on, randomize_keras, to_numpy
+from helpers import assert_close_to_scale, log_softmax, not_on, once_on, randomize_keras, to_numpy
 
 import keras_vit
 from keras_vit.data import IMAGENET_MEAN, IMAGENET_STD
@@ -118,7 +118,7 @@ MODELS = [
         id="vit",
         # From JAX every format goes where PyTorch's go (a TensorFlow child process converts
         # the .keras file, .pt2 aside), and the hybrid takes that path on JAX in every format.
-        marks=pytest.mark.skipif(BACKEND == "jax", reason="on JAX the hybrid takes the paths the ViT would"),
+        marks=not_on("jax", "the hybrid takes the paths the ViT would there"),
     ),
     pytest.param(
         TINY_HYBRID,
