@@ -3,15 +3,15 @@
 Runs once per backend (KERAS_BACKEND=tensorflow|jax|torch). A tiny ViT (exact GELU, the
 case tf2onnx cannot convert unaided; on TensorFlow and PyTorch) and a tiny hybrid
 ResNet+ViT (on JAX) are trained on the current backend on the embedded digits (16x16 RGB)
-to >90% test accuracy, saved as
-``.keras`` and exported (the ViT from that file, the hybrid from memory); every export is
-reloaded in its own runtime and compared with the Keras model on the same raw uint8 images.
-The hybrid carries its own pre-processing (ImageNet mean and std, a resize and a center
-crop), which every export must run inside, also after the reload that conversion on JAX
-and PyTorch goes through; the ViT has none (its exports scale as ``normalization`` says)
-but has class names, which must come from its file into ``labels.txt``. The ``.pt2`` file
-(``torch_export``, written on the torch backend, in a child process from the others) must
-run in a process that never imports Keras.
+to >90% test accuracy, saved as ``.keras`` and exported (the ViT from that file, the
+hybrid from memory); every export is reloaded in its own runtime and compared with the
+Keras model on the same raw uint8 images. The hybrid carries its own pre-processing
+(ImageNet mean and std, a resize and a center crop), which every export must run inside,
+also after the reload that conversion on JAX and PyTorch goes through; the ViT has none
+(its exports scale as ``normalization`` says) but has class names, which must come from
+its file into ``labels.txt``. The ``.pt2`` file (``torch_export``, written on the torch
+backend, in a child process from the others) must run in a process that never imports
+Keras.
 """
 
 import contextlib

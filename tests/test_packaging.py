@@ -15,7 +15,7 @@ import zipfile
 import keras
 import numpy as np
 import pytest
-from conftest import to_numpy
+from conftest import TINY_ENCODER, to_numpy
 from helpers import once_on
 from upstream import write_original_npz
 
@@ -199,8 +199,8 @@ def test_verbose_brings_the_backends_lines_back(tmp_path):
     # A few-shot evaluation (the data, a model, no training) as the main job's quiet start
     # would hold its lines back; --verbose shows them.
     model = str(tmp_path / "model.keras")
-    keras_vit.save_model(keras_vit.create_model("vit_ti16", image_size=16, patch_size=4, num_classes=10, depth=1,
-                                                hidden_size=32, num_heads=2, mlp_dim=64), model)  # fmt: skip
+    small = keras_vit.create_model("vit_ti16", image_size=16, patch_size=4, num_classes=10, depth=1, **TINY_ENCODER)
+    keras_vit.save_model(small, model)
     loud = run([PROGRAM, "fewshot", model, "--shots", "1", "--seeds", "1", "--verbose"])
     assert loud.returncode == 0, loud.stderr[-3000:]
     assert "few-shot linear accuracy" in loud.stdout, loud.stdout[-3000:]
