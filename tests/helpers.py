@@ -14,6 +14,8 @@ import math
 import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import numpy as np
 
@@ -26,6 +28,15 @@ TOKEN_STD = 0.5
 BIAS_STD = 0.05
 # Normalisation gains: near one, not one (a gain that is dropped must change the outputs).
 GAIN_STD = 0.1
+
+
+# The small Transformer that the model-level tests share (seconds per backend, not minutes).
+TINY_ENCODER = dict(hidden_size=32, num_heads=2, mlp_dim=64)
+
+# Files written on one backend are read on the next one of this cycle: over the suite's
+# three runs (one per backend) every backend writes once and reads once, with one child
+# process per test instead of two.
+BACKEND_CYCLE = ("tensorflow", "jax", "torch")
 
 
 def to_numpy(x):
@@ -265,6 +276,22 @@ def not_on(backend, why):
 
 REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
 SHELL_BLOCK = re.compile(r"```(?:bash|sh|shell|console)\n(.*?)```", re.S)
+
+
+def run_on_next_backend(script, *args):
+    """Runs ``python -c script *args`` in a child process, from the repository root, on the
+    backend after this run's in ``BACKEND_CYCLE``; returns that backend's name."""
+    import keras
+
+    here = keras.backend.backend()
+    backend = BACKEND_CYCLE[(BACKEND_CYCLE.index(here) + 1) % len(BACKEND_CYCLE)]
+    subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)],
+        check=True,
+        env={**os.environ, "KERAS_BACKEND": backend},
+        cwd=REPOSITORY,
+    )
+    return backend
 
 
 def doc_pages():

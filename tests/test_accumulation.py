@@ -4,8 +4,7 @@ learning-rate schedule, warm-up included, counts updates, not micro-batches."""
 import keras
 import numpy as np
 import pytest
-from conftest import TINY_ENCODER
-from helpers import assert_close_to_scale, randomize_keras, to_numpy
+from helpers import TINY_ENCODER, assert_close_to_scale, randomize_keras, to_numpy
 
 import keras_vit
 from keras_vit.training import make_config, pretrain

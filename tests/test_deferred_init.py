@@ -6,7 +6,7 @@ import threading
 
 import keras
 import numpy as np
-from conftest import to_numpy
+from helpers import to_numpy
 
 import keras_vit
 from keras_vit.models.deferred_init import deferred_initialization, initialize_unloaded

@@ -24,8 +24,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from conftest import TINY_ENCODER
-from helpers import assert_close_to_scale, log_softmax, not_on, once_on, randomize_keras, to_numpy
+from helpers import TINY_ENCODER, assert_close_to_scale, log_softmax, not_on, once_on, randomize_keras, to_numpy
 
 import keras_vit
 from keras_vit.data import IMAGENET_MEAN, IMAGENET_STD

@@ -16,13 +16,13 @@ import textwrap
 import keras
 import numpy as np
 import pytest
-from conftest import run_on_next_backend
 from helpers import (
     assert_close_to_scale,
     cat_photo,
     log_softmax,
     logits,
     once_on,
+    run_on_next_backend,
     small_timm_model,
     timm_input,
     to_numpy,
@@ -132,7 +132,7 @@ def test_dinov2_with_registers_loads_by_hub_name_at_timms_logits_intermediates_a
     assert_attention_is_timms(model, peer, x)
 
 
-# The preset folder's model, on the next backend of tests/conftest.py's cycle.
+# The preset folder's model, on the next backend of helpers.BACKEND_CYCLE.
 NEXT_BACKEND_PRESET = textwrap.dedent("""
     import sys, numpy as np, keras, keras_vit
     folder, raw, out = sys.argv[1:4]

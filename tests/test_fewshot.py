@@ -7,7 +7,7 @@ import os
 import keras
 import numpy as np
 import pytest
-from conftest import TINY_ENCODER
+from helpers import TINY_ENCODER
 
 import keras_vit
 from keras_vit.data import load_dataset

@@ -10,8 +10,7 @@ import textwrap
 import keras
 import numpy as np
 import pytest
-from conftest import TINY_ENCODER
-from helpers import randomize_keras, to_numpy
+from helpers import TINY_ENCODER, randomize_keras, to_numpy
 
 import keras_vit
 from keras_vit.data import load_dataset

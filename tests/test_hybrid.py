@@ -12,13 +12,13 @@ import textwrap
 import keras
 import numpy as np
 import pytest
-from conftest import run_on_next_backend
 from helpers import (
     assert_close_to_scale,
     images,
     logits,
     once_on,
     randomize_torch,
+    run_on_next_backend,
     save_torch_state,
     to_numpy,
     torch_logits,

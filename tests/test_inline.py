@@ -9,7 +9,7 @@ over every public layer.
 import keras
 import numpy as np
 import pytest
-from conftest import to_numpy
+from helpers import to_numpy
 
 import keras_vit.layers.encoder_block as encoder_block_module
 import keras_vit.layers.inline as inline_module

@@ -6,8 +6,7 @@ import itertools
 import keras
 import numpy as np
 import pytest
-from conftest import TINY_ENCODER, randomize_torch, to_numpy
-from helpers import images, save_torch_state
+from helpers import TINY_ENCODER, images, randomize_torch, save_torch_state, to_numpy
 from upstream import HF_CASES, SMALL_KERAS, SMALL_TIMM, hf_model, keras_for_hf, keras_hybrid
 
 import keras_vit

@@ -11,7 +11,7 @@ import warnings
 import keras
 import numpy as np
 import pytest
-from conftest import to_numpy
+from helpers import to_numpy
 
 import keras_vit.layers
 import keras_vit.layers.inline as inline_module

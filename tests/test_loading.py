@@ -5,7 +5,7 @@ import textwrap
 import keras
 import numpy as np
 import pytest
-from conftest import randomize_torch, run_on_next_backend, to_numpy
+from helpers import randomize_torch, run_on_next_backend, to_numpy
 
 import keras_vit
 

@@ -8,8 +8,7 @@ photos: scikit-learn's embedded sample images (no download).
 import keras
 import numpy as np
 import pytest
-from conftest import to_numpy
-from helpers import pil_reference
+from helpers import pil_reference, to_numpy
 
 from keras_vit.data.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from keras_vit.layers import ImagePreprocessing

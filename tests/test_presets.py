@@ -6,8 +6,15 @@ import os
 
 import numpy as np
 import pytest
-from conftest import TINY_ENCODER
-from helpers import assert_close_to_scale, log_softmax, randomize_keras, randomize_torch, to_numpy, torch_logits
+from helpers import (
+    TINY_ENCODER,
+    assert_close_to_scale,
+    log_softmax,
+    randomize_keras,
+    randomize_torch,
+    to_numpy,
+    torch_logits,
+)
 from http_server import download_env, unused_url
 from upstream import write_original_npz
 

@@ -5,7 +5,7 @@ import textwrap
 import keras
 import numpy as np
 import pytest
-from conftest import TINY_ENCODER, run_on_next_backend, to_numpy
+from helpers import TINY_ENCODER, run_on_next_backend, to_numpy
 
 import keras_vit
 

@@ -12,8 +12,7 @@ import textwrap
 import keras
 import numpy as np
 import pytest
-from conftest import TINY_ENCODER
-from helpers import once_on, randomize_keras, small_timm_model, to_numpy, write_photos
+from helpers import TINY_ENCODER, once_on, randomize_keras, small_timm_model, to_numpy, write_photos
 
 import keras_vit
 from keras_vit.data import load_dataset, make_pipeline
