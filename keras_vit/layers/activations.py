@@ -9,9 +9,8 @@ MLP_ACTIVATIONS = ("gelu", "quick_gelu", "silu")
 
 def _in_float32(x):
     """Whether a half-precision GELU computes in float32 and rounds once: on JAX and
-    TensorFlow, whose compilers run the element-wise half-precision op unfused and slowly
-    (see the benchmark's mixed-precision rows); PyTorch's own kernel already computes in
-    float32 inside."""
+    TensorFlow, whose compilers run the element-wise half-precision op slowly; PyTorch's
+    own kernel already computes in float32 inside."""
     if keras.backend.standardize_dtype(x.dtype) not in ("bfloat16", "float16"):
         return False
     return keras.config.backend() in ("jax", "tensorflow")

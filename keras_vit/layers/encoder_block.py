@@ -18,10 +18,9 @@ def dropout_rows(dropout, rows, tokens, training):
     """``dropout`` of 2-D token rows, drawn over the ``(batch, tokens, ...)`` view of the
     3-D ``tokens`` they came from (None: over the rows as they are).
 
-    The same random numbers in the same order either way; XLA compiles the mask over the
-    tokens' own shape better than over rows whose count it infers from a reshape (the
-    benchmark's ``recipe_overhead.py`` shows the training step). Where nothing is dropped
-    the rows stay as they are.
+    The same random numbers in the same order either way; XLA compiles a mask over the
+    tokens' own shape well, and one over rows whose count it infers from a reshape slowly.
+    Where nothing is dropped the rows stay as they are.
     """
     if not training or dropout.rate == 0 or tokens is None:
         return call_inline(dropout, rows, training=training)
@@ -49,10 +48,8 @@ class MlpBlock(keras.layers.Layer):
     ``fc1`` and ``fc2`` are Keras ``Dense`` layers (``keras_vit.layers.Dense``):
     ``model.quantize(...)`` quantizes them,
     and ``get_config`` keeps their quantized policies (see ``dtype_policy_config``). The
-    GELU is ``fc1``'s activation, and both run on the token rows flattened to 2-D: so
-    TensorFlow's graph optimizer (Grappler, without XLA: Keras' default on CPU) fuses the
-    matmul, its bias and the GELU into one oneDNN kernel. Three-dimensional matmuls, or a
-    GELU outside ``fc1``'s name scope, defeat that fusion.
+    GELU is ``fc1``'s activation and both run on the token rows flattened to 2-D, the form
+    in which TensorFlow's graph optimizer makes the matmul, its bias and the GELU one kernel.
 
     Examples:
         >>> import numpy as np
@@ -233,10 +230,8 @@ class EncoderBlock(keras.layers.Layer):
         return self._forward(x, return_attention_scores, training)
 
     def _forward(self, x, return_attention_scores, training):
-        # The residual stream runs on the 2-D token rows that the attention's output
-        # projection and fc2 compute: TensorFlow's graph optimizer then fuses each residual
-        # add into the matmul before it (a oneDNN post-op), where a reshape between the two
-        # would stop it.
+        # The residual stream stays on the 2-D token rows that the attention's output
+        # projection and fc2 compute, so that TensorFlow can fuse each add into that matmul.
         rows = ops.reshape(x, (-1, x.shape[-1]))
         y = call_inline(
             self.attention,
