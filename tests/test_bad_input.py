@@ -28,11 +28,12 @@ from helpers import once_on
 
 import keras_vit
 from keras_vit.checkpoints.readers import CheckpointReadError
+from keras_vit.commands.recipe_flags import run_command_line
 from keras_vit.data import load_dataset
 from keras_vit.dependencies import MissingDependencyError, require
 from keras_vit.saving import InvalidModelFileError
 from keras_vit.training import distribution as distribution_module
-from keras_vit.training import finetune, make_config, pretrain, run_command_line
+from keras_vit.training import finetune, make_config, pretrain
 
 
 @dataclasses.dataclass(frozen=True)

@@ -104,7 +104,7 @@ def _parses(argv):
     """Parses a command line as its command would, doing none of its work: every flag, choice
     and value type checked (the recipes' values against their ranges too)."""
     from keras_vit.commands import COMMANDS, command
-    from keras_vit.training.config import parse_args
+    from keras_vit.commands.recipe_flags import parse_args
 
     name, rest = argv[0], argv[1:]
     assert name in COMMANDS, f"not a command: {name}"

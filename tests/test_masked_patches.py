@@ -9,6 +9,7 @@ import pytest
 from conftest import TINY_ENCODER, to_numpy
 
 import keras_vit
+from keras_vit.commands.recipe_flags import parse_args
 from keras_vit.layers import ImagePreprocessing
 from keras_vit.models.masked_patches import (
     CLEAN,
@@ -19,7 +20,7 @@ from keras_vit.models.masked_patches import (
     PatchCorruption,
     mean_colour_targets,
 )
-from keras_vit.training import finetune, make_config, parse_args, pretrain
+from keras_vit.training import finetune, make_config, pretrain
 
 TINY = dict(image_size=16, patch_size=4, depth=1, **TINY_ENCODER)
 TINY_RECIPE = dict(depth=1, epochs=1, steps_per_epoch=2, batch_size=32, progress=0, warmup_steps=2, **TINY_ENCODER)

@@ -21,7 +21,6 @@ from upstream import write_original_npz
 
 import keras_vit
 from keras_vit.commands import COMMANDS, command
-from keras_vit.training import make_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKEND = keras.backend.backend()
@@ -49,67 +48,6 @@ def test_import_keras_vit_imports_no_other_framework():
     child = run([sys.executable, "-c", code])
     assert child.returncode == 0, child.stderr
     assert set(child.stdout.split()) == {BACKEND} & set(FRAMEWORKS), child.stdout
-
-
-def _help(name):
-    return " ".join(command(name).build_parser().format_help().split())
-
-
-def test_every_flag_is_hyphenated_and_help_shows_groups_choices_and_defaults_as_typed():
-    hidden = {"--preset"}  # the training commands' old spelling of --recipe, taken with a warning
-    for name in COMMANDS:
-        parser = command(name).build_parser()
-        assert parser.prog == f"keras-vit {name}"
-        shown = _help(name)
-        for flag in parser.takes_value:
-            assert "_" not in flag, f"keras-vit {name}: {flag}"
-            if flag not in hidden and not flag.startswith("--no-"):
-                assert f"{flag} " in shown or f"{flag}," in shown, f"keras-vit {name} --help lacks {flag}"
-    # The recipes' flags: in their groups, with their choices or types and the recipe's values.
-    shown = _help("pretrain")
-    config = make_config("digits_pretrain")
-    for title in ("data:", "augmentation:", "model:", "optimisation:", "fine-tuning:", "output:", "distribution:"):
-        assert f" {title} " in shown, title
-    assert f"--learning-rate FLOAT (default: {config.learning_rate})" in shown
-    assert "--optimizer {adam,sgd}" in shown and "--strategy {default,mirrored,tpu,data_parallel," in shown
-    assert "--resume [true|false] continue the newest run" in shown and "(default: false; --no-resume: false)" in shown
-    assert "--freeze {backbone,none}" in shown and "--depth INT a ViTSpec option (default: 4)" in shown
-    assert f"--fewshot-shots TEXT (default: {config.fewshot_shots})" in shown
-    # Every command: choices listed, a default as typed, none for a required or unset flag.
-    assert "--normalization {auto,vit,imagenet}" in _help("export") and "(default: 1,5,10,25)" in _help("fewshot")
-    assert "--head-fusion {mean,max,min}" in _help("inspect") and "--top TOP classes shown per image (default: 5)" in (
-        _help("classify")
-    )
-    assert "--output OUTPUT folder to write into, e.g. saved_models/<run>/export --overwrite" in _help("export")
-    assert "probability rows here" in _help("classify") and "rows here (default" not in _help("classify")
-
-
-def test_flags_take_both_spellings_switches_and_the_old_recipe_flag(capsys):
-    from keras_vit.training.config import FIELDS, GROUPS, MODEL_OPTIONS, parse_args
-
-    # Every field is a flag in exactly one group (a field left out would have no flag).
-    grouped = [name for names in GROUPS.values() for name in names]
-    assert sorted(grouped) == sorted([*FIELDS, *MODEL_OPTIONS])
-
-    hyphens = parse_args(["--learning-rate", "0.5", "--no-jit-compile", "--resume", "--depth=2"], "digits_pretrain")
-    underscores = parse_args(["--learning_rate", "0.5", "--jit_compile", "false", "--resume", "true", "--depth=2"],
-                             "digits_pretrain")  # fmt: skip
-    assert hyphens == underscores
-    assert (hyphens.learning_rate, hyphens.jit_compile, hyphens.resume) == (0.5, False, True)
-    assert hyphens.model_options["depth"] == 2
-    assert parse_args(["--recipe", "paper_finetune"], "digits_pretrain").optimizer == "sgd"
-    assert capsys.readouterr().err == ""
-    assert parse_args(["--preset", "paper_finetune"], "digits_pretrain").optimizer == "sgd"
-    assert (
-        capsys.readouterr().err
-        == "warning: --preset paper_finetune is --recipe paper_finetune now (--preset names pretrained weights).\n"
-    )
-    with pytest.raises(ValueError, match="take a recipe as --recipe .* and pretrained weights as --init-from vit_s16"):
-        parse_args(["--preset", "vit_s16.augreg_in21k"], "digits_finetune")
-    # The flags of a program launch starts are that program's: passed on as written.
-    launch = command("launch").build_parser()
-    args = launch.parse_args(["--num_processes", "3", "train.py", "--num_processes", "x", "--my_flag"])
-    assert args.num_processes == 3 and args.arguments == ["--num_processes", "x", "--my_flag"]
 
 
 # command: (a bad value, the arguments that lead to it). Each is found before any work.

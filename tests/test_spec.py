@@ -7,8 +7,9 @@ import pytest
 from helpers import assert_informative, randomize_keras, to_numpy
 
 import keras_vit
+from keras_vit.commands.recipe_flags import parse_args
 from keras_vit.models.spec import ARCHITECTURE, REGULARIZATION, TASK, TRAINING, ResNetSpec, ViTSpec
-from keras_vit.training.config import MODEL_OPTIONS, make_config, parse_args
+from keras_vit.training.config import MODEL_OPTIONS, make_config
 
 
 def test_every_field_has_one_role():

@@ -22,7 +22,7 @@ import os
 import sys
 
 from keras_vit import quiet
-from keras_vit.checks import CommandLineParser
+from keras_vit.commands.parser import CommandLineParser
 from keras_vit.dependencies import MissingDependencyError
 
 # command: (module, what it does); the order of ``keras-vit --help``.

@@ -33,10 +33,15 @@ def build_parser():
     parser = commands.parser("fewshot", __doc__)
     parser.add_argument("model", help="a .keras file, a local preset folder or a preset name")
     parser.add_argument("--dataset", default="digits", help="digits (embedded), a folder, or a tfds name")
-    parser.add_argument("--data-dir", help="tensorflow-datasets data_dir")
+    parser.add_argument("--data-dir", help="where tensorflow-datasets keeps its data (none: its own default)")
     parser.add_argument("--shots", type=_numbers(int), default=list(DEFAULT_SHOTS), help="images per class, k")
     parser.add_argument("--seeds", type=int, default=5, help="k-shot sets drawn per k")
-    parser.add_argument("--l2", type=_numbers(float), default=[DEFAULT_L2], help="one value, or several to choose from")
+    parser.add_argument(
+        "--l2",
+        type=_numbers(float),
+        default=[DEFAULT_L2],
+        help="the probe's L2 regularisation: one value, or several to choose from on the validation split",
+    )
     parser.add_argument("--batch-size", type=int, default=256, help="images per forward pass")
     parser.add_argument("--csv", help="also write the table here")
     return parser

@@ -12,17 +12,17 @@ zero-initialised head is put on for the new classes.
 
 import sys
 
-from keras_vit.training import finetune, run_command_line
-from keras_vit.training.config import build_parser as config_parser
+from keras_vit.commands import recipe_flags
+from keras_vit.training import finetune
 
 
 def build_parser():
-    return config_parser("digits_finetune", "keras-vit finetune", __doc__.split("\n\n")[0])
+    return recipe_flags.build_parser("finetune", "digits_finetune", __doc__)
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    _, result = run_command_line(finetune, argv, "digits_finetune", "keras-vit finetune", __doc__)
+    _, result = recipe_flags.run_command_line(finetune, argv, "digits_finetune", "finetune", __doc__)
     checks = ", ".join(f"{k} {v:.4f}" for k, v in result.checks.items())
     print(f"fine-tuning start: {checks}")
     print(f"fine-tuning: {result.summary()}")

@@ -41,9 +41,21 @@ def build_parser():
     parser.add_argument("--images", help="a folder of images, subfolders too (none: the embedded digits' test split)")
     parser.add_argument("--num-images", type=int, default=8, help="images shown and averaged over")
     parser.add_argument("--output", help="folder for the figures (none: see above)")
-    parser.add_argument("--head-fusion", default="mean", choices=inspect.attention.HEAD_FUSIONS, help="rollout")
-    parser.add_argument("--discard-ratio", type=float, default=0.0, help="rollout: weights dropped per block")
-    parser.add_argument("--num-components", type=int, default=28, help="filter components shown")
+    parser.add_argument(
+        "--head-fusion",
+        default="mean",
+        choices=inspect.attention.HEAD_FUSIONS,
+        help="how the rollout fuses each block's heads: their mean (the paper's), max or min",
+    )
+    parser.add_argument(
+        "--discard-ratio",
+        type=float,
+        default=0.0,
+        help="share of each block's weakest attention weights the rollout drops, in [0, 1)",
+    )
+    parser.add_argument(
+        "--num-components", type=int, default=28, help="principal components of the patch filters drawn"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace figures already there")
     return parser
 

@@ -31,7 +31,7 @@ def build_parser():
     parser.add_argument("--num-processes", type=int, default=2, help="processes to start")
     parser.add_argument("--port", type=int, default=0, help="the coordinator's port on 127.0.0.1 (0: a free one)")
     parser.add_argument("command", help="a keras-vit command (pretrain, finetune) or a .py script")
-    parser.add_argument("arguments", nargs="...", help="its flags")
+    parser.add_argument("arguments", nargs="...", help="that command's or script's own flags, passed on as given")
     return parser
 
 

@@ -9,14 +9,13 @@ import sys
 
 import keras
 
-from keras_vit.commands import finetune, pretrain
-from keras_vit.training.config import build_parser as config_parser
+from keras_vit.commands import finetune, pretrain, recipe_flags
 from keras_vit.training.epoch_times import per_epoch
 
 
 def build_parser():
     # The flags are pre-training's, given to both phases.
-    return config_parser("digits_pretrain", "keras-vit main", __doc__.split("\n\n")[0])
+    return recipe_flags.build_parser("main", "digits_pretrain", __doc__)
 
 
 def main(argv=None):

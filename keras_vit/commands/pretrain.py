@@ -18,17 +18,17 @@ corrupted patches. ``keras-vit finetune`` fine-tunes its model.keras as any othe
 
 import sys
 
-from keras_vit.training import pretrain, run_command_line
-from keras_vit.training.config import build_parser as config_parser
+from keras_vit.commands import recipe_flags
+from keras_vit.training import pretrain
 
 
 def build_parser():
-    return config_parser("digits_pretrain", "keras-vit pretrain", __doc__.split("\n\n")[0])
+    return recipe_flags.build_parser("pretrain", "digits_pretrain", __doc__)
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    config, result = run_command_line(pretrain, argv, "digits_pretrain", "keras-vit pretrain", __doc__)
+    config, result = recipe_flags.run_command_line(pretrain, argv, "digits_pretrain", "pretrain", __doc__)
     if config.objective == "masked_patch_prediction":  # its accuracy: the colours of the corrupted patches
         print(f"masked patch prediction (colour accuracy on the corrupted patches): {result.summary()}")
     else:

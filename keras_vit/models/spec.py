@@ -29,8 +29,9 @@ from keras_vit.layers.tokens import POSITION_EMBEDDINGS
 ARCHITECTURE, TASK, REGULARIZATION, TRAINING = "architecture", "task", "regularization", "training"
 
 
-def _field(default, role=ARCHITECTURE):
-    return dataclasses.field(default=default, metadata={"role": role})
+def _field(default, help, role=ARCHITECTURE):
+    # help: the field's one line in the training commands' --help (a flag of every option a recipe sets).
+    return dataclasses.field(default=default, metadata={"role": role, "help": help})
 
 
 def _suggest(unknown, known):
@@ -199,43 +200,71 @@ class ViTSpec(_Spec):
     False
     """
 
-    image_size: typing.Any = _field((224, 224), TASK)
-    patch_size: int = _field(16)
-    hidden_size: int = _field(768)
-    depth: int = _field(12)
-    num_heads: int = _field(12)
-    mlp_dim: int = _field(3072)
-    num_channels: int = _field(3)
-    pooling: str | None = _field("token")
-    class_token: bool | None = _field(None)
-    num_register_tokens: int = _field(0)
-    distillation_token: bool = _field(False)
-    position_embedding: str = _field("learned")
-    embed_prefix_tokens: bool = _field(True)
-    pre_norm: bool = _field(False)
-    patch_bias: bool = _field(True)
-    patch_norm: bool = _field(False)
-    norm_type: str = _field("layernorm")
-    layer_norm_epsilon: float = _field(1e-6)
-    gelu_approximate: bool = _field(True)
-    mlp_activation: str = _field("gelu")
-    gated_mlp: bool = _field(False)
-    proj_bias: bool = _field(True)
-    layer_scale_init: float | None = _field(None)
-    qkv_bias: bool = _field(True)
-    norm_after_pool: bool = _field(False)
-    final_norm: bool = _field(True)
-    resnet: ResNetSpec | None = _field(None)
-    dynamic_image_size: bool = _field(False, TASK)
-    num_classes: int = _field(1000, TASK)
-    include_top: bool = _field(True, TASK)
-    representation_size: int | None = _field(None, TASK)
-    head_zero_init: bool = _field(True, TASK)
-    classifier_activation: str | None = _field(None, TASK)
-    dropout_rate: float = _field(0.0, REGULARIZATION)
-    attention_dropout_rate: float = _field(0.0, REGULARIZATION)
-    drop_path_rate: float = _field(0.0, REGULARIZATION)
-    remat: bool = _field(False, TRAINING)
+    image_size: typing.Any = _field(
+        (224, 224), "input side in pixels, or (height, width); divisible by the stride", TASK
+    )
+    patch_size: int = _field(
+        16, "side in pixels of the square patches the image is cut into (feature-map cells for a hybrid)"
+    )
+    hidden_size: int = _field(768, "the tokens' width, the Transformer's hidden size (divisible by --num-heads)")
+    depth: int = _field(12, "number of Transformer blocks")
+    num_heads: int = _field(12, "attention heads per block")
+    mlp_dim: int = _field(3072, "hidden width of each block's MLP")
+    num_channels: int = _field(3, "channels of the input images (3 for RGB)")
+    pooling: str | None = _field(
+        "token", "what the head reads: token (the class token), gap (the patch tokens' mean) or map (attention pooling)"
+    )
+    class_token: bool | None = _field(None, "prepend a class token; none: one unless --pooling gap")
+    num_register_tokens: int = _field(0, "learned tokens after the class token that no output reads (register tokens)")
+    distillation_token: bool = _field(False, "DeiT's distillation token, read by a second head (needs --pooling token)")
+    position_embedding: str = _field("learned", "learned position embeddings (the paper's) or fixed sincos2d ones")
+    embed_prefix_tokens: bool = _field(
+        True, "give the class and register tokens position embeddings too (the paper's); false: patches only"
+    )
+    pre_norm: bool = _field(False, "a LayerNorm on the tokens before the first block (CLIP's)")
+    patch_bias: bool = _field(True, "a bias in the patch embedding")
+    patch_norm: bool = _field(False, "a norm on the patch embeddings, before the position embedding (AIMv2's)")
+    norm_type: str = _field("layernorm", "every norm's kind: layernorm (the paper's) or rmsnorm")
+    layer_norm_epsilon: float = _field(1e-6, "the norms' epsilon (1e-6 in the original code and timm)")
+    gelu_approximate: bool = _field(
+        True, "the tanh approximation of GELU (the original JAX code's); false: the exact GELU (timm's)"
+    )
+    mlp_activation: str = _field("gelu", "the MLP's activation: gelu, quick_gelu (OpenAI CLIP's) or silu")
+    gated_mlp: bool = _field(False, "a gated MLP, activation(gate) * value (SwiGLU with silu)")
+    proj_bias: bool = _field(True, "biases on the attention's output projection and the MLP's")
+    layer_scale_init: float | None = _field(
+        None, "LayerScale: each residual branch scaled per channel, from this value (e.g. 1e-5); none: off"
+    )
+    qkv_bias: bool = _field(True, "a bias on the query, key and value projections")
+    norm_after_pool: bool = _field(
+        False, "apply the final norm to the pooled vector instead of every token (timm's fc_norm)"
+    )
+    final_norm: bool = _field(True, "a norm after the last block")
+    resnet: ResNetSpec | None = _field(None, "the BiT ResNet stem of a hybrid (a ResNetSpec); none: a plain ViT")
+    dynamic_image_size: bool = _field(
+        False, "take images of any size divisible by the stride, the position embeddings resampled", TASK
+    )
+    num_classes: int = _field(1000, "classifier outputs", TASK)
+    include_top: bool = _field(True, "add the classifier head; false: the model outputs its pooled features", TASK)
+    representation_size: int | None = _field(
+        None, "width of the pre-logits layer (Dense + tanh) of the paper's pre-training; none: no such layer", TASK
+    )
+    head_zero_init: bool = _field(True, "start the classifier at zero (as the original code and fine-tuning do)", TASK)
+    classifier_activation: str | None = _field(
+        None, "the head's activation, e.g. softmax; none: the model outputs logits", TASK
+    )
+    dropout_rate: float = _field(
+        0.0, "dropout rate after the embeddings, the attention and in the MLPs, in [0, 1)", REGULARIZATION
+    )
+    attention_dropout_rate: float = _field(0.0, "dropout rate of the attention weights, in [0, 1)", REGULARIZATION)
+    drop_path_rate: float = _field(
+        0.0, "stochastic depth: the rate a block is skipped, rising from 0 to this at the last block", REGULARIZATION
+    )
+    remat: bool = _field(
+        False,
+        "recompute each block's activations in the backward pass: a block's memory, for about a forward pass's time",
+        TRAINING,
+    )
 
     def __post_init__(self):
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)

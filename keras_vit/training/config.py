@@ -3,20 +3,15 @@
 ``PRESETS`` holds the paper's two recipes (ImageNet-scale pre-training and fine-tuning,
 section 4.1 and appendix B.1) and the embedded default (digits) that the README's main
 command runs. Every field can be overridden from the command line (``--learning-rate 3e-4``),
-and so can every option of the model spec (``--depth 4``), which ``model_options`` holds.
+and so can every option of the model spec (``--depth 4``), which ``model_options`` holds;
+each field's ``help`` metadata is its flag's line in ``--help``.
 """
 
-import argparse
 import dataclasses
 import difflib
-import inspect
 import numbers
-import re
-import sys
-import types
-import typing
 
-from keras_vit import checks, quiet
+from keras_vit import checks
 from keras_vit.layers.activations import MLP_ACTIVATIONS
 from keras_vit.layers.attention_pooling import ATTENTION_POOLING
 from keras_vit.layers.heads import POOLINGS
@@ -24,80 +19,118 @@ from keras_vit.layers.layer_norm import NORM_TYPES
 from keras_vit.layers.tokens import POSITION_EMBEDDINGS
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 from keras_vit.training.distribution import STRATEGIES
-from keras_vit.training.errors import RecipeInputError
 from keras_vit.training.optimizers import OPTIMIZERS
 from keras_vit.training.schedules import DECAYS
 
 
+def _flag(default, help):
+    """A field that is a command-line flag: ``help`` is its one line in ``--help``."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+# Each field's help says what the flag does for the user and what "none" means where the field
+# may be None; keras_vit/commands/recipe_flags.py turns the fields into the training commands' flags.
 @dataclasses.dataclass
 class RecipeConfig:
+    # fmt: off
     # data
-    dataset: str = "digits"  # "digits" (embedded), a folder path, or a tensorflow-datasets name
-    data_dir: str | None = None  # tensorflow-datasets data_dir
-    image_size: int | None = None  # None: the model's (the named one's; fine-tuning: the pre-trained one's)
-    batch_size: int = 4096  # images per optimizer update (with accumulation: over its micro-batches)
-    accumulation_steps: int = 1  # micro-batches of batch_size / accumulation_steps per update
-    epochs: int = 300
-    steps_per_epoch: int | None = None  # None: one pass over the training split
-    normalization: str | None = None  # "vit" (x / 127.5 - 1) or "imagenet"; None: the model's ("vit" if new)
-    inception_crop: bool = True  # random resized crop (pre-training) vs resize (fine-tuning)
-    crop_area_min: float | None = None  # None: the dataset's own default
-    horizontal_flip: bool | None = None  # None: the dataset's own default
-    rand_augment: bool = False
-    mixup_alpha: float | None = None
-    cutmix_factor: float | None = None
+    dataset: str = _flag("digits", "the images: digits (embedded, offline), a folder with a subfolder per class, or a "
+                         "tensorflow-datasets name such as cifar10")
+    data_dir: str | None = _flag(None, "where tensorflow-datasets keeps its data; none: its own default "
+                                 "(~/tensorflow_datasets)")
+    image_size: int | None = _flag(None, "side in pixels of the square images trained on; none: the model's own "
+                                   "(fine-tuning: the pre-trained model's)")
+    batch_size: int = _flag(4096, "images per optimizer update (with --accumulation-steps: over all its micro-batches)")
+    accumulation_steps: int = _flag(1, "split each update's batch into this many micro-batches, their gradients "
+                                    "averaged: the same updates in less memory")
+    epochs: int = _flag(300, "epochs to train, each a pass over the training split (or --steps-per-epoch updates)")
+    steps_per_epoch: int | None = _flag(None, "optimizer updates per epoch; none: one pass over the training split")
+    normalization: str | None = _flag(None, "how pixels are scaled: vit (x / 127.5 - 1) or imagenet (ImageNet's mean "
+                                      "and std); none: the pre-trained model's, vit for a new one")
+    inception_crop: bool = _flag(True, "train on random resized crops (the paper's pre-training); false: on whole "
+                                 "resized images (its fine-tuning)")
+    crop_area_min: float | None = _flag(None, "smallest share of the image a random crop keeps, in (0, 1]; none: the "
+                                        "dataset's own (0.08; 0.5 for the embedded digits)")
+    horizontal_flip: bool | None = _flag(None, "flip training images left-right at random; none: the dataset's own "
+                                         "(on, but off for digits and characters, which a mirror changes)")
+    rand_augment: bool = _flag(False, "apply Keras' RandAugment to the training images (2 operations, strength 0.5)")
+    mixup_alpha: float | None = _flag(None, "MixUp: blend pairs of training images and their labels, the weights "
+                                      "drawn from Beta(alpha, alpha), e.g. 0.2; none: off")
+    cutmix_factor: float | None = _flag(None, "CutMix: paste a box of another training image, the labels mixed by "
+                                        "area, the box drawn with this factor in (0, 1]; none: off")
     # model
-    model: str = "vit_b16"
-    # What pre-training optimises: "classification" (the dataset's labels) or
-    # "masked_patch_prediction" (the paper's self-supervised objective, section 4.6: labels
-    # unused; keras_vit/models/masked_patches.py). Fine-tuning is always classification.
-    objective: str = "classification"
+    model: str = _flag("vit_b16", "the architecture to train, a name keras_vit.list_models() gives (vit_ti16, "
+                       "vit_b16, ...); fine-tuning takes --init-from's own")
+    # Fine-tuning is always classification; the masked objective is the paper's section 4.6
+    # (keras_vit/models/masked_patches.py).
+    objective: str = _flag("classification", "what pre-training learns: classification (the dataset's labels) or "
+                           "masked_patch_prediction (the paper's self-supervised objective, labels unused)")
     # ViTSpec fields over the named model's (architecture for pre-training; pooling,
     # pre-logits and dropouts for both). Each is a flag too (--depth 4, --dropout-rate 0.1).
     model_options: dict = dataclasses.field(default_factory=dict)
     # optimisation
-    optimizer: str = "adam"  # "adam" (decoupled weight decay) or "sgd" (momentum)
-    learning_rate: float = 1e-3
-    beta1: float = 0.9
-    beta2: float = 0.999
-    momentum: float = 0.9
-    weight_decay: float = 0.1
-    global_clipnorm: float | None = 1.0
-    warmup_steps: int = 10_000
-    decay: str = "linear"  # "linear" or "cosine", after the linear warm-up
-    label_smoothing: float = 0.0
+    optimizer: str = _flag("adam", "adam (with decoupled weight decay, the paper's pre-training) or sgd (with "
+                           "momentum, its fine-tuning)")
+    learning_rate: float = _flag(1e-3, "the peak learning rate, reached at the end of the warm-up")
+    beta1: float = _flag(0.9, "Adam's decay of its gradient average (--optimizer adam)")
+    beta2: float = _flag(0.999, "Adam's decay of its squared-gradient average (--optimizer adam)")
+    momentum: float = _flag(0.9, "SGD's momentum (--optimizer sgd)")
+    weight_decay: float = _flag(0.1, "weight decay, 0 for none (Adam leaves biases, norms, tokens and position "
+                                "embeddings undecayed)")
+    global_clipnorm: float | None = _flag(1.0, "clip the gradients to this global norm before each update; none: "
+                                          "no clipping")
+    warmup_steps: int = _flag(10_000, "updates over which the learning rate rises linearly from 0 to its peak")
+    decay: str = _flag("linear", "how the learning rate falls to 0 after the warm-up: linear (the paper's "
+                       "pre-training) or cosine (its fine-tuning)")
+    label_smoothing: float = _flag(0.0, "share of each label spread evenly over all classes, in [0, 1); 0: none")
     # evaluation during training: few-shot linear accuracy (keras_vit.evaluation) of the
-    # representation, shots from the training split, measured on the validation split, logged
-    # beside the loss every this many epochs (0: never)
-    fewshot_every: int = 0
-    fewshot_shots: str = "1,5,10,25"
-    fewshot_seeds: int = 3
+    # representation, shots from the training split, measured on the validation split
+    fewshot_every: int = _flag(0, "every this many epochs, log the representation's few-shot linear accuracy on the "
+                               "validation split beside the loss; 0: never")
+    fewshot_shots: str = _flag("1,5,10,25", "training images per class of each few-shot evaluation, "
+                               "comma-separated")
+    fewshot_seeds: int = _flag(3, "random draws of those images per few-shot evaluation, their accuracies averaged")
     # fine-tuning
-    init_from: str | None = None  # a preset name or folder, a .keras file or a load_weights checkpoint
-    init_model: str | None = None  # the model that checkpoint fits (checkpoints without architecture)
-    freeze: str | None = None  # "backbone": a linear probe, only the head trains
-    lora_rank: int | None = None  # LoRA of this rank on lora_targets; only it and the head train
-    lora_alpha: float | None = None  # the adapters' scale is lora_alpha / lora_rank (None: the rank)
-    lora_targets: str = "qkv,out"  # which projections: some of qkv, out, fc1, fc2
-    lora_norms: bool = False  # with LoRA, train the LayerNorms too
-    layer_decay: float | None = None  # block i's learning rate times decay ** (depth - i); embeddings lowest
-    ema: float | None = None  # momentum of the weights' moving average (0.9999), evaluated and saved
+    init_from: str | None = _flag(None, "the pre-trained model to fine-tune: a preset name (keras-vit presets), a "
+                                  "preset folder, a .keras file or a weights checkpoint (with --init-model)")
+    init_model: str | None = _flag(None, "the architecture of an --init-from checkpoint that holds weights alone, "
+                                   "e.g. vit_b16 for ViT-B_16.npz")
+    freeze: str | None = _flag(None, "backbone: train the head alone (a linear probe); none: train the whole model")
+    lora_rank: int | None = _flag(None, "train LoRA adapters of this rank on --lora-targets and the head, nothing "
+                                  "else; none: no adapters")
+    lora_alpha: float | None = _flag(None, "the adapters' output is scaled by alpha / rank; none: alpha is the rank "
+                                     "(a scale of 1)")
+    lora_targets: str = _flag("qkv,out", "the projections LoRA adapts, comma-separated: some of qkv, out, fc1, fc2")
+    lora_norms: bool = _flag(False, "with LoRA, train the LayerNorms too")
+    layer_decay: float | None = _flag(None, "layer-wise learning-rate decay in (0, 1]: block i learns at the rate "
+                                      "times decay ** (depth - i), the embeddings slowest; none: off")
+    ema: float | None = _flag(None, "keep a moving average of the weights with this momentum (e.g. 0.9999), "
+                              "validated and saved in their place; none: off")
     # runtime
-    run_name: str | None = None  # default: "<recipe>-<model>-<dataset>"; taken: "<name>-2", "<name>-3", ...
-    resume: bool = False  # continue the newest run folder of this name from its backup
-    output_dir: str = "saved_models"
-    mixed_precision: bool = False  # "mixed_bfloat16" compute, float32 weights
-    jit_compile: bool | None = None  # XLA; none: Keras' "auto" (XLA, but not TensorFlow's on a CPU-only machine)
-    strategy: str = "default"  # tf: default|mirrored|tpu; jax: default|data_parallel|model_parallel|sharded
-    tpu: str = ""  # TPU name or grpc address for strategy=tpu ("" = the local TPU VM)
+    run_name: str | None = _flag(None, "the run folder's name; none: <command>-<model>-<dataset>; a name taken gets "
+                                 "-2, -3, ...")
+    resume: bool = _flag(False, "continue the newest run folder of this name from its backup, at its last "
+                         "finished epoch")
+    output_dir: str = _flag("saved_models", "the folder run folders are made in: <output-dir>/<run-name>/")
+    mixed_precision: bool = _flag(False, "compute in bfloat16, the weights kept in float32 (Keras' mixed_bfloat16)")
+    jit_compile: bool | None = _flag(None, "compile the training step with XLA; none: Keras' auto (XLA, but not "
+                                     "TensorFlow's on a CPU-only machine; never on PyTorch)")
+    strategy: str = _flag("default", "how to use several devices: default (one), mirrored or tpu (TensorFlow), "
+                          "data_parallel, model_parallel or sharded (JAX)")
+    tpu: str = _flag("", 'the TPU\'s name or grpc:// address for --strategy tpu; "": this TPU VM\'s own')
     # Several processes training together (JAX; keras_vit/training/processes.py); each flag
-    # defaults to Keras' KERAS_DISTRIBUTION_* variable. "auto": JAX finds all three (TPU pods).
-    coordinator_address: str | None = None  # process 0's host:port
-    num_processes: int | None = None
-    process_id: int | None = None
-    coordinator_timeout: float = 300.0  # seconds a process waits for the coordinator to answer
-    seed: int = 0
-    progress: int = 1  # Keras progress bars (1), one line per epoch (2), silent (0)
+    # defaults to Keras' KERAS_DISTRIBUTION_* variable.
+    coordinator_address: str | None = _flag(None, "host:port of process 0, where several processes meet (JAX); "
+                                            "auto: found by JAX (TPU pods, SLURM); none: "
+                                            "KERAS_DISTRIBUTION_JOB_ADDRESSES")
+    num_processes: int | None = _flag(None, "processes training together; none: KERAS_DISTRIBUTION_NUM_PROCESSES, "
+                                      "else one")
+    process_id: int | None = _flag(None, "this process's index from 0 (process 0 writes the run folder); none: "
+                                   "KERAS_DISTRIBUTION_PROCESS_ID")
+    coordinator_timeout: float = _flag(300.0, "seconds a process waits for the coordinator to answer")
+    seed: int = _flag(0, "seeds the initial weights, the data's splits and shuffling, and the augmentations")
+    progress: int = _flag(1, "what training prints: 1 progress bars, 2 one line per epoch, 0 nothing")
+    # fmt: on
 
     def __post_init__(self):
         # Numbers out of range are refused here, before any data is read or any step taken.
@@ -233,7 +266,7 @@ def make_config(preset, **overrides):
     values = {**_for_the_named_model(PRESETS[preset], overrides), **overrides}
     unknown = [k for k in values if k not in FIELDS and k not in MODEL_OPTIONS]
     if unknown:
-        raise ValueError(_unknown_keys_message(unknown))
+        raise ValueError(unknown_keys_message(unknown))
     options = {k: values.pop(k) for k in list(values) if k in MODEL_OPTIONS}
     return RecipeConfig(**values, model_options=options)
 
@@ -251,7 +284,7 @@ def _for_the_named_model(preset, overrides):
     return {k: v for k, v in preset.items() if k not in _ARCHITECTURE} if named else preset
 
 
-def _unknown_keys_message(unknown, flags=False):
+def unknown_keys_message(unknown, flags=False):
     """Names each unknown key with the close known ones; as ``--flags`` for a command line."""
     known = [*FIELDS, *MODEL_OPTIONS]
     shown = checks.flag if flags else str
@@ -264,124 +297,3 @@ def _unknown_keys_message(unknown, flags=False):
     if flags:
         return f"Unknown flag(s): {', '.join(parts)}. Every RecipeConfig field is a flag: see --help."
     return f"Unknown config key(s): {', '.join(parts)}. Known keys: {', '.join(known)}."
-
-
-def _parse_value(text, field):
-    kind = _kind(field)
-    if kind is not field.type and text.lower() in ("none", "null", ""):  # X | None
-        return None
-    if kind is bool:
-        if text.lower() in ("1", "true", "yes", "on"):
-            return True
-        if text.lower() in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"{checks.flag(field.name)} expects true or false, got {text!r}.")
-    try:
-        return kind(text)
-    except ValueError:
-        raise ValueError(f"{checks.flag(field.name)} expects {kind.__name__}, got {text!r}.") from None
-
-
-def run_command_line(recipe, argv, default_preset, prog=None, doc=None):
-    """``recipe(parse_args(argv, default_preset))`` for a command's ``main``: bad input (flags,
-    values, and what the recipe finds before its first step) is one line on stderr and exit
-    status 2; anything later is a bug and keeps its traceback. ``prog`` and the first
-    paragraph of ``doc`` head ``--help``."""
-    try:
-        config = parse_args(argv, default_preset, prog, doc)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-    try:
-        return config, recipe(config)
-    except RecipeInputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-def _field_notes():
-    """Each RecipeConfig field's comment in its source line, for ``--help``."""
-    lines = inspect.getsource(RecipeConfig).splitlines()
-    found = (re.match(r"\s+(\w+): [^#]*#\s*(.*)", line) for line in lines)
-    return {m[1]: m[2] for m in found if m and m[1] in FIELDS}
-
-
-def _kind(field):
-    """A field's type without ``| None``."""
-    if typing.get_origin(field.type) in (typing.Union, types.UnionType):
-        return next(a for a in typing.get_args(field.type) if a is not type(None))
-    return field.type
-
-
-def _add_flag(parser, group, name, field, default, note):
-    """``--<name>`` (hyphens; ``--<name_with_underscores>`` taken too), its choices or its
-    type shown, its value in the recipe as the default; ``--name`` / ``--no-name`` for a
-    true/false field. Every value stays text here, parsed by ``_parse_value``."""
-    flag = checks.flag(name)
-    text = f"{note} (default: {checks.shown(default)}".replace("%", "%%")  # argparse formats help with %
-    options = dict(default=argparse.SUPPRESS, help=f"{text})")
-    optional = _kind(field) is not field.type
-    if _kind(field) is bool:
-        parser.add_switch(group, flag, name, f"{text}; --no-{flag[2:]}: false)", optional)
-    elif name in CHOICES:
-        choices = [str(c) for c in CHOICES[name]] + (["none"] if optional else [])
-        group.add_argument(flag, dest=name, choices=choices, **options)
-    else:
-        group.add_argument(flag, dest=name, metavar=_kind(field).__name__.upper().replace("STR", "TEXT"), **options)
-
-
-def build_parser(default_preset, prog=None, description=None):
-    """The recipes' parser: ``--recipe NAME`` and every field as a flag in its group
-    (``GROUPS``), each with its value in ``default_preset`` in the help (a flag not given
-    is not in the result). ``--preset NAME``, the old spelling of ``--recipe``, is taken
-    with a warning (elsewhere ``--preset`` names pretrained weights)."""
-    parser = checks.CommandLineParser(
-        prog=prog,
-        description=(description or "keras-vit recipe.")
-        + " Every RecipeConfig field and every ViTSpec option is a flag (--learning-rate 3e-4; the"
-        " underscore spelling, --learning_rate, is the same flag).",
-    )
-    parser.add_argument("--recipe", default=default_preset, choices=sorted(PRESETS), help="the recipe whose values are "
-                        "the defaults below")  # fmt: skip
-    parser.add_argument("--preset", dest="old_recipe", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    defaults = make_config(default_preset)
-    notes = _field_notes()
-    for title, names in GROUPS.items():
-        group = parser.add_argument_group(title)
-        for name in names:
-            if name in FIELDS:
-                _add_flag(parser, group, name, FIELDS[name], getattr(defaults, name), notes.get(name, ""))
-            else:
-                default = defaults.model_options.get(name, "the model's")
-                _add_flag(parser, group, name, MODEL_OPTIONS[name], default, "a ViTSpec option")
-    quiet.add_flag(parser)
-    return parser
-
-
-def _recipe(args):
-    """The recipe asked for: ``--recipe``, or the old ``--preset`` with a warning."""
-    old = getattr(args, "old_recipe", None)
-    if old is None:
-        return args.recipe
-    if old not in PRESETS:
-        raise ValueError(
-            f"--preset {old!r}: the training commands take a recipe as --recipe (one of {', '.join(sorted(PRESETS))}) "
-            f"and pretrained weights as --init-from {old}."
-        )
-    print(f"warning: --preset {old} is --recipe {old} now (--preset names pretrained weights).", file=sys.stderr)
-    return old
-
-
-def parse_args(argv, default_preset, prog=None, doc=None):
-    """Command line -> ``RecipeConfig``: ``--recipe NAME`` plus ``--<field> VALUE`` pairs."""
-    description = doc.strip().split("\n\n")[0] if doc else None
-    args, unknown = build_parser(default_preset, prog, description).parse_known_args(argv)
-    if unknown:
-        keys = [u[2:].split("=")[0].replace("-", "_") for u in unknown if u.startswith("--")]
-        raise ValueError(_unknown_keys_message(keys or unknown, flags=True))
-    overrides = {
-        name: _parse_value(value, FIELDS.get(name) or MODEL_OPTIONS[name])
-        for name, value in vars(args).items()
-        if name not in ("recipe", "old_recipe", "verbose")
-    }
-    return make_config(_recipe(args), **overrides)

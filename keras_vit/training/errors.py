@@ -1,5 +1,5 @@
 """The recipes' input errors: raised by the fit driver (``run``), answered by the command
-lines (``config.run_command_line``) with one line and exit status 2."""
+lines (``keras_vit.commands.recipe_flags.run_command_line``) with one line and exit status 2."""
 
 
 class RecipeInputError(ValueError):
