@@ -10,6 +10,7 @@ was left behind). Converters report TensorFlow op paths such as
 
 import re
 
+from keras_vit.internals import sublayers
 from keras_vit.saving import InvalidModelFileError  # noqa: F401  (an export error too)
 
 
@@ -74,7 +75,7 @@ _CUSTOM_OPS = re.compile(r"(?:Custom|Flex) ops: ([\w, ]+)")
 
 def _layer_names(model):
     names = {}
-    for layer in model._flatten_layers(include_self=False, recursive=True):
+    for layer in sublayers(model):
         names.setdefault(layer.name, layer)
     return names
 

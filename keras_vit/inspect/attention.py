@@ -10,6 +10,7 @@ that it can be checked on constructed maps.
 
 import numpy as np
 
+from keras_vit.internals import set_untracked
 from keras_vit.models.graph import block_indices
 
 HEAD_FUSIONS = ("mean", "max", "min")
@@ -84,11 +85,12 @@ def attention_maps(model, images, blocks=None, batch_size=16):
 
 
 def _attention_model(model):
-    # Cached on the model, untracked by Keras, so that asking twice compiles once.
+    # Cached on the model, untracked by Keras (a built model takes no new layers), so that
+    # asking twice compiles once.
     cached = model.__dict__.get("_keras_vit_attention_model")
     if cached is None:
         cached = model.attention_model()
-        object.__setattr__(model, "_keras_vit_attention_model", cached)
+        set_untracked(model, "_keras_vit_attention_model", cached)
     return cached
 
 

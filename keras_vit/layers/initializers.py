@@ -21,6 +21,8 @@ import contextvars
 
 import keras
 
+from keras_vit.internals import del_untracked, set_untracked
+
 # The layers given deferred initializers in the open block; None outside one.
 _OPEN = contextvars.ContextVar("keras_vit_deferring", default=None)
 _SUFFIX = "_initializer"
@@ -91,7 +93,7 @@ def deferrable_weight(layer, *, initializer, **kwargs):
         return layer.add_weight(initializer=initializer, **kwargs)
     deferred = DeferredInitializer(initializer)
     variable = layer.add_weight(initializer=deferred, **kwargs)
-    object.__setattr__(variable, _REAL, deferred.real)
+    set_untracked(variable, _REAL, deferred.real)
     return variable
 
 
@@ -100,7 +102,7 @@ def take_deferred(variable):
     been drawn, else None; the weight is an ordinary one afterwards."""
     real = getattr(variable, _REAL, None)
     if real is not None:
-        object.__delattr__(variable, _REAL)
+        del_untracked(variable, _REAL)
     return real
 
 
@@ -118,4 +120,4 @@ def _settle(layer):
                     f"{type(layer).__name__} {layer.name!r} built a weight with its {name} but has no "
                     f"{name[: -len(_SUFFIX)]!r} variable: deferrable() cannot tell which weight it is."
                 )
-            object.__setattr__(variable, _REAL, value.real)
+            set_untracked(variable, _REAL, value.real)

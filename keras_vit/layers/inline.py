@@ -5,6 +5,7 @@ import inspect
 import keras
 
 from keras_vit import torch_eager
+from keras_vit.internals import direct_call, sublayers
 
 
 def _inline_pays():
@@ -26,9 +27,10 @@ def call_inline(layer, *args, **kwargs):
     the inputs, binds the call signature, resolves ``training`` and masks and opens name
     and autocast scopes. In eager PyTorch that bookkeeping runs on every call of every
     sublayer and, at small batches, outweighs the arithmetic. So there, and only there, this
-    calls ``layer.call`` directly. On TensorFlow and JAX, and while ``torch.compile`` or
-    ``torch.export`` trace, it is the full ``layer(...)``, which keeps the name scopes of
-    traced and exported graphs (see ``_inline_pays``).
+    calls ``layer.call`` directly (``keras_vit.internals.direct_call``). On TensorFlow and
+    JAX, and while ``torch.compile`` or ``torch.export`` trace, it is the full
+    ``layer(...)``, which keeps the name scopes of traced and exported graphs (see
+    ``_inline_pays``).
 
     The direct call is exact only for sublayers that
     - the owner built in its ``build``, parameterless ones too: Keras' ``predict_on_batch``
@@ -48,8 +50,8 @@ def call_inline(layer, *args, **kwargs):
     ...                  keras.ops.convert_to_numpy(dense(x))))
     True
     """
-    if _inline_pays() and layer.quantization_mode is None and getattr(layer, "_remat_mode", None) is None:
-        return layer.call(*args, **kwargs)
+    if _inline_pays():
+        return direct_call(layer, *args, **kwargs)
     return layer(*args, **kwargs)
 
 
@@ -116,7 +118,7 @@ def dtype_policy_config(layer):
     # layer's part (all of it while unbuilt, when the path is unknown).
     prefix = f"{layer.path}/" if layer.path else ""
     entries = {key: policy[key] for key in policy if key.startswith(prefix)} if is_map else {}
-    for sublayer in layer._flatten_layers(include_self=False):
+    for sublayer in sublayers(layer):
         own = own_policy(sublayer)
         if sublayer.path and own.quantization_mode is not None:
             entries[sublayer.path] = own

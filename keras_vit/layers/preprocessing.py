@@ -19,19 +19,14 @@ import numbers
 import keras
 import numpy as np
 
-from keras_vit import checks
+from keras_vit import checks, internals
 from keras_vit.data.preprocessing import IMAGENET_MEAN, IMAGENET_STD, check_normalization
 from keras_vit.resampling import FILTERS as INTERPOLATIONS
 from keras_vit.resampling import axis_weights
 
-# Keras' base for its own pre-processing layers (Rescaling, Normalization): its __call__
-# switches ``self.backend`` to TensorFlow inside a tf.data graph, so the layer maps over a
-# tf.data pipeline on the JAX and PyTorch backends too. Not public API, so imported here
-# only; it was TFDataLayer before Keras 3.10.
-try:
-    from keras.src.layers.preprocessing.data_layer import DataLayer as _DataLayer
-except ImportError:  # pragma: no cover - older Keras
-    from keras.src.layers.preprocessing.tf_data_layer import TFDataLayer as _DataLayer
+# Keras' base for its own pre-processing layers: inside a tf.data graph its ``self.backend``
+# is TensorFlow's, so the layer maps over tf.data on every backend (not public: internals.py).
+_DataLayer = internals.data_layer_base()
 
 CROP_MODES = ("center", "squash")
 

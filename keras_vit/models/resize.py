@@ -3,6 +3,7 @@ weight copy it makes, which fine-tuning also uses."""
 
 import keras
 
+from keras_vit.internals import sublayers
 from keras_vit.models.rebuild import rebuild
 from keras_vit.models.vit import VisionTransformer
 from keras_vit.resampling import resample_position_embedding
@@ -29,7 +30,7 @@ def resize(model, image_size, method="bicubic", antialias=True):
     """
     if not isinstance(model, VisionTransformer):
         raise ValueError(f"Expected a keras_vit.VisionTransformer; got a {type(model).__name__}.")
-    if any(getattr(layer, "quantization_mode", None) for layer in model._flatten_layers()):
+    if any(getattr(layer, "quantization_mode", None) for layer in sublayers(model)):
         raise ValueError("Expected a float model: resize it before quantizing it (model.quantize).")
     spec = model.spec.replace(image_size=image_size)
     resized = rebuild(model, spec)

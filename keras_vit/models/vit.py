@@ -4,6 +4,7 @@ import keras
 from keras.dtype_policies import DTypePolicyMap
 
 from keras_vit.images import as_pixels
+from keras_vit.internals import set_untracked, sublayers
 from keras_vit.labels import label_set_name, resolve_class_names
 from keras_vit.layers.inline import own_policy
 from keras_vit.layers.tokens import PatchTokens
@@ -57,8 +58,8 @@ class VisionTransformer(keras.Model):
         self._vit_layers = layers
         self.spec = spec
         # Kept out of Keras' layer tracking: the graph does not call it, and it has no weights.
-        object.__setattr__(self, "_preprocessing", _checked_preprocessing(preprocessing, spec.image_size))
-        object.__setattr__(self, "_class_names", class_names)
+        set_untracked(self, "_preprocessing", _checked_preprocessing(preprocessing, spec.image_size))
+        set_untracked(self, "_class_names", class_names)
         _ = self.class_names  # checked now: one name per class
 
     def call(self, inputs, training=None, mask=None):
@@ -93,7 +94,7 @@ class VisionTransformer(keras.Model):
     @class_names.setter
     def class_names(self, names):
         resolve_class_names(names, self.spec.num_classes if self.spec.include_top else None)  # checked first
-        object.__setattr__(self, "_class_names", names)
+        set_untracked(self, "_class_names", names)
 
     def classify(self, images, batch_size=32):
         """Class probabilities of raw images, pre-processed by ``model.preprocessing``.
@@ -253,7 +254,7 @@ class VisionTransformer(keras.Model):
         # Layers whose policy is not the model's (quantized ones, the float32 head under
         # mixed precision) are recorded at their paths, so that a reloaded model gives
         # each its own policy again: a quantized model's file reloads quantized.
-        own = {layer.path: own_policy(layer) for layer in self._flatten_layers(include_self=False) if layer.path}
+        own = {layer.path: own_policy(layer) for layer in sublayers(self) if layer.path}
         differ = {path: p for path, p in own.items() if p.name != self.dtype_policy.name}
         if differ:
             policy_map = DTypePolicyMap(default_policy=self.dtype_policy, policy_map=differ)

@@ -16,6 +16,7 @@ import os
 import keras
 
 from keras_vit.checkpoints import load_weights
+from keras_vit.internals import set_untracked
 from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.models.rebuild import rebuild
 from keras_vit.models.vit import VisionTransformer
@@ -69,11 +70,11 @@ def save_preset(model, path, *, description="", overwrite=False, normalization="
         os.makedirs(staged)
         model_path = os.path.join(staged, MODEL_FILE)
         # The model's file carries its pre-processing: lent to the model for the save only.
-        object.__setattr__(model, "_preprocessing", preprocessing)
+        set_untracked(model, "_preprocessing", preprocessing)
         try:
             model.save(model_path)
         finally:
-            object.__setattr__(model, "_preprocessing", own)
+            set_untracked(model, "_preprocessing", own)
         card = {
             "format": FORMAT,
             "version": 1,

@@ -18,6 +18,7 @@ import json
 import keras
 import numpy as np
 
+from keras_vit.internals import sublayers
 from keras_vit.models.graph import TASK_LAYERS
 from keras_vit.models.rebuild import rebuild
 from keras_vit.saving import atomic_path
@@ -53,7 +54,7 @@ def _projections(model, targets):
     """The encoder's Dense layers named in ``targets``, in order."""
     return [
         layer
-        for layer in model._flatten_layers(include_self=False)
+        for layer in sublayers(model)
         if isinstance(layer, keras.layers.Dense) and layer.name in targets and layer.path.startswith("block_")
     ]
 
@@ -100,7 +101,7 @@ def add_lora(model, rank, alpha=None, targets=DEFAULT_TARGETS, train_norms=False
 
 
 def _lora_layers(model):
-    return [layer for layer in model._flatten_layers(include_self=False) if getattr(layer, "lora_enabled", False)]
+    return [layer for layer in sublayers(model) if getattr(layer, "lora_enabled", False)]
 
 
 def save_adapter(model, path):
