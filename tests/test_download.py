@@ -30,11 +30,13 @@ HOUR_AGO = time.time_ns() - 3600 * 10**9
 # keras_vit.presets, whose __init__ imports Keras), as a tool without Keras would, and
 # downloads argv[2].
 CHILD = """
-import importlib, sys, types
-package = types.ModuleType("weights")
-package.__path__ = [sys.argv[1]]
-sys.modules["weights"] = package
-download = importlib.import_module("weights.download")
+import importlib, os, sys, types
+# The download modules and keras_vit.atomic, without the package's own imports (Keras).
+for name, folder in (("keras_vit", os.path.dirname(sys.argv[1])), ("keras_vit.presets", sys.argv[1])):
+    package = types.ModuleType(name)
+    package.__path__ = [folder]
+    sys.modules[name] = package
+download = importlib.import_module("keras_vit.presets.download")
 assert "keras" not in sys.modules
 print(download.download(sys.argv[2]))
 """

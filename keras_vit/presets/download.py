@@ -1,15 +1,16 @@
 """Downloading pretrained weight files into a local cache: verified, atomic, shared by processes.
 
-Only the Python standard library is used, here and in the two modules this one uses
-(``fetch``: HTTP with retries; ``integrity``: hashes and their records), which it imports
-relatively: a tool without Keras can load the three files as a package of their own.
+Only the Python standard library is used, here, in the two modules this one uses
+(``fetch``: HTTP with retries; ``integrity``: hashes and their records) and in
+``keras_vit.atomic`` (the temporary names, and moving a finished file into place): a tool
+without Keras can load the four files on their own (as ``tests/test_download.py`` does).
 
 Where a file goes: ``home()/<publisher's host>/<publisher's path>``, so two publishers' files
 of one name never collide. Beside it: ``<file>.sha256`` (its hash in ``sha256sum`` format:
 the caller's, or the one computed at the first download, checked at every later use), a
 hidden ``.<file>.stamp`` (the size and modification time the file had when it was last
 hashed: a later use checks those instead of every byte; see ``integrity``), a hidden lock
-file ``.<file>.lock``, and, during a download, a hidden ``.<file>.tmp-<random>`` that is
+file ``.<file>.lock``, and, during a download, a hidden temporary file (``keras_vit.atomic``) that is
 moved into place only once complete and checked. A file at its cache path is thus always
 whole; temporary files left by a killed process are removed by the next download of the
 same file.
@@ -36,6 +37,8 @@ import time
 import urllib.parse
 
 # Relative, so that these modules also load as a package of their own (see above).
+from keras_vit import atomic
+
 from . import fetch, integrity
 
 try:
@@ -227,7 +230,7 @@ def _fetch(url, target, expected, size, progress, timeout, retries, backoff):
     """Downloads ``url`` (its mirror's copy, if one is set) to ``target``: into a hidden
     temporary file, then, checked and its hash recorded, moved into place."""
     source = source_url(url)
-    temp = integrity.temp_path(target)
+    temp = atomic.temp_path_beside(target)
     try:
         digest = fetch.fetch(
             source,
@@ -274,11 +277,10 @@ def _remove_stale_temps(target, older_than):
     left: all of them under the lock, only old ones where no lock could be had."""
     directory = os.path.dirname(target)
     records = (target, integrity.sidecar(target), integrity.stamp_path(target))
-    prefixes = tuple(os.path.basename(integrity.temp_path(p, suffix="")) for p in records)
     now = time.time()
     with contextlib.suppress(FileNotFoundError):
         for entry in os.scandir(directory):
-            if entry.name.startswith(prefixes):
+            if any(atomic.is_temp_of(entry.name, record) for record in records):
                 with contextlib.suppress(OSError):
                     if now - entry.stat().st_mtime >= older_than:
                         os.remove(entry.path)

@@ -9,7 +9,7 @@
   truncated, or copied without its times, is read and stamped again. A change that keeps
   both (a disk's bit rot) is seen only when asked for: ``rehash=True``.
 
-Only the Python standard library is used (see ``download``). Records are written
+Only the Python standard library is used (and ``keras_vit.atomic``, which writes the records). Records are written
 atomically; where the folder is read-only they are not written, and the file is hashed
 at every use instead.
 """
@@ -18,7 +18,8 @@ import contextlib
 import hashlib
 import json
 import os
-import uuid
+
+from keras_vit import atomic
 
 CHUNK = 1 << 20
 
@@ -129,14 +130,6 @@ def hidden(path, tag):
     return os.path.join(directory, f".{name}.{tag}")
 
 
-def temp_path(path, suffix=None):
-    """A hidden temporary name beside ``path``, ``.<name>.tmp-<suffix>`` (a random suffix by
-    default; ``""`` gives the prefix of them all). A hidden ``path`` keeps its one dot."""
-    directory, name = os.path.split(path)
-    suffix = uuid.uuid4().hex[:8] if suffix is None else suffix
-    return os.path.join(directory, f".{name.lstrip('.')}.tmp-{suffix}")
-
-
 def remove(*paths):
     for path in paths:
         with contextlib.suppress(FileNotFoundError):
@@ -145,10 +138,5 @@ def remove(*paths):
 
 def _write(path, text):
     """Writes a record atomically; a read-only folder goes without."""
-    temp = temp_path(path)
-    try:
-        with open(temp, "x") as f:
-            f.write(text)
-        os.replace(temp, path)
-    except OSError:
-        remove(temp)
+    with contextlib.suppress(OSError):
+        atomic.write_text(path, text)
