@@ -100,7 +100,7 @@ def benchmark(model_file, export_dir, runs=50, warmup=5, threads=2):
     import keras
 
     from keras_vit.export import FORMATS, digits_images, load_exported
-    from keras_vit.saving import load_model
+    from keras_vit.factory import load_model
 
     model = load_model(model_file)
     images, labels = digits_images(model.input_shape[1:3], "test")

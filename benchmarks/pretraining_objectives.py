@@ -27,8 +27,8 @@ import keras  # noqa: E402
 
 from keras_vit.data import load_dataset
 from keras_vit.evaluation import fewshot_linear_eval
+from keras_vit.factory import save_model
 from keras_vit.layers import ImagePreprocessing
-from keras_vit.saving import save_model
 from keras_vit.training import finetune, make_config, pretrain
 
 OBJECTIVES = ("supervised", "masked_patch_prediction", "none (random)")

@@ -67,7 +67,7 @@ def export_stage(args, work):
     from keras_vit.export.representative import digits_images, representative_images
     from keras_vit.export.runtime import load_exported
     from keras_vit.export.serving import serving_preprocessing
-    from keras_vit.saving import load_model
+    from keras_vit.factory import load_model
 
     def litert_files(model, prefix, calibration):
         size = model.input_shape[1:]

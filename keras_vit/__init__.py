@@ -7,15 +7,14 @@ from keras_vit import checks as _checks
 from keras_vit import quiet as _quiet
 
 _checks.backend_name(_os.environ.get("KERAS_BACKEND") or None)  # before Keras is imported
-_quiet.hold_back()  # in keras-vit's commands, the backends' start-up lines (keras_vit/quiet.py)
-from keras_vit.checkpoints import load_weights
-from keras_vit.export.torch_program import compile_for_inference
-from keras_vit.factory import create_model, list_models, load_model
-from keras_vit.labels import decode_predictions
-from keras_vit.models import ResNetSpec, VisionTransformer, ViTSpec, get_spec, resize
-from keras_vit.presets import get_preset, save_preset
-from keras_vit.saving import save_model
-from keras_vit.training import schedules as _schedules  # noqa: F401 (registers the recipes' schedule)
+with _quiet.held_while_importing():  # only in keras-vit's commands, whose program imports this first
+    from keras_vit import optimizers as _optimizers  # noqa: F401 (a saved recipe's optimiser loads after import)
+    from keras_vit.checkpoints import load_weights
+    from keras_vit.factory import create_model, list_models, load_model, save_model
+    from keras_vit.labels import decode_predictions
+    from keras_vit.models import ResNetSpec, VisionTransformer, ViTSpec, get_spec, resize
+    from keras_vit.presets import get_preset, save_preset
+    from keras_vit.torch_graph import compile_for_inference
 from keras_vit.version import __version__
 
 __all__ = [

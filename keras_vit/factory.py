@@ -1,39 +1,21 @@
-"""The front door: ``create_model``, ``load_model`` and ``list_models`` for every source of a model.
+"""The front door: ``create_model``, ``load_model``, ``save_model`` and ``list_models``.
 
-``create_model``'s ``name`` and ``weights`` are resolved (``resolve``) into a named
-architecture (``keras_vit.models``, weights drawn at random), a preset (``keras_vit.presets``:
-its record and published file), a local preset folder or ``.keras`` file (which holds its
-own architecture), or a checkpoint path or URL to load into a named architecture.
-
-Whatever the source, the model is built with the numerics its weights were trained with (a
-preset's record, or the file's layout), then ``load_weights`` fills it: position embeddings
-resampled for another image size, a fresh head for another class count. A preset also gives
-the model its pre-processing and class names; a local preset or a ``.keras`` file has its own.
-
-This module joins ``models``, ``checkpoints`` and ``presets`` from above; none of them
-imports it.
+Every way of naming a model (a variant, a preset, a timm architecture or hub name, a
+folder, a ``.keras`` file, a checkpoint file or URL) goes through the same two steps:
+``keras_vit.sources.resolver`` says what it names (a ``ModelSource``: spec, weights,
+pre-processing, class names), and ``keras_vit.sources.builder`` makes the model and loads
+its weights. The recipes' ``--init-from``, the commands and ``export_model`` come in here too.
 """
 
 import fnmatch
-import functools
-import json
 import os
 
-from keras_vit import saving
-from keras_vit.checkpoints import load_weights, timm_config
-from keras_vit.checkpoints.loader import trained_numerics
-from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
-from keras_vit.layers.preprocessing import ImagePreprocessing
+from keras_vit import atomic
+from keras_vit.checkpoints import timm_config
 from keras_vit.models import registry
-from keras_vit.models.deferred_init import deferred_initialization, initialize_unloaded
-from keras_vit.models.spec import ViTSpec
-from keras_vit.models.variants import VARIANTS
-from keras_vit.models.vit import VisionTransformer
-from keras_vit.presets import download, hub, local
-from keras_vit.presets.catalog import PRESETS, get_preset, list_presets
-
-# What a weights path ends in (the readers' containers), to tell a missing file from a tag.
-CHECKPOINT_EXTENSIONS = (".npz", ".pth", ".pt", ".bin", ".safetensors", ".keras", ".h5")
+from keras_vit.presets.catalog import list_presets
+from keras_vit.sources import build, resolve
+from keras_vit.sources.resolver import CHECKPOINT, KERAS_FILE  # noqa: F401  (what the layers above ask of a source)
 
 
 def list_models(pattern="*", pretrained=False):
@@ -95,175 +77,73 @@ def create_model(name, image_size=None, num_classes=None, *, weights=None, dtype
         >>> model.output_shape
         (None, 10)
     """
-    if hub.is_hub_name(name) or is_timm_folder(name):
-        if weights is not None:
-            raise ValueError(f"{name!r} holds its own weights; weights={weights!r} would be a second source.")
-        return _timm_model(name, image_size, num_classes, dtype, options)
-    if hub.is_hub_name(weights) or is_timm_folder(weights):
-        if name not in VARIANTS:
-            raise ValueError(
-                f"weights={weights!r} is a timm model: expected a model name of its size for name "
-                f"(one of list_models()), or the timm model as name alone; got name={name!r}."
-            )
-        return _timm_model(weights, image_size, num_classes, dtype, {"name": name, **options}, sized_as=name)
-    if isinstance(name, str) and name in ARCHITECTURES and name not in VARIANTS:
-        return _timm_architecture(name, weights, image_size, num_classes, dtype, options)
-    model_name, source = resolve(name, weights)
-    if source is None:
-        return registry.create_model(name, image_size, num_classes, dtype=dtype, **options)
-    own, task = _own_and_task(options, image_size, num_classes)
-    options.update(task)
-    if isinstance(source, str) and (os.path.isdir(source) or source.endswith(".keras")):
-        return local.load(source, dtype=dtype, **own, **options)
-    own = {"name": model_name, **own}
-    if isinstance(source, str):  # a checkpoint file or URL: its layout says how it was trained
-        path = download.download(source) if is_url(source) else source
-        spec = registry.get_spec(model_name)
-        spec = spec.replace(**{**trained_numerics(path, spec.resnet is not None), **options})
-        return _built_and_loaded(spec, dtype, own, path)
-    spec = source.spec.replace(**options)  # bad options fail before any download
-    path = download.download(source.url, sha256=source.sha256, size=source.size)
-    own.setdefault("preprocessing", ImagePreprocessing(spec.image_size, **source.preprocessing))
-    own.setdefault("class_names", source.labels if spec.num_classes == source.num_classes else None)
-    return _built_and_loaded(spec, dtype, own, path)
+    return build(resolve(name, weights), image_size, num_classes, dtype=dtype, **options)
 
 
 def load_model(path, model_name=None, image_size=None, num_classes=None, safe_mode=True, **model_options):
-    """``keras_vit.saving.load_model`` (a ``.keras`` file, or ``model_name`` with a
-    checkpoint: the arguments are its), and what holds its own architecture by name, which
-    ``create_model`` builds: a preset (``"vit_b16.augreg2_in21k_ft_in1k"``), a timm model by
-    its hub name (``"hf-hub:timm/<architecture>.<tag>"``) or folder.
+    """Loads a model that holds its weights: a ``.keras`` file, a checkpoint with the
+    architecture to build it into, a preset, a local preset folder, or a timm model by hub
+    name or folder.
+
+    Args:
+        path: a ``.keras`` file written on any backend; a checkpoint that
+            ``keras_vit.load_weights`` reads (original ``.npz``, timm, HF, ``.weights.h5``)
+            or its URL, with ``model_name``; or what holds its own architecture: a preset
+            (``"vit_b16.augreg2_in21k_ft_in1k"``), a local preset folder, a timm model by
+            hub name (``"hf-hub:timm/<architecture>.<tag>"``) or folder.
+        model_name: the ``create_model`` name a checkpoint is built into (for a ``.keras``
+            file only checked).
+        image_size: build at this input size (int or ``(height, width)``; position
+            embeddings are resampled); default: the model's own size, or 224 for a checkpoint.
+        num_classes: classifier size when building from a checkpoint (default 1000).
+        safe_mode: True (the default) refuses what could run code while loading (a
+            ``Lambda`` layer's Python function, a PyTorch pickle holding more than
+            tensors); False loads it: only for files you trust.
+        **model_options: further ``create_model`` options (by default the model gets the
+            numerics the checkpoint's layout was trained with, e.g. the exact GELU for timm
+            weights).
+
+    Returns:
+        The model, not compiled.
+
+    Raises:
+        InvalidModelFileError (a ValueError): ``path`` is missing, a folder, truncated or
+            not a model file; a checkpoint without ``model_name``; a checkpoint that would
+            leave weights freshly initialised (e.g. a 1000-class head loaded into a 10-class
+            model: give the checkpoint's own ``num_classes``, or build the model yourself and
+            call ``keras_vit.load_weights`` to fine-tune); options that would change a
+            ``.keras`` model that is not a keras-vit one.
+        NoWeightsError (a ValueError): an architecture's name, which has no weights.
+        ValueError: an unknown ``model_name`` (the message suggests close ones).
+
+    Examples:
+        >>> import tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "tiny.keras")
+        >>> create_model("vit_ti16", image_size=16, num_classes=3, depth=1).save(path)
+        >>> load_model(path).input_shape
+        (None, 16, 16, 3)
+        >>> load_model(path, image_size=32).input_shape  # position embeddings resampled
+        (None, 32, 32, 3)
+    """
+    source = resolve(path, model_name=model_name, loading=True)
+    return build(source, image_size, num_classes, safe_mode=safe_mode, strict=True, **model_options)
+
+
+def save_model(model, path, overwrite=True):
+    """Saves ``model`` as a ``.keras`` file atomically: never a half-written model at ``path``.
+
+    Missing folders are created. Returns ``path``.
 
     >>> import tempfile
-    >>> path = os.path.join(tempfile.mkdtemp(), "tiny.keras")
-    >>> create_model("vit_ti16", image_size=16, num_classes=3, depth=1).save(path)
-    >>> load_model(path).output_shape
-    (None, 3)
+    >>> model = create_model("vit_ti16", image_size=16, num_classes=3, depth=1)
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = save_model(model, os.path.join(folder, "run", "model.keras"))
+    >>> os.listdir(os.path.join(folder, "run"))
+    ['model.keras']
     """
-    if hub.is_hub_name(path) or is_timm_folder(path) or (isinstance(path, str) and path in PRESETS):
-        if model_name is not None:
-            raise ValueError(f"{path!r} holds its own architecture; model_name={model_name!r} would be a second one.")
-        return create_model(path, image_size, num_classes, **model_options)
-    return saving.load_model(path, model_name, image_size, num_classes, safe_mode, **model_options)
-
-
-def is_url(value):
-    return isinstance(value, str) and value.startswith(("http://", "https://"))
-
-
-def resolve(name, weights):
-    """``(model name or None, source)`` from ``create_model``'s ``name`` and ``weights``.
-
-    ``source`` is a ``Preset``, a local path (a local preset folder, a ``.keras`` file or
-    a checkpoint), a URL, or None (random weights). The model name is None when the
-    source holds its own architecture (a local preset, a ``.keras`` file).
-    """
-    name = os.fspath(name) if isinstance(name, os.PathLike) else name
-    weights = os.fspath(weights) if isinstance(weights, os.PathLike) else weights
-    named = name in VARIANTS or name in PRESETS  # a name wins over a folder that happens to share it
-    if isinstance(name, str) and not named and (os.path.isdir(name) or name.endswith(".keras")):
-        if weights is not None:
-            raise ValueError(f"{name!r} holds its own weights; weights={weights!r} would be a second source.")
-        return None, name
-    if isinstance(name, str) and "." in name:
-        if weights is not None:
-            raise ValueError(
-                f"{name!r} is a preset, which names its weights; weights={weights!r} would be a second source. "
-                f"Use create_model({name.split('.')[0]!r}, weights=...) to load other weights."
-            )
-        preset = get_preset(name)
-        return preset.model, preset
-    if weights is None or is_url(weights) or os.path.exists(weights):
-        return name, weights
-    looks_like_a_file = os.sep in weights or os.path.splitext(weights)[1] in CHECKPOINT_EXTENSIONS
-    if looks_like_a_file:
-        raise FileNotFoundError(f"weights={weights!r}: no such file or folder.")
-    full = weights if "." in weights else f"{name}.{weights}"
-    preset = get_preset(full)
-    if preset.model != name:
-        raise ValueError(f"The preset {full!r} holds {preset.model!r} weights, not {name!r}.")
-    return name, preset
-
-
-def is_timm_folder(path):
-    """Whether ``path`` is a folder of a timm model as its hub repositories hold one: a
-    ``config.json`` naming an ``architecture`` beside a ``model.safetensors``."""
-    if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
-        return False
-    config = os.path.join(path, "config.json")
-    if not os.path.isfile(config) or os.path.isfile(os.path.join(path, local.PRESET_FILE)):
-        return False
-    try:
-        with open(config, encoding="utf-8") as f:
-            return "architecture" in json.load(f)
-    except (OSError, ValueError):
-        return False
-
-
-# What makes a model name's size: a timm model's must match it to load as that name.
-_SIZE = ("patch_size", "hidden_size", "depth", "num_heads", "mlp_dim")
-
-
-def _timm_model(name, image_size, num_classes, dtype, options, sized_as=None):
-    """A timm hub repository's (or a folder's) model: spec, weights, pre-processing, labels;
-    with ``sized_as``, a model name whose size it must have."""
-
-    def local(filename):
-        path = os.path.join(os.fspath(name), filename)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(
-                f"{name}: a timm folder holds config.json and model.safetensors; {path} is missing."
-            )
-        return path
-
-    fetch = functools.partial(hub.fetch, name) if hub.is_hub_name(name) else local
-    with open(fetch("config.json"), encoding="utf-8") as f:
-        config = json.load(f)
-    spec_options, _, preprocessing, class_names = timm_config.from_hub_config(config)
-    if sized_as is not None:
-        named = registry.get_spec(sized_as)
-        differ = [
-            f"{k} {spec_options[k]} (not {getattr(named, k)})" for k in _SIZE if spec_options[k] != getattr(named, k)
-        ]
-        if differ:
-            raise ValueError(
-                f"{name} holds a {config['architecture']} of another size than {sized_as}: {', '.join(differ)}. "
-                f"Expected {sized_as}'s size; or create_model({str(name)!r}) builds it as it is."
-            )
-    own, task = _own_and_task(options, image_size, num_classes)
-    spec = ViTSpec(**spec_options).replace(**{**task, **options})
-    own.setdefault("name", config["architecture"])
-    own.setdefault("preprocessing", ImagePreprocessing(spec.image_size, **preprocessing))
-    own.setdefault("class_names", class_names if spec.num_classes == spec_options["num_classes"] else None)
-    return _built_and_loaded(spec, dtype, own, fetch("model.safetensors"))  # bad options failed before it
-
-
-def _timm_architecture(name, weights, image_size, num_classes, dtype, options):
-    """timm's architecture ``name`` with random weights, as ``timm.create_model(name)`` builds it."""
-    if weights is not None:
-        raise ValueError(
-            f"{name!r} is a timm architecture: its pretrained weights load by hub name, "
-            f"create_model('hf-hub:timm/{name}.<tag>'); got weights={weights!r}."
-        )
-    reason = timm_config.support(name)
-    if reason is not None:
-        raise ValueError(f"{name!r}: {reason}")
-    spec = ViTSpec(**timm_config.spec_options(timm_config.architecture_args(name)))
-    own, task = _own_and_task(options, image_size, num_classes)
-    return VisionTransformer(spec.replace(**task, **options), dtype=dtype, **{"name": name, **own})
-
-
-def _own_and_task(options, image_size, num_classes):
-    """``options`` split: the model's own arguments (popped from it) and the task's sizes given."""
-    own = {k: options.pop(k) for k in registry.MODEL_ARGUMENTS if k in options}
-    task = {k: v for k, v in dict(image_size=image_size, num_classes=num_classes).items() if v is not None}
-    return own, task
-
-
-def _built_and_loaded(spec, dtype, own, path):
-    """The model with ``path``'s weights; only what the file lacks is drawn at random."""
-    with deferred_initialization():
-        model = VisionTransformer(spec, dtype=dtype, **own)
-    report = load_weights(model, path)
-    initialize_unloaded(model, report.loaded)
-    return model
+    path = os.fspath(path)
+    if not path.endswith(".keras"):
+        raise ValueError(f"Expected a path ending in .keras (the Keras model file format); got {path}.")
+    with atomic.atomic_path(path, overwrite) as staged:
+        model.save(staged)
+    return path

@@ -197,29 +197,54 @@ def data_layer_base():
 # Their files belong to other work; each is listed so that the version test watches it too.
 # The reasons are read from their code; the public routes are the ones to try when they move here.
 
+INITIAL_EPOCH = Entry(
+    "keras:Model",
+    "_initial_epoch",
+    on_instance=True,
+    why="the epoch fit resumes from, where Keras' own BackupAndRestore puts it",
+    public_tried="fit(initial_epoch=...), which a callback cannot set",
+    used_in="keras_vit/training/checkpointing.py",
+)
+
+
+def set_initial_epoch(model, epoch):
+    """Makes ``model.fit`` (already running, from a callback's ``on_train_begin``) start at
+    ``epoch``, as Keras' own ``BackupAndRestore`` does (``INITIAL_EPOCH``)."""
+    setattr(model, INITIAL_EPOCH.name, epoch)
+
+
+VARIABLE_INDEX = Entry(
+    "keras.optimizers:Optimizer",
+    "_get_variable_index",
+    why="a variable's slot in the optimizer, as Keras' documented subclassing example finds it",
+    public_tried="variable.path, which TensorFlow's update_step variables lack",
+    used_in="keras_vit/optimizers.py",
+)
+
+
+def variable_index(optimizer, variable):
+    """``variable``'s index among the variables ``optimizer`` was built with (``VARIABLE_INDEX``)."""
+    return getattr(optimizer, VARIABLE_INDEX.name)(variable)
+
+
+NOT_IMPLEMENTED = Entry(
+    "keras.layers:Layer",
+    "_not_implemented_error",
+    why="Keras' own error for a subclass's quantize, so that the message is Keras'",
+    public_tried="a NotImplementedError of keras-vit's own",
+    used_in="keras_vit/layers/dense.py",
+)
+
+
+def not_implemented_error(layer, method):
+    """Keras' error for ``method`` of a ``layer`` subclass that Keras does not implement it for."""
+    return getattr(layer, NOT_IMPLEMENTED.name)(method)
+
+
 ELSEWHERE = (
-    Entry(
-        "keras:Model",
-        "_initial_epoch",
-        on_instance=True,
-        why="the epoch fit resumes from, where Keras' own BackupAndRestore puts it",
-        public_tried="fit(initial_epoch=...), which a callback cannot set",
-        used_in="keras_vit/training/checkpointing.py",
-    ),
-    Entry(
-        "keras.optimizers:Optimizer",
-        "_get_variable_index",
-        why="a variable's slot in the optimizer, as Keras' documented subclassing example finds it",
-        public_tried="variable.path, which TensorFlow's update_step variables lack",
-        used_in="keras_vit/training/optimizers.py",
-    ),
-    Entry(
-        "keras.layers:Layer",
-        "_not_implemented_error",
-        why="Keras' own error for a subclass's quantize",
-        public_tried="a NotImplementedError of keras-vit's own",
-        used_in="keras_vit/layers/dense.py",
-    ),
+    INITIAL_EPOCH,
+    VARIABLE_INDEX,
+    NOT_IMPLEMENTED,
     Entry(
         "keras.layers:Equalization",
         "_custom_histogram_fixed_width",

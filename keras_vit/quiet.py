@@ -14,9 +14,10 @@ corrupt image skipped by a pipeline), and TensorFlow's and absl's Python loggers
 ERROR (retracing warnings).
 
 keras-vit's commands hold it back: the ``keras-vit`` program, ``python -m keras_vit`` and
-the recipes (which set ``KERAS_VIT_QUIET=1``). ``--verbose`` or ``KERAS_VIT_VERBOSE=1``
-shows everything; Keras' progress bars are untouched, and ``import keras_vit`` in your own
-program changes nothing.
+the recipes (which set ``KERAS_VIT_QUIET=1``): their ``main`` calls ``hold_back()``, and the
+package's own imports, which come first, are held while they run. ``--verbose`` or
+``KERAS_VIT_VERBOSE=1`` shows everything; Keras' progress bars are untouched, and ``import
+keras_vit`` in your own program changes nothing.
 """
 
 import contextlib
@@ -113,10 +114,27 @@ class _Finder:
 
 def hold_back():
     """In a keras-vit command (and not ``verbose()``), holds the noisy backends' import-time
-    lines back for the rest of the process; elsewhere does nothing. Returns whether it did."""
+    lines back for the rest of the process; elsewhere does nothing. Returns whether it did.
+    The command line calls it first thing (``keras_vit.commands.main``)."""
     if not is_command() or verbose():
         return False
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # the C++ INFO lines after start-up
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
     return True
+
+
+@contextlib.contextmanager
+def held_while_importing():
+    """The noisy backends' import-time lines held back while the block imports them, in a
+    keras-vit command only: the package's own imports, which the ``keras-vit`` program makes
+    before its ``main`` runs. Leaves the process as it found it (``sys.meta_path``)."""
+    finder = _Finder() if is_command() and not verbose() else None
+    if finder is not None:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+        sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        if finder is not None:
+            sys.meta_path.remove(finder)

@@ -1,8 +1,8 @@
-"""Shared test fixtures. The Keras backend comes from KERAS_BACKEND (one process each)."""
+"""Shared test fixtures and collection hooks; the constants and helpers the tests share are in
+helpers.py. The Keras backend comes from KERAS_BACKEND (one process each)."""
 
 import gc
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -23,10 +23,6 @@ for _flag, _value in _XLA_TEST_FLAGS.items():
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# The shared helpers live in helpers.py; these two are named here too, for the test files
-# that import them from conftest.
-from helpers import randomize_torch, to_numpy  # noqa: E402, F401
-
 
 @pytest.fixture(scope="session")
 def timm():
@@ -39,28 +35,6 @@ def timm():
     return timm_module
 
 
-# Files written on one backend are read on the next one of this cycle: over the suite's
-# three runs (one per backend) every backend writes once and reads once, with one child
-# process per test instead of two.
-BACKEND_CYCLE = ("tensorflow", "jax", "torch")
-
-
-def run_on_next_backend(script, *args):
-    """Runs ``python -c script *args`` in a child process, from the repository root, on the
-    backend after this run's in ``BACKEND_CYCLE``; returns that backend's name."""
-    import keras
-
-    here = keras.backend.backend()
-    backend = BACKEND_CYCLE[(BACKEND_CYCLE.index(here) + 1) % len(BACKEND_CYCLE)]
-    subprocess.run(
-        [sys.executable, "-c", script, *map(str, args)],
-        check=True,
-        env={**os.environ, "KERAS_BACKEND": backend},
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    )
-    return backend
-
-
 # The export package's docstring examples write their files in a TensorFlow process (PyTorch's
 # for .pt2) whichever backend calls them, and tests/test_export.py calls that process from
 # every backend: the examples run once, on the backend that writes what they show.
@@ -68,6 +42,7 @@ _EXPORTING_MODULES = ("__init__", "api", "convert", "litert", "onnx", "runtime",
 _DOCTESTS_ONCE_ON = {
     **{f"keras_vit/export/{module}.py": "tensorflow" for module in _EXPORTING_MODULES},
     "keras_vit/export/torch_program.py": "torch",
+    "keras_vit/torch_graph.py": "torch",
 }
 
 
@@ -88,10 +63,6 @@ def pytest_collection_modifyitems(config, items):
             backend = _DOCTESTS_ONCE_ON.get(item.path.relative_to(config.rootpath).as_posix())
             if backend is not None:
                 item.add_marker(once_on(backend, f"its files are written by {backend} from every backend"))
-
-
-# The small Transformer that the model-level tests share (seconds per backend, not minutes).
-TINY_ENCODER = dict(hidden_size=32, num_heads=2, mlp_dim=64)
 
 
 @pytest.fixture(autouse=True)

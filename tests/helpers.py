@@ -331,3 +331,21 @@ def documented_commands():
                     script = os.path.basename(words[1])[: -len(".py")]
                     found.append((where, environment, [{"main": "main"}.get(script, script), *words[2:]]))
     return found
+
+
+def floors(pyproject=REPOSITORY / "pyproject.toml"):
+    """The package's floors, top to bottom, from the layers contract in ``pyproject``: a
+    set of top-level module names each."""
+    import tomllib
+
+    with open(pyproject, "rb") as f:
+        contracts = tomllib.load(f)["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
+    return [{name.strip(" ()") for name in floor.split("|")} for floor in layers]
+
+
+def floor_of(module, floor_list, root_floor="factory"):
+    """The index of ``module``'s floor in ``floor_list`` (by its name under the package;
+    the package root stands on the front door's floor, ``root_floor``)."""
+    top = module.split(".")[1] if "." in module else root_floor
+    return next(i for i, names in enumerate(floor_list) if top in names)

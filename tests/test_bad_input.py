@@ -23,15 +23,14 @@ import zipfile
 import keras
 import numpy as np
 import pytest
-from conftest import TINY_ENCODER
-from helpers import once_on
+from helpers import TINY_ENCODER, once_on
 
 import keras_vit
 from keras_vit.checkpoints.readers import CheckpointReadError
 from keras_vit.commands.recipe_flags import run_command_line
 from keras_vit.data import load_dataset
 from keras_vit.dependencies import MissingDependencyError, require
-from keras_vit.saving import InvalidModelFileError
+from keras_vit.sources import InvalidModelFileError
 from keras_vit.training import distribution as distribution_module
 from keras_vit.training import finetune, make_config, pretrain
 
@@ -841,7 +840,7 @@ import keras_vit
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 try:
     keras_vit.load_model(sys.argv[1])
-except keras_vit.saving.InvalidModelFileError as error:
+except keras_vit.sources.InvalidModelFileError as error:
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print("REFUSED", (after - before) // 1024)  # MB more at the peak
 """

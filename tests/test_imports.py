@@ -14,6 +14,8 @@ import shutil
 import subprocess
 import sys
 
+from helpers import floor_of, floors
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Function-local imports allowed to close a cycle: {(importer, imported): why}. None today;
@@ -148,3 +150,66 @@ def test_no_test_file_imports_another(tmp_path):
     (tmp_path / "test_a.py").write_text("from test_b import thing\n")
     (tmp_path / "helpers.py").write_text("import numpy\n")
     assert imported_test_modules(str(tmp_path)) == {"test_a.py": ["test_b"]}
+
+
+def upward_root_imports(root, package, front_door="factory"):
+    """The root package's imports of modules above ``front_door``'s floor: the root is the
+    front door's own floor, so those would run upward."""
+    floor_list = floors(os.path.join(root, "pyproject.toml"))
+    limit = floor_of(f"{package}.{front_door}", floor_list)
+    found = package_imports(root, package)[package]
+    return sorted({m for m, _, _ in found if m != package and floor_of(m, floor_list) < limit})
+
+
+def root_namespace_uses(root, package):
+    """``{module: line}`` of the package's modules that import the package root's namespace
+    (``import pkg`` or ``from pkg import name`` of a name that is not a submodule)."""
+    return {
+        module: line
+        for module, found in package_imports(root, package).items()
+        if module != package
+        for imported, _, line in found
+        if imported == package
+    }
+
+
+def test_the_package_root_imports_nothing_above_the_front_door(tmp_path):
+    assert upward_root_imports(ROOT, "keras_vit") == []
+    # The check sees one.
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pyproject.toml").write_text(
+        '[[tool.importlinter.contracts]]\ntype = "layers"\nlayers = ["commands", "factory", "models | (gone)"]\n'
+    )
+    for name in ("commands", "factory", "models"):
+        (tmp_path / "pkg" / f"{name}.py").write_text("")
+    (tmp_path / "pkg" / "__init__.py").write_text("from pkg.factory import x\nfrom pkg import models, commands\n")
+    assert upward_root_imports(str(tmp_path), "pkg") == ["pkg.commands"]
+
+
+def test_no_module_uses_the_package_roots_namespace(tmp_path):
+    assert root_namespace_uses(ROOT, "keras_vit") == {}
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("from pkg.sub import low\n")
+    (tmp_path / "pkg" / "sub" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "sub" / "low.py").write_text("from pkg import sub\n\ndef f():\n    import pkg\n")
+    assert root_namespace_uses(str(tmp_path), "pkg") == {"pkg.sub.low": 4}
+
+
+IMPORT_SYSTEM = """
+import sys
+before = list(sys.meta_path), list(sys.path_hooks)
+import keras
+after_keras = list(sys.meta_path), list(sys.path_hooks)
+import keras_vit
+print(after_keras == (list(sys.meta_path), list(sys.path_hooks)), len(after_keras[0]) - len(before[0]))
+"""
+
+
+def test_importing_keras_vit_leaves_the_import_system_as_keras_left_it():
+    # Keras itself adds a finder (absl's, and six's on TensorFlow); keras-vit adds none, in a
+    # program as in the keras-vit program (which holds the backends' lines back itself).
+    for env in ({}, {"KERAS_VIT_QUIET": "1"}):
+        child = subprocess.run([sys.executable, "-c", IMPORT_SYSTEM], capture_output=True, text=True,
+                               env={**os.environ, **env}, cwd=ROOT, timeout=300)  # fmt: skip
+        assert child.returncode == 0, child.stderr[-2000:]
+        assert child.stdout.split()[0] == "True", (env, child.stdout)

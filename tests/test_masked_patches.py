@@ -6,7 +6,7 @@ import os
 import keras
 import numpy as np
 import pytest
-from conftest import TINY_ENCODER, to_numpy
+from helpers import TINY_ENCODER, to_numpy
 
 import keras_vit
 from keras_vit.commands.recipe_flags import parse_args

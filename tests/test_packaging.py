@@ -15,8 +15,7 @@ import zipfile
 import keras
 import numpy as np
 import pytest
-from conftest import TINY_ENCODER, to_numpy
-from helpers import once_on
+from helpers import TINY_ENCODER, once_on, to_numpy
 from upstream import write_original_npz
 
 import keras_vit

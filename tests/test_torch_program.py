@@ -10,10 +10,10 @@ with the other exports in test_export.py.
 import keras
 import numpy as np
 import pytest
-from conftest import TINY_ENCODER, to_numpy
+from helpers import TINY_ENCODER, to_numpy
 
 import keras_vit
-from keras_vit.export.torch_program import export_program
+from keras_vit.torch_graph import export_program
 
 BACKEND = keras.backend.backend()
 torch_only = pytest.mark.skipif(

@@ -76,7 +76,7 @@ def _compiled_steps(model, x, y, device, tanh_gelu_as_sigmoid):
     import torch
 
     import keras_vit
-    from keras_vit.export.torch_program import export_program
+    from keras_vit.torch_graph import export_program
 
     # Only inference rewrites the GELU: the train step compiles the exported training graph.
     predict = keras_vit.compile_for_inference(model, tanh_gelu_as_sigmoid=tanh_gelu_as_sigmoid)

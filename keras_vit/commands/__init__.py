@@ -61,7 +61,7 @@ def write_csv(path, header, rows):
     """A table as CSV at ``path``, written beside it and renamed (never half-written)."""
     import csv
 
-    from keras_vit.saving import atomic_path
+    from keras_vit.atomic import atomic_path
 
     with atomic_path(path) as staged, open(staged, "w", newline="") as f:
         writer = csv.writer(f)
@@ -99,6 +99,7 @@ def command(name):
 
 def main(argv=None):
     """Runs ``keras-vit`` with ``argv`` (default: the process's); returns the exit status."""
+    quiet.hold_back()  # the backends' lines when a command first imports them (tf.data, ...)
     try:
         try:
             status = _run(list(sys.argv[1:] if argv is None else argv))
@@ -116,7 +117,7 @@ def _run(argv):
         print(usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     if argv[0] == "--version":
-        from keras_vit import __version__
+        from keras_vit.version import __version__
 
         print(f"keras-vit {__version__}")
         return 0

@@ -28,9 +28,9 @@ import os
 import numpy as np
 
 from keras_vit import commands, inspect
+from keras_vit.atomic import StagedWrites
 from keras_vit.commands.sources import load_any_model, read_folder
 from keras_vit.dependencies import require
-from keras_vit.saving import StagedWrites
 
 FIGURES = ("attention_rollout", "attention_distance", "position_embedding_similarity", "embedding_filters")
 
@@ -188,7 +188,7 @@ def main(argv=None):
             output = os.path.join("saved_models", os.path.basename(os.path.normpath(args.model)), "figures")
         # A hybrid's patch embedding sees ResNet features: it has no pixel filters to draw.
         paths = figure_paths(output, FIGURES if model.spec.resnet is None else FIGURES[:-1])
-        from keras_vit.saving import check_targets
+        from keras_vit.atomic import check_targets
 
         check_targets(paths.values(), args.overwrite)
     except (ValueError, OSError) as error:

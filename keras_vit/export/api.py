@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from keras_vit import dependencies, factory, saving
+from keras_vit import atomic, dependencies, factory
 from keras_vit.export import representative as rep
 from keras_vit.export.errors import InvalidModelFileError
 from keras_vit.export.formats import FORMATS, parse_formats
@@ -94,10 +94,10 @@ def export_model(
     Keras, as a deployment runs it: ``torch.export.load(path).module()(images)``.
 
     Args:
-        model: a Keras model (a classifier with one image input), the path of a
-            ``.keras`` file or of a checkpoint ``keras_vit.load_weights`` reads (then give
-            ``model_name``), or what ``keras_vit.create_model`` resolves: a preset's name or
-            a local preset folder (``keras_vit.save_preset``).
+        model: a Keras model (a classifier with one image input), or what
+            ``keras_vit.load_model`` loads: the path of a ``.keras`` file or of a checkpoint
+            ``keras_vit.load_weights`` reads (then give ``model_name``), a preset's name, a
+            local preset folder (``keras_vit.save_preset``), a timm model by hub name or folder.
         output: the folder to write into; created if missing. Files inside are named after
             the formats (``savedmodel/``, ``model_float32.tflite``, ``model.onnx``, ...).
         formats: names (list, or a comma-separated string; ``"all"``), see ``FORMATS``;
@@ -116,7 +116,7 @@ def export_model(
             own; for a model with its own it must agree with that layer's mean and std
             (a ValueError otherwise: the model's own is what it was evaluated with).
         model_name, image_size, num_classes, model_kwargs: how to build the model from a
-            file (see ``keras_vit.saving.load_model``).
+            file (see ``keras_vit.load_model``).
         imports: modules defining custom layers, imported before loading (also in the
             TensorFlow child process).
         tolerances: ``{format: {...}}`` overriding ``verify.TOLERANCES``.
@@ -158,7 +158,7 @@ def export_model(
     if os.path.exists(output) and not os.path.isdir(output):
         raise FileExistsError(f"Expected an output folder; {output} is a file.")
     targets = {name: os.path.join(output, FORMATS[name].filename) for name in names}
-    saving.check_targets(targets.values(), overwrite)
+    atomic.check_targets(targets.values(), overwrite)
     representative_data = rep.check_source(representative_data)
     needs_data = [n for n in names if FORMATS[n].needs_representative_data]
     if needs_data and representative_data is None:
@@ -178,15 +178,10 @@ def export_model(
         raise ValueError(f"tolerances has unknown formats {sorted(unknown)}; known: {', '.join(FORMATS)}.")
     model_path = None
     if isinstance(model, (str, os.PathLike)):
-        source = os.fspath(model)
-        if model_name is None and not os.path.isfile(source):
-            # A preset's name or folder, through the front door (which names a missing file).
-            model = factory.create_model(source, image_size, num_classes, **(model_kwargs or {}))
-        else:
-            container = saving.check_model_file(source, model_name)
-            model = saving.load_model(source, model_name, image_size, num_classes, **(model_kwargs or {}))
-            if container == "keras" and image_size is None:
-                model_path = source  # the child converts from the file itself
+        source = factory.resolve(model, model_name=model_name, loading=True)
+        model = factory.build(source, image_size, num_classes, strict=True, **(model_kwargs or {}))
+        if source.kind == factory.KERAS_FILE and image_size is None:
+            model_path = source.weights.path  # the child converts from the file itself
     elif not isinstance(model, keras.Model):
         raise InvalidModelFileError(f"Expected a keras.Model or a model file path; got {type(model).__name__}.")
 
@@ -229,7 +224,7 @@ def export_model(
     from keras_vit.export import convert  # not at import time: see its docstring
 
     checks = {}
-    with saving.StagedWrites(targets, overwrite) as staging:
+    with atomic.StagedWrites(targets, overwrite) as staging:
         by_backend = {}  # each format is written on its own backend: here, or in a child process
         for name in names:
             by_backend.setdefault(FORMATS[name].backend, {})[name] = staging.paths[name]
@@ -291,9 +286,9 @@ def _holds(path, text):
 
 def _outputs_probabilities(model, scores):
     """Whether the model ends in a softmax (serve as is) or outputs logits (add one)."""
-    import keras_vit
+    from keras_vit.models.vit import VisionTransformer
 
-    if isinstance(model, keras_vit.VisionTransformer):
+    if isinstance(model, VisionTransformer):
         activation = model.spec.classifier_activation
         if activation in (None, "linear"):
             return False

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import traceback
 
+from keras_vit import atomic
 from keras_vit.export.errors import ExportError, InvalidModelFileError, UnconvertibleModelError, VerificationError
 from keras_vit.export.formats import FORMATS
 
@@ -85,8 +86,7 @@ def convert_model(
             source = write_savedmodel(model, paths["savedmodel"], **options)
         else:
             parent = scratch_dir or os.path.dirname(os.path.abspath(paths[others[0]]))
-            # Named as keras_vit.saving names what it stages: hidden, with ".tmp-" (a kill leaves it).
-            scratch = tempfile.mkdtemp(prefix=".export_scratch.tmp-", dir=parent)
+            scratch = atomic.scratch_folder(parent, "export_scratch")  # named as staged files are
             source = write_savedmodel(model, os.path.join(scratch, "source"), **options)
         # LiteRT and ONNX are converted from the SavedModel's serving_default, so every
         # format has the same inputs, outputs and pre-processing.
@@ -191,13 +191,13 @@ def _run_job(job):
     import keras
     import numpy as np
 
-    import keras_vit  # noqa: F401  (registers the custom layers)
+    from keras_vit.factory import load_model
 
     if keras.backend.backend() != job["backend"]:
         raise RuntimeError(f"The export process needs KERAS_BACKEND={job['backend']}; got {keras.backend.backend()!r}.")
     for module in job["imports"]:
         importlib.import_module(module)  # the caller's custom layers register on import
-    model = keras.saving.load_model(job["model_path"], compile=False)
+    model = load_model(job["model_path"])
     representative = None if job["representative_path"] is None else np.load(job["representative_path"])
     convert_model(model, job["paths"], representative_images=representative, **job["options"])
 

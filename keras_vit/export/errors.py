@@ -11,7 +11,7 @@ was left behind). Converters report TensorFlow op paths such as
 import re
 
 from keras_vit.internals import sublayers
-from keras_vit.saving import InvalidModelFileError  # noqa: F401  (an export error too)
+from keras_vit.sources import InvalidModelFileError  # noqa: F401  (an export error too)
 
 
 class ExportError(RuntimeError):

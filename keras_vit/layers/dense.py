@@ -2,6 +2,8 @@
 
 import keras
 
+from keras_vit import internals
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class Dense(keras.layers.Dense):
@@ -23,5 +25,5 @@ class Dense(keras.layers.Dense):
         # Keras quantizes its own Dense class only, since a subclass may compute something
         # else; this one computes Keras' product, and quantized, runs Keras' quantized call.
         if type_check and type(self) is not Dense:
-            raise self._not_implemented_error(self.quantize)
+            raise internals.not_implemented_error(self, self.quantize)
         super().quantize(mode, type_check=False, **kwargs)

@@ -15,13 +15,11 @@ import os
 
 import keras
 
-from keras_vit.checkpoints import load_weights
+from keras_vit.atomic import StagedWrites
 from keras_vit.internals import set_untracked
 from keras_vit.layers.preprocessing import ImagePreprocessing
-from keras_vit.models.rebuild import rebuild
 from keras_vit.models.vit import VisionTransformer
 from keras_vit.presets import integrity
-from keras_vit.saving import StagedWrites, load_model
 from keras_vit.version import __version__
 
 PRESET_FILE = "preset.json"
@@ -123,28 +121,3 @@ def read_card(path, rehash=False):
             "it was changed or is incomplete. Save the preset again."
         )
     return card
-
-
-def load(path, dtype=None, **options):
-    """A local preset folder or ``.keras`` file as a model, adapted to the ``ViTSpec``
-    ``options`` given (``image_size``: weights resampled; ``num_classes``: a fresh head), and
-    to the model's ``name``, ``preprocessing`` or ``class_names``."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        read_card(path)
-        path = os.path.join(path, MODEL_FILE)
-    base = load_model(path)
-    if not isinstance(base, VisionTransformer):  # a Keras model of its own: as it is
-        if options or dtype:
-            raise ValueError(f"{path} holds a {type(base).__name__}, which keras-vit cannot rebuild with changes.")
-        return base
-    name = options.pop("name", base.name)
-    preprocessing = options.pop("preprocessing", base.preprocessing)
-    class_names = options.pop("class_names", base.class_names)
-    spec = base.spec.replace(**options)
-    same = (name, preprocessing, class_names) == (base.name, base.preprocessing, base.class_names)
-    if spec == base.spec and dtype is None and same:
-        return base
-    model = rebuild(base, spec, dtype, name=name, preprocessing=preprocessing, class_names=class_names)
-    load_weights(model, path)
-    return model

@@ -4,7 +4,7 @@ Keras' own ``BackupAndRestore`` and ``ModelCheckpoint`` write their files in pla
 process killed while one is being written leaves a half-written file, and a backup whose
 weights and epoch count are two files can be caught between them (the weights of epoch
 ``n``, the count of epoch ``n - 1``: a resumed run would train one epoch too many). Here
-each file is written beside its target and renamed into place (``keras_vit.saving``), and
+each file is written beside its target and renamed into place (``keras_vit.atomic``), and
 the backup commits its parts with one rename.
 
 A resumed run continues the uninterrupted one: besides the weights and the optimizer, the
@@ -20,11 +20,12 @@ import os
 import keras
 import numpy as np
 
-from keras_vit.saving import atomic_path, save_model
+from keras_vit import atomic, internals
+from keras_vit.atomic import atomic_path
+from keras_vit.factory import save_model
 from keras_vit.training import processes
 
 STATE = "state.json"
-_STAGED = (".tmp-", ".old-")  # keras_vit.saving's temporary names
 
 
 class RunBackup(keras.callbacks.BackupAndRestore):
@@ -70,7 +71,7 @@ class RunBackup(keras.callbacks.BackupAndRestore):
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
         self.model.load_weights(weights)
-        self.model._initial_epoch = state["epoch"]  # where Keras' own callback puts it: fit reads it
+        internals.set_initial_epoch(self.model, state["epoch"])  # fit reads it
         self._pending_torch_state = None
         if state.get("random"):
             with np.load(os.path.join(self.backup_dir, state["random"])) as saved:
@@ -107,7 +108,7 @@ class RunBackup(keras.callbacks.BackupAndRestore):
                 json.dump({"epoch": done, **names}, f)
         # After the commit the old backup is no longer needed, nor what a killed writer left.
         for entry in os.listdir(self.backup_dir):
-            leftover = entry.startswith(".") and any(tag in entry for tag in _STAGED)
+            leftover = atomic.is_leftover(entry)
             if leftover or (entry.startswith("epoch-") and entry not in names.values()):
                 os.remove(os.path.join(self.backup_dir, entry))
 

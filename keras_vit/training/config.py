@@ -18,9 +18,9 @@ from keras_vit.layers.heads import POOLINGS
 from keras_vit.layers.layer_norm import NORM_TYPES
 from keras_vit.layers.tokens import POSITION_EMBEDDINGS
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
+from keras_vit.optimizers import DECAYS
 from keras_vit.training.distribution import STRATEGIES
 from keras_vit.training.optimizers import OPTIMIZERS
-from keras_vit.training.schedules import DECAYS
 
 
 def _flag(default, help):

@@ -18,10 +18,10 @@ import json
 import keras
 import numpy as np
 
+from keras_vit.atomic import atomic_path
 from keras_vit.internals import sublayers
 from keras_vit.models.graph import TASK_LAYERS
 from keras_vit.models.rebuild import rebuild
-from keras_vit.saving import atomic_path
 
 TARGETS = ("qkv", "out", "fc1", "fc2")
 DEFAULT_TARGETS = ("qkv", "out")  # the attention projections, as the LoRA paper's ViT and LLM use

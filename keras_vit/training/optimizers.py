@@ -6,7 +6,7 @@ import re
 import keras
 
 from keras_vit.models.graph import TASK_LAYERS
-from keras_vit.training.schedules import WarmupDecay
+from keras_vit.optimizers import LayerDecayAdamW, LayerDecaySGD, WarmupDecay
 
 OPTIMIZERS = ("adam", "sgd")
 # Not decayed: biases, normalisation scales, the class token and position embeddings
@@ -84,35 +84,3 @@ def layer_rates(model, decay):
             layer = 0
         rates[variable.path] = float(decay ** (depth + 1 - layer))
     return rates
-
-
-class _LayerDecay:
-    """An optimizer whose step for each weight uses its rate times ``layer_rates[path]``
-    (decoupled weight decay stays at the base rate)."""
-
-    def __init__(self, *args, layer_rates, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.layer_rates = dict(layer_rates)
-
-    def build(self, variables):
-        super().build(variables)
-        self._rates = [self.layer_rates.get(variable.path, 1.0) for variable in variables]
-
-    def update_step(self, gradient, variable, learning_rate):
-        # The variable's index, as the optimizers' documented subclassing example finds its
-        # slots (TensorFlow hands update_step its own variable, which has no Keras path).
-        rate = self._rates[self._get_variable_index(variable)]
-        return super().update_step(gradient, variable, learning_rate * rate)
-
-    def get_config(self):
-        return {**super().get_config(), "layer_rates": self.layer_rates}
-
-
-@keras.saving.register_keras_serializable(package="keras_vit")
-class LayerDecaySGD(_LayerDecay, keras.optimizers.SGD):
-    """``keras.optimizers.SGD`` with a learning-rate factor per weight (``layer_rates``)."""
-
-
-@keras.saving.register_keras_serializable(package="keras_vit")
-class LayerDecayAdamW(_LayerDecay, keras.optimizers.AdamW):
-    """``keras.optimizers.AdamW`` with a learning-rate factor per weight (``layer_rates``)."""

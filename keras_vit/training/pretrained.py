@@ -7,39 +7,39 @@ import os
 import keras
 import numpy as np
 
-import keras_vit
+from keras_vit import factory
 from keras_vit.checks import flag
-from keras_vit.factory import CHECKPOINT_EXTENSIONS
 from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.models.masked_patches import MaskedPatchPrediction
+from keras_vit.models.registry import get_spec
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
-from keras_vit.presets import hub
-from keras_vit.saving import load_model
 from keras_vit.training.errors import MissingInputFileError, RecipeInputError
 
 
 def load_pretrained(config):
-    """The model to fine-tune from ``init_from`` (a preset name or folder, a timm hub name or
-    folder, a ``.keras`` file; a masked patch prediction model's backbone), or None for a
-    checkpoint without architecture."""
-    source = config.init_from
-    if os.path.isfile(source) and not source.endswith(".keras"):
+    """The model to fine-tune from ``init_from`` (what ``keras_vit.load_model`` loads; a
+    masked patch prediction model's backbone), or None for a checkpoint without
+    architecture, which the recipe loads into the model it builds."""
+    try:
+        source = factory.resolve(config.init_from, loading=True)
+    except factory.NoWeightsError:
+        raise RecipeInputError(
+            f"--init-from {config.init_from!r} is not a file, a folder or a preset: a model name alone has no "
+            f"pre-trained weights. Expected a preset such as {_presets_of(config.init_from)}, a preset folder "
+            "(keras_vit.save_preset) or a .keras file."
+        ) from None
+    except factory.InvalidModelFileError as error:
+        if os.path.exists(config.init_from):
+            raise RecipeInputError(f"--init-from {config.init_from!r}: {error}") from None
+        raise MissingInputFileError(f"--init-from {config.init_from!r} is not a file or folder.") from None
+    if source.kind == factory.CHECKPOINT:
         return None  # loaded into the model to fine-tune by load_weights
-    if not os.path.exists(source) and not hub.is_hub_name(source):
-        if os.sep in source or os.path.splitext(source)[1] in CHECKPOINT_EXTENSIONS:
-            raise MissingInputFileError(f"--init-from {source!r} is not a file or folder.")
-        if "." not in source:
-            raise RecipeInputError(
-                f"--init-from {source!r} is not a file, a folder or a preset: a model name alone has no "
-                f"pre-trained weights. Expected a preset such as {_presets_of(source)}, a preset folder "
-                "(keras_vit.save_preset) or a .keras file."
-            )
-    model = load_model(source) if os.path.isfile(source) else keras_vit.create_model(source)
+    model = factory.build(source)
     return model.backbone if isinstance(model, MaskedPatchPrediction) else model
 
 
 def _presets_of(model_name):
-    names = keras_vit.list_models(f"{model_name}.*", pretrained=True) or keras_vit.list_models(pretrained=True)
+    names = factory.list_models(f"{model_name}.*", pretrained=True) or factory.list_models(pretrained=True)
     return ", ".join(names[:3])
 
 
@@ -54,7 +54,7 @@ def resolved(config, recipe, pretrained):
     """``config`` with what it leaves to the model (image size, normalization) taken from it;
     an option that contradicts the pre-trained model is an error listing each conflict."""
     if pretrained is None:
-        spec = keras_vit.get_spec(model_name(config, recipe, None)).replace(**config.model_options)
+        spec = get_spec(model_name(config, recipe, None)).replace(**config.model_options)
         own_normalization = "vit"
     else:
         spec = pretrained.spec

@@ -17,15 +17,17 @@ import warnings
 import keras
 import numpy as np
 
-import keras_vit
+from keras_vit.checkpoints import load_weights
 from keras_vit.checks import flag
 from keras_vit.data import load_dataset, make_pipeline, mixes_labels
+from keras_vit.factory import save_model
 from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.models.graph import TASK_LAYERS
 from keras_vit.models.masked_patches import MaskedPatchPrediction
+from keras_vit.models.registry import get_spec
 from keras_vit.models.resize import copy_weights
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
-from keras_vit.saving import save_model
+from keras_vit.models.vit import VisionTransformer
 from keras_vit.training import processes
 from keras_vit.training.checkpointing import BestModel, RunBackup, read_state
 from keras_vit.training.config import FREEZE, OBJECTIVES
@@ -222,8 +224,8 @@ def _spec(config, recipe, num_classes, pretrained):
     fine-tuning, the architecture of what is loaded with the recipe's task and dropouts."""
     task = dict(config.model_options, image_size=config.image_size, num_classes=num_classes)
     if recipe == "pretrain":
-        return keras_vit.get_spec(config.model).replace(**task)
-    base = pretrained.spec if pretrained is not None else keras_vit.get_spec(config.init_model or config.model)
+        return get_spec(config.model).replace(**task)
+    base = pretrained.spec if pretrained is not None else get_spec(config.init_model or config.model)
     architecture = ViTSpec.fields_with_role(ARCHITECTURE)
     if pretrained is None:
         base = base.replace(**{k: v for k, v in task.items() if k in architecture})
@@ -243,7 +245,7 @@ def _build(config, recipe, spec, class_names, pretrained):
         return MaskedPatchPrediction(spec, dtype, preprocessing, seed=config.seed, name=config.model)
     name = model_name(config, recipe, pretrained)
     # class_names: the dataset's.
-    model = keras_vit.VisionTransformer(spec, dtype=dtype, preprocessing=preprocessing, class_names=class_names,
+    model = VisionTransformer(spec, dtype=dtype, preprocessing=preprocessing, class_names=class_names,
                                         name=name)  # fmt: skip
     if recipe == "finetune":
         # A fresh zero head (and no pre-logits) for the new task, whatever the source holds; a
@@ -251,7 +253,7 @@ def _build(config, recipe, spec, class_names, pretrained):
         if pretrained is not None:
             unloaded = copy_weights(pretrained, model, exclude=TASK_LAYERS)
         else:
-            report = keras_vit.load_weights(model, config.init_from, warn=False, exclude=TASK_LAYERS)
+            report = load_weights(model, config.init_from, warn=False, exclude=TASK_LAYERS)
             unloaded = [
                 v.path for v in model.weights if v.path not in report.loaded and not v.path.startswith(TASK_LAYERS)
             ]

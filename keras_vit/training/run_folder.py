@@ -8,8 +8,8 @@ import os
 
 import keras
 
+from keras_vit.atomic import atomic_path
 from keras_vit.checks import flag
-from keras_vit.saving import atomic_path
 from keras_vit.training import processes
 from keras_vit.training.errors import RecipeInputError
 from keras_vit.version import __version__

@@ -1,9 +1,18 @@
-"""Learning rate: linear warm-up, then linear or cosine decay to zero (the paper's)."""
+"""What the recipes' optimisers are made of, registered with Keras where they are defined, so
+that a saved model's compiled optimiser loads wherever keras-vit is imported:
+
+- ``WarmupDecay``: the learning rate, a linear warm-up then linear or cosine decay to zero
+  (the paper's);
+- ``LayerDecaySGD`` / ``LayerDecayAdamW``: Keras' optimisers with a learning-rate factor per
+  weight (layer-wise decay; ``keras_vit.training.optimizers.layer_rates`` computes them).
+"""
 
 import math
 
 import keras
 from keras import ops
+
+from keras_vit import internals
 
 DECAYS = ("linear", "cosine")
 
@@ -59,3 +68,35 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
             "decay": self.decay,
             "steps_per_update": self.steps_per_update,
         }
+
+
+class _LayerDecay:
+    """An optimizer whose step for each weight uses its rate times ``layer_rates[path]``
+    (decoupled weight decay stays at the base rate)."""
+
+    def __init__(self, *args, layer_rates, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.layer_rates = dict(layer_rates)
+
+    def build(self, variables):
+        super().build(variables)
+        self._rates = [self.layer_rates.get(variable.path, 1.0) for variable in variables]
+
+    def update_step(self, gradient, variable, learning_rate):
+        # The variable's index, as the optimizers' documented subclassing example finds its
+        # slots (TensorFlow hands update_step its own variable, which has no Keras path).
+        rate = self._rates[internals.variable_index(self, variable)]
+        return super().update_step(gradient, variable, learning_rate * rate)
+
+    def get_config(self):
+        return {**super().get_config(), "layer_rates": self.layer_rates}
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class LayerDecaySGD(_LayerDecay, keras.optimizers.SGD):
+    """``keras.optimizers.SGD`` with a learning-rate factor per weight (``layer_rates``)."""
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class LayerDecayAdamW(_LayerDecay, keras.optimizers.AdamW):
+    """``keras.optimizers.AdamW`` with a learning-rate factor per weight (``layer_rates``)."""

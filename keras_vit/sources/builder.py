@@ -1,0 +1,108 @@
+"""The builder: a ``ModelSource`` (``resolve``'s answer) made into a Keras model, its weights loaded.
+
+A source with a spec is built as a ``VisionTransformer`` of that spec with the options
+given (bad options fail before any download), then its weights file is fetched and read by
+``keras_vit.load_weights`` (position embeddings resampled for another image size, a fresh
+head for another class count); only what the file lacks is drawn at random. A ``.keras``
+file or a local preset holds its own architecture: Keras loads it, and it is rebuilt only
+if the options change it.
+"""
+
+import keras
+
+from keras_vit import checks
+from keras_vit.checkpoints import load_weights
+from keras_vit.checkpoints.readers import unsafe_keras_message
+from keras_vit.layers.preprocessing import ImagePreprocessing
+from keras_vit.models import masked_patches  # noqa: F401  (registers its classes, which .keras files name)
+from keras_vit.models.deferred_init import deferred_initialization, initialize_unloaded
+from keras_vit.models.rebuild import rebuild
+from keras_vit.models.registry import MODEL_ARGUMENTS
+from keras_vit.models.vit import VisionTransformer
+from keras_vit.sources.resolver import CHECKPOINT, InvalidModelFileError
+
+
+def build(source, image_size=None, num_classes=None, *, dtype=None, safe_mode=True, strict=False, **options):
+    """The model ``source`` describes, at ``image_size`` with ``num_classes`` and ``options``.
+
+    Args:
+        source: a ``ModelSource``.
+        image_size, num_classes, dtype, **options: as ``keras_vit.create_model`` takes them
+            (``ViTSpec`` fields, the model's ``name``, ``preprocessing``, ``class_names``).
+        safe_mode: refuse what could run code while loading (a ``Lambda`` layer, a PyTorch
+            pickle holding more than tensors).
+        strict: refuse a checkpoint that would leave weights drawn at random (``load_model``);
+            otherwise they are drawn, with a warning (``create_model``, to fine-tune).
+
+    >>> from keras_vit.sources.resolver import resolve
+    >>> build(resolve("vit_ti16"), 32, 10, depth=1).output_shape
+    (None, 10)
+    """
+    own = {k: options.pop(k) for k in MODEL_ARGUMENTS if k in options}
+    task = {k: v for k, v in dict(image_size=image_size, num_classes=num_classes).items() if v is not None}
+    if source.spec is None and source.kind == CHECKPOINT:
+        raise InvalidModelFileError(
+            f"{source.given} holds weights only ({source.weights.container}); give the architecture to build "
+            "them into: model_name=... (--model NAME, one of keras_vit.list_models())."
+        )
+    if source.spec is None:
+        return _adapted(source.weights.path, dtype, safe_mode, own, {**task, **options})
+    spec = source.spec.replace(**task, **options)
+    own.setdefault("name", source.name)
+    if source.preprocessing is not None:
+        own.setdefault("preprocessing", ImagePreprocessing(spec.image_size, **source.preprocessing))
+    if source.class_names is not None:
+        own.setdefault("class_names", source.class_names if spec.num_classes == source.num_classes else None)
+    if source.weights is None:
+        return VisionTransformer(spec, dtype=dtype, **own)
+    path = source.weights.fetch()
+    with deferred_initialization():  # the file's weights replace them: not drawn at random
+        model = VisionTransformer(spec, dtype=dtype, **own)
+    if source.weights.container == "keras_weights" and strict:
+        model.load_weights(path)
+        initialize_unloaded(model, [v.path for v in model.weights])
+        return model
+    report = load_weights(model, path, safe_mode=safe_mode)
+    initialize_unloaded(model, report.loaded)
+    if strict and report.fresh:
+        raise InvalidModelFileError(
+            f"{path} has no weights for {', '.join(report.fresh)} of a {source.name} with "
+            f"{model.spec.num_classes} classes ({'; '.join(report.fresh.values())}); they "
+            "would stay random. Give the checkpoint's own num_classes (to fine-tune, build the "
+            "model and call keras_vit.load_weights)."
+        )
+    return model
+
+
+def load_keras_file(path, safe_mode=True):
+    """The model in a ``.keras`` file, not compiled; keras-vit's classes are registered above."""
+    try:
+        return keras.saving.load_model(path, compile=False, safe_mode=safe_mode)
+    except ValueError as error:
+        if "safe_mode" not in str(error):
+            raise
+        raise InvalidModelFileError(unsafe_keras_message(path)) from None
+
+
+def _adapted(path, dtype, safe_mode, own, options):
+    """The ``.keras`` model at ``path``, rebuilt if ``options``, ``dtype`` or its own
+    arguments (``own``) change it; its weights loaded into the rebuilt one."""
+    base = load_keras_file(path, safe_mode)
+    if "image_size" in options:
+        options["image_size"] = checks.pair(options["image_size"])
+    if not isinstance(base, VisionTransformer):  # a Keras model of its own: as it is
+        same_size = options.get("image_size") in (None, tuple(base.input_shape[1:3]))
+        changes = {k: v for k, v in {**options, **own}.items() if k != "image_size" or not same_size}
+        if changes or dtype:
+            raise InvalidModelFileError(
+                f"{path} holds a {type(base).__name__}, which keras-vit cannot rebuild with changes "
+                f"({', '.join(sorted(changes)) or 'dtype'}); leave them out to load it as it is."
+            )
+        return base
+    spec = base.spec.replace(**options)
+    unchanged = all(own.get(k, getattr(base, k)) == getattr(base, k) for k in ("name", "preprocessing", "class_names"))
+    if spec == base.spec and dtype is None and unchanged:
+        return base
+    model = rebuild(base, spec, dtype, **own)
+    load_weights(model, path, safe_mode=safe_mode)
+    return model

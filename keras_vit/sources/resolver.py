@@ -1,0 +1,421 @@
+"""What a model source names: the one place where a string, folder, file or URL is understood.
+
+``resolve(source, weights=None, model_name=None, loading=False)`` turns any way of naming a
+model into a ``ModelSource``: what it is (``kind``), its spec with the numerics its weights
+were trained with, where those weights are (``Weights``: a local file, a download, a hub
+file), its pre-processing and its class names. ``keras_vit.sources.builder`` makes the model
+from that description. Nothing else in keras-vit inspects a string or a folder to decide
+what it names.
+
+The kinds are the entries of ``ENTRIES``, tried in order: the first whose test holds
+describes the source. A new kind of source is one more entry (a test, a describe function)
+and its tests.
+
+Resolving reads what it must to know the spec (a hub repository's ``config.json``, a local
+preset's card, a checkpoint's layout); a preset's or a hub repository's weights file is
+fetched only when the model is built, after the options were checked.
+"""
+
+import dataclasses
+import difflib
+import json
+import os
+
+from keras_vit.checkpoints import timm_config
+from keras_vit.checkpoints.loader import trained_numerics
+from keras_vit.checkpoints.readers import sniff_container
+from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
+from keras_vit.models import registry
+from keras_vit.models.spec import ViTSpec
+from keras_vit.models.variants import VARIANTS
+from keras_vit.presets import download, hub, local
+from keras_vit.presets.catalog import PRESETS, get_preset, list_presets
+
+# What a weights path ends in (the readers' containers), to tell a missing file from a tag.
+CHECKPOINT_EXTENSIONS = (".npz", ".pth", ".pt", ".bin", ".safetensors", ".keras", ".h5")
+
+# The kinds of source (``ModelSource.kind``).
+VARIANT = "variant"  # a named architecture of keras-vit (``vit_b16``): weights drawn at random
+TIMM_ARCHITECTURE = "timm_architecture"  # one of timm's, by timm's name: weights drawn at random
+PRESET = "preset"  # a published checkpoint, ``<model>.<tag>``
+HUB = "hub"  # a timm repository on the Hugging Face hub, ``hf-hub:<org>/<name>``
+TIMM_FOLDER = "timm_folder"  # a folder holding such a repository's files
+LOCAL_PRESET = "local_preset"  # a folder written by ``keras_vit.save_preset``
+KERAS_FILE = "keras_file"  # a ``.keras`` model file
+CHECKPOINT = "checkpoint"  # a weights file (``.npz``, timm, HF, ``.weights.h5``) of a named architecture
+URL = "url"  # a checkpoint to download, of a named architecture
+
+
+class InvalidModelFileError(ValueError):
+    """The given path is not a model file keras-vit can load (checked before any work)."""
+
+
+class NoWeightsError(ValueError):
+    """An architecture's name where pre-trained weights were asked for."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Weights:
+    """Where a model's weights are: a local file (``path``), a file to download into the
+    cache (``url``, with the publisher's ``sha256`` and ``size`` where known) or a file of a
+    hub repository (``hub_name``, ``filename``). ``container`` is the local file's format,
+    as its first bytes say (``"keras"``, ``"keras_weights"``, ``"npz"``, ...)."""
+
+    path: str | None = None
+    url: str | None = None
+    sha256: str | None = None
+    size: int | None = None
+    hub_name: str | None = None
+    filename: str | None = None
+    container: str | None = None
+
+    def fetch(self):
+        """The local path of the weights file, downloaded (once, into the cache) if need be."""
+        if self.path is not None:
+            return self.path
+        if self.hub_name is not None:
+            return hub.fetch(self.hub_name, self.filename)
+        return download.download(self.url, sha256=self.sha256, size=self.size)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """What a model source names (``resolve``'s answer; ``keras_vit.sources.builder`` builds it).
+
+    Attributes:
+        kind: one of the kinds above (``PRESET``, ``HUB``, ``KERAS_FILE``, ...).
+        given: the source as given.
+        name: the model's name (the architecture's, or the preset's model); None for a
+            file that holds its own architecture.
+        spec: the ``ViTSpec`` to build, with the numerics its weights were trained with;
+            None where the file holds its own architecture (``.keras``, a local preset) or
+            a checkpoint was given without ``model_name``.
+        weights: where the weights are (``Weights``); None: drawn at random.
+        preprocessing: ``ImagePreprocessing`` arguments but the image size (the
+            checkpoint's evaluation), or None.
+        class_names: the class names of the checkpoint's classifier, or None.
+        num_classes: how many classes those names (and the checkpoint's head) have.
+    """
+
+    kind: str
+    given: str
+    name: str | None = None
+    spec: ViTSpec | None = None
+    weights: Weights | None = None
+    preprocessing: dict | None = None
+    class_names: tuple | None = None
+    num_classes: int | None = None
+
+    @property
+    def holds_architecture(self):
+        """Whether the source names its architecture itself (and so takes no ``model_name``)."""
+        return self.kind in (PRESET, HUB, TIMM_FOLDER, LOCAL_PRESET, KERAS_FILE)
+
+
+def resolve(source, weights=None, model_name=None, *, loading=False):
+    """What ``source`` (with ``create_model``'s ``weights`` or ``load_model``'s ``model_name``) names.
+
+    Args:
+        source: a name (a variant, a timm architecture, a preset ``<model>.<tag>``, a hub
+            name ``hf-hub:<org>/<name>``), a folder (a local preset, a timm repository's
+            files), a file (``.keras``, a checkpoint) or a checkpoint's URL.
+        weights: ``create_model``'s: a preset tag of ``source``, a checkpoint path or URL,
+            or a timm model (hub name or folder) of ``source``'s size.
+        model_name: ``load_model``'s: the architecture a checkpoint is built into (for a
+            ``.keras`` file only checked).
+        loading: the source must hold weights (``load_model``, ``--init-from``): an
+            architecture's name alone is a ``NoWeightsError``, and anything that is not a
+            model file an ``InvalidModelFileError``.
+
+    Returns:
+        A ``ModelSource``.
+
+    >>> resolve("vit_b16").kind, resolve("vit_b16").weights is None
+    ('variant', True)
+    >>> source = resolve("vit_b16.augreg2_in21k_ft_in1k")
+    >>> source.kind, source.name, source.spec.image_size
+    ('preset', 'vit_b16', (224, 224))
+    >>> resolve("vit_b16", weights="augreg2_in21k_ft_in1k").weights == source.weights
+    True
+    """
+    source = os.fspath(source) if isinstance(source, os.PathLike) else source
+    weights = os.fspath(weights) if isinstance(weights, os.PathLike) else weights
+    if not isinstance(source, str):
+        raise TypeError(f"Expected a model name, folder, file or URL (a str); got {type(source).__name__}.")
+    kind, describe = next(((k, describe) for k, holds, describe in ENTRIES if holds(source)), (None, _unknown))
+    described = describe(source, model_name=model_name, loading=loading, kind=kind)
+    if weights is not None:
+        return _with_weights(described, weights)
+    if loading and described.weights is None:
+        raise NoWeightsError(_no_weights_message(source))
+    if model_name is not None and described.holds_architecture and described.kind != KERAS_FILE:
+        raise ValueError(f"{source!r} holds its own architecture; model_name={model_name!r} would be a second one.")
+    return described
+
+
+def is_url(value):
+    return isinstance(value, str) and value.startswith(("http://", "https://"))
+
+
+def is_timm_folder(path):
+    """Whether ``path`` is a folder of a timm model as its hub repositories hold one: a
+    ``config.json`` naming an ``architecture`` (and no keras-vit preset card)."""
+    if not os.path.isdir(path) or _is_local_preset(path):
+        return False
+    config = os.path.join(path, "config.json")
+    try:
+        with open(config, encoding="utf-8") as f:
+            return "architecture" in json.load(f)
+    except (OSError, ValueError):
+        return False
+
+
+def _is_local_preset(path):
+    return os.path.isfile(os.path.join(path, local.PRESET_FILE))
+
+
+def _is_folder(path):
+    return os.path.isdir(path)
+
+
+def _is_keras_path(path):
+    return path.endswith(".keras") or (os.path.isfile(path) and sniff_container_or_none(path) == "keras")
+
+
+def sniff_container_or_none(path):
+    try:
+        return sniff_container(path)
+    except Exception:  # noqa: BLE001 (a file that is no model at all: described as a checkpoint, refused there)
+        return None
+
+
+# --- the entries ----------------------------------------------------------------------------
+
+
+def _variant(name, **_):
+    return ModelSource(VARIANT, name, name=name, spec=registry.get_spec(name))
+
+
+def _timm_architecture(name, loading=False, **_):
+    if loading:
+        raise NoWeightsError(_no_weights_message(name))
+    reason = timm_config.support(name)
+    if reason is not None:
+        raise ValueError(f"{name!r}: {reason}")
+    spec = ViTSpec(**timm_config.spec_options(timm_config.architecture_args(name)))
+    return ModelSource(TIMM_ARCHITECTURE, name, name=name, spec=spec)
+
+
+def _preset(name, **_):
+    preset = get_preset(name)  # an unknown one: suggestions
+    return ModelSource(
+        PRESET,
+        name,
+        name=preset.model,
+        spec=preset.spec,
+        weights=Weights(url=preset.url, sha256=preset.sha256, size=preset.size),
+        preprocessing=dict(preset.preprocessing),
+        class_names=preset.labels,
+        num_classes=preset.num_classes,
+    )
+
+
+def _timm_repository(given, **_):
+    """A timm hub repository (``hf-hub:``) or a folder holding its files."""
+    if hub.is_hub_name(given):
+        weights = Weights(hub_name=given, filename="model.safetensors")
+        config_path = hub.fetch(given, "config.json")
+        kind = HUB
+    else:
+        config_path, weights_path = (_timm_file(given, name) for name in ("config.json", "model.safetensors"))
+        weights = Weights(path=weights_path, container="safetensors")
+        kind = TIMM_FOLDER
+    with open(config_path, encoding="utf-8") as f:
+        config = json.load(f)
+    options, _, preprocessing, class_names = timm_config.from_hub_config(config)
+    return ModelSource(
+        kind,
+        given,
+        name=config["architecture"],
+        spec=ViTSpec(**options),
+        weights=weights,
+        preprocessing=preprocessing,
+        class_names=class_names,
+        num_classes=options["num_classes"],
+    )
+
+
+def _timm_file(folder, filename):
+    path = os.path.join(folder, filename)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{folder}: a timm folder holds config.json and model.safetensors; {path} is missing.")
+    return path
+
+
+def _local_preset(folder, **_):
+    local.read_card(folder)  # the model file checked against its card
+    path = os.path.join(folder, local.MODEL_FILE)
+    return ModelSource(LOCAL_PRESET, folder, weights=Weights(path=path, container="keras"))
+
+
+def _other_folder(folder, loading=False, **_):
+    if loading:
+        raise InvalidModelFileError(_not_a_model_file(folder, "a folder"))
+    local.read_card(folder)  # says what a preset folder holds
+    raise AssertionError("read_card accepts only preset folders")
+
+
+def _keras_file(path, model_name=None, **_):
+    container = _check_model_file(path)
+    if model_name:
+        registry.get_spec(model_name)  # unknown names fail here, with suggestions
+    if container != "keras":
+        return _checkpoint(path, model_name=model_name, container=container)
+    return ModelSource(KERAS_FILE, path, weights=Weights(path=path, container="keras"))
+
+
+def _file(path, model_name=None, **_):
+    container = _check_model_file(path)
+    if container == "keras":
+        return _keras_file(path, model_name=model_name)
+    return _checkpoint(path, model_name=model_name, container=container)
+
+
+def _checkpoint(path, model_name=None, container=None, **_):
+    """A weights file of ``model_name``'s architecture, with the numerics its layout was trained with."""
+    weights = Weights(path=path, container=container)
+    if model_name is None:  # the builder asks for it; a recipe fills it in itself
+        return ModelSource(CHECKPOINT, path, weights=weights)
+    spec = registry.get_spec(model_name)
+    spec = spec.replace(**trained_numerics(path, spec.resnet is not None))
+    return ModelSource(CHECKPOINT, path, name=model_name, spec=spec, weights=weights)
+
+
+def _url(url, model_name=None, loading=False, **_):
+    if model_name is None:
+        raise InvalidModelFileError(
+            f"{url} is a checkpoint's URL, which holds weights only: give the architecture to build them "
+            "into (model_name=..., one of keras_vit.list_models())."
+        )
+    return _checkpoint(download.download(url), model_name=model_name)
+
+
+def _unknown(name, loading=False, **_):
+    """Neither a known name nor an existing path: an unknown preset or name (with
+    suggestions), or a missing file."""
+    if os.sep not in name and os.path.splitext(name)[1] not in CHECKPOINT_EXTENSIONS:
+        if "." in name:
+            get_preset(name)  # an unknown preset: suggestions
+        if not loading:
+            registry.get_spec(name)  # an unknown name: suggestions
+    raise InvalidModelFileError(_not_a_model_file(name, "nothing"))
+
+
+def _named(table):
+    return lambda value: value in table
+
+
+# (kind, test, describe): the first entry whose test holds describes the source. A name
+# wins over a folder that happens to share it.
+ENTRIES = (
+    (VARIANT, _named(VARIANTS), _variant),
+    (PRESET, _named(PRESETS), _preset),
+    (TIMM_ARCHITECTURE, _named(ARCHITECTURES), _timm_architecture),
+    (HUB, hub.is_hub_name, _timm_repository),
+    (URL, is_url, _url),
+    (LOCAL_PRESET, _is_local_preset, _local_preset),
+    (TIMM_FOLDER, is_timm_folder, _timm_repository),
+    ("folder", _is_folder, _other_folder),
+    (KERAS_FILE, _is_keras_path, _keras_file),
+    (CHECKPOINT, os.path.isfile, _file),
+)
+
+
+# --- weights given apart from the name (create_model's ``weights``) ----------------------------
+
+
+def _with_weights(named, weights):
+    """``create_model(name, weights=...)``: ``named`` (the name's source) with those weights."""
+    name = named.given
+    timm_weights = hub.is_hub_name(weights) or is_timm_folder(weights)
+    if timm_weights and named.kind != VARIANT:
+        raise ValueError(
+            f"weights={weights!r} is a timm model: expected a model name of its size for name (one of "
+            f"list_models()), or the timm model as name alone; got name={name!r}."
+        )
+    if named.kind == TIMM_ARCHITECTURE:
+        raise ValueError(
+            f"{name!r} is a timm architecture: its pretrained weights load by hub name, "
+            f"create_model('hf-hub:timm/{name}.<tag>'); got weights={weights!r}."
+        )
+    if named.kind == PRESET:
+        raise ValueError(
+            f"{name!r} is a preset, which names its weights; weights={weights!r} would be a second source. "
+            f"Use create_model({name.split('.')[0]!r}, weights=...) to load other weights."
+        )
+    if named.kind != VARIANT:
+        raise ValueError(f"{name!r} holds its own weights; weights={weights!r} would be a second source.")
+    if timm_weights:
+        return _sized_as(_timm_repository(weights), name)
+    if is_url(weights):
+        return _checkpoint(download.download(weights), model_name=name)
+    if os.path.exists(weights):
+        return _checkpoint(weights, model_name=name, container=sniff_container_or_none(weights))
+    if os.sep in weights or os.path.splitext(weights)[1] in CHECKPOINT_EXTENSIONS:
+        raise FileNotFoundError(f"weights={weights!r}: no such file or folder.")
+    full = weights if "." in weights else f"{name}.{weights}"
+    preset = _preset(full)
+    if preset.name != name:
+        raise ValueError(f"The preset {full!r} holds {preset.name!r} weights, not {name!r}.")
+    return preset
+
+
+# What makes a model name's size: a timm model's must match it to load as that name.
+_SIZE = ("patch_size", "hidden_size", "depth", "num_heads", "mlp_dim")
+
+
+def _sized_as(timm, name):
+    """A timm repository's source as the variant ``name``, whose size it must have."""
+    named = registry.get_spec(name)
+    differ = [
+        f"{k} {getattr(timm.spec, k)} (not {getattr(named, k)})"
+        for k in _SIZE
+        if getattr(timm.spec, k) != getattr(named, k)
+    ]
+    if differ:
+        raise ValueError(
+            f"{timm.given} holds a {timm.name} of another size than {name}: {', '.join(differ)}. "
+            f"Expected {name}'s size; or create_model({timm.given!r}) builds it as it is."
+        )
+    return dataclasses.replace(timm, name=name)
+
+
+# --- checks and messages ---------------------------------------------------------------------
+
+
+def _check_model_file(path):
+    """``path``'s container, or ``InvalidModelFileError`` if it is missing or no model file."""
+    if not os.path.isfile(path):
+        raise InvalidModelFileError(_not_a_model_file(path, "a folder" if os.path.isdir(path) else "nothing"))
+    try:
+        return sniff_container(path)
+    except Exception as error:  # also zipfile.BadZipFile from a truncated file
+        raise InvalidModelFileError(
+            f"{path} is not a model file keras-vit can load: expected a .keras model or a "
+            f"checkpoint that keras_vit.load_weights reads. ({error})"
+        ) from None
+
+
+def _not_a_model_file(path, what):
+    return f"Expected a model file (.keras, or a checkpoint with a model name); {path} is {what}."
+
+
+def _no_weights_message(name):
+    presets = list_presets(f"{name}.*")[:3] or list_presets()[:3]
+    close = difflib.get_close_matches(name, PRESETS, n=3, cutoff=0.5)
+    return (
+        f"{name!r} names an architecture, which has no pre-trained weights. Expected a preset such as "
+        f"{', '.join(close or presets)} (keras_vit.list_models(pretrained=True)), a hub name "
+        "('hf-hub:timm/<architecture>.<tag>'), a preset folder (keras_vit.save_preset), a .keras file, "
+        "or a checkpoint with its model name."
+    )
