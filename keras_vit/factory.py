@@ -14,8 +14,10 @@ from keras_vit import atomic
 from keras_vit.checkpoints import timm_config
 from keras_vit.models import registry
 from keras_vit.presets.catalog import list_presets
-from keras_vit.sources import build, resolve
-from keras_vit.sources.resolver import CHECKPOINT, KERAS_FILE  # noqa: F401  (what the layers above ask of a source)
+
+# The resolver, the builder and what the layers above ask of a source, through the front door.
+from keras_vit.sources import InvalidModelFileError, NoWeightsError, build, resolve  # noqa: F401
+from keras_vit.sources.resolver import CHECKPOINT, KERAS_FILE  # noqa: F401
 
 
 def list_models(pattern="*", pretrained=False):

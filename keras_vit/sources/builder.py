@@ -91,8 +91,9 @@ def _adapted(path, dtype, safe_mode, own, options):
     if "image_size" in options:
         options["image_size"] = checks.pair(options["image_size"])
     if not isinstance(base, VisionTransformer):  # a Keras model of its own: as it is
-        same_size = options.get("image_size") in (None, tuple(base.input_shape[1:3]))
-        changes = {k: v for k, v in {**options, **own}.items() if k != "image_size" or not same_size}
+        changes = {**options, **own}
+        if "image_size" in changes and changes["image_size"] == _input_size(base):
+            del changes["image_size"]  # its own size: no change
         if changes or dtype:
             raise InvalidModelFileError(
                 f"{path} holds a {type(base).__name__}, which keras-vit cannot rebuild with changes "
@@ -106,3 +107,11 @@ def _adapted(path, dtype, safe_mode, own, options):
     model = rebuild(base, spec, dtype, **own)
     load_weights(model, path, safe_mode=safe_mode)
     return model
+
+
+def _input_size(model):
+    """``(height, width)`` of a functional model's image input; None for a model without one."""
+    try:
+        return tuple(model.input_shape[1:3])
+    except (AttributeError, TypeError, ValueError):  # a subclassed model has no input_shape
+        return None
