@@ -139,3 +139,10 @@ def test_the_readmes_listing_commands_run(capsys):
     assert main(["presets"]) == 0
     listing = capsys.readouterr().out
     assert "vit_b16.augreg2_in21k_ft_in1k" in listing and "hf-hub:timm/<architecture>.<tag>" in listing
+
+
+def test_every_test_file_is_in_the_contributing_pages_index():
+    with open(os.path.join(DOCS, "contributing.md")) as f:
+        page = f.read()
+    files = sorted(n for n in os.listdir(os.path.join(ROOT, "tests")) if n.startswith("test_") and n.endswith(".py"))
+    assert files and [n for n in files if f"`{n}`" not in page] == []
