@@ -82,8 +82,9 @@ def rng():
 @pytest.fixture
 def mirror(tmp_path, monkeypatch):
     """A mirror on 127.0.0.1 that keeps the publishers' paths, and a fresh cache."""
-    from http_server import FileServer, download_env
+    from http_server import FileServer, download_env, hub_env
 
     with FileServer(tmp_path / "served") as server:
         download_env(monkeypatch, tmp_path / "home", mirror=server.url)
+        hub_env(monkeypatch, server, tmp_path / "hf-cache")  # and the hub's files, through huggingface_hub
         yield server

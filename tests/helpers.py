@@ -254,6 +254,16 @@ def small_timm_model(timm, architecture, **model_args):
     return randomize_torch(timm.create_model(architecture, pretrained=False, **args).eval(), informative=True)
 
 
+def serve_timm_model(timm, mirror, architecture, tag="random", **model_args):
+    """``helpers.small_timm_model`` of ``architecture``, written by ``save_for_hf`` at the
+    hub's paths under the mirror; returns (its hub name, the timm model)."""
+    peer = small_timm_model(timm, architecture, **model_args)
+    repo = f"timm/{architecture}.{tag}"
+    folder = os.path.join(mirror.root, repo, "resolve", "main")
+    timm.models.save_for_hf(peer, folder, safe_serialization=True)
+    return f"hf-hub:{repo}", peer
+
+
 def once_on(backend, why):
     """A mark that runs a test on ``backend`` alone: for tests of a harness that does the
     same on every backend (a benchmark's rows and CSV, an export's staging), where the

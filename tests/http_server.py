@@ -24,6 +24,14 @@ As a pytest fixture (a started server on a fresh folder, stopped after the test)
 the caller's own settings never leak in) and keeps proxies away from 127.0.0.1.
 ``unused_url()`` is a base URL where nothing listens (connection refused).
 
+Under ``<org>/<name>/resolve/<revision>/`` it answers as the Hugging Face hub does, for
+``huggingface_hub`` (``HF_ENDPOINT`` set to ``url``; ``hub_env`` sets it): ``HEAD`` gives a
+file's commit (``X-Repo-Commit``, the same for every file of a revision folder), ``ETag``
+and size, a revision may be named by that commit too, and a missing repository, revision
+or file is a 404 with the hub's ``X-Error-Code``. ``server.gate(repo, token)`` makes a
+repository answer 401 ``GatedRepo`` unless the request carries that token. ``requests``
+records the ``GET`` requests, ``heads`` the ``HEAD`` ones.
+
 >>> import tempfile, urllib.request
 >>> with FileServer(tempfile.mkdtemp()) as server:
 ...     url = server.put("a/b.bin", b"abc")
@@ -31,11 +39,16 @@ the caller's own settings never leak in) and keeps proxies away from 127.0.0.1.
 (b'abc', ['/a/b.bin'])
 """
 
+import hashlib
 import http.server
 import os
+import re
 import socket
 import threading
 import urllib.parse
+
+# <org>/<name>/resolve/<revision>/<file>: a hub repository's file (see the module docstring).
+HUB_FILE = re.compile(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<file>[^/].*)")
 
 
 class FileServer:
@@ -47,6 +60,8 @@ class FileServer:
         os.makedirs(self.root, exist_ok=True)
         self._rules = {}
         self._requests = []
+        self._heads = []
+        self._gates = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._httpd = None
@@ -102,15 +117,56 @@ class FileServer:
         """Serves ``path`` properly again."""
         self._rules.pop(self._key(path), None)
 
+    def gate(self, repo, token):
+        """Answers the hub repository ``repo`` only to requests that carry ``token``."""
+        self._gates[repo] = token
+
     @property
     def requests(self):
-        """The paths requested so far, in arrival order (a copy)."""
+        """The paths requested so far (``GET``), in arrival order (a copy)."""
         with self._lock:
             return list(self._requests)
+
+    @property
+    def heads(self):
+        """The paths asked about so far (``HEAD``), in arrival order (a copy)."""
+        with self._lock:
+            return list(self._heads)
+
+    @staticmethod
+    def commit_of(repo, revision):
+        """The commit a revision folder of a hub repository stands for (40 hex digits)."""
+        return hashlib.sha1(f"{repo}@{revision}".encode()).hexdigest()
+
+    def hub_answer(self, path, authorization):
+        """For a hub file's path: ``(status, headers, file)``, the file None for an error;
+        None for any other path."""
+        match = HUB_FILE.fullmatch(path)
+        if match is None:
+            return None
+        repo, revision, name = match["repo"], match["revision"], match["file"]
+        folder = os.path.join(self.root, repo, "resolve")
+        token = self._gates.get(repo)
+        if token is not None and authorization != f"Bearer {token}":
+            return 401, {"X-Error-Code": "GatedRepo"}, None
+        if not os.path.isdir(folder):
+            return 404, {"X-Error-Code": "RepoNotFound"}, None
+        revisions = {self.commit_of(repo, r): r for r in os.listdir(folder)}
+        revision = revisions.get(revision, revision)
+        if not os.path.isdir(os.path.join(folder, revision)):
+            return 404, {"X-Error-Code": "RevisionNotFound"}, None
+        file = os.path.join(folder, revision, name)
+        commit = {"X-Repo-Commit": self.commit_of(repo, revision)}
+        if not os.path.isfile(file):
+            return 404, {**commit, "X-Error-Code": "EntryNotFound"}, None
+        with open(file, "rb") as f:
+            etag = hashlib.sha256(f.read()).hexdigest()
+        return 200, {**commit, "ETag": f'"{etag}"'}, file
 
     def clear_requests(self):
         with self._lock:
             self._requests.clear()
+            self._heads.clear()
 
     @staticmethod
     def _key(path):
@@ -136,23 +192,51 @@ class FileServer:
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
+    def _answer(self, head):
+        """The status line and headers of a request; the file to send, or None when done."""
         owner = self.server.owner
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
-        kind, arg = owner._record(path)
-        try:
-            file = owner._file(path)
-        except ValueError:
-            file = None
-        if kind == "fail" or file is None or not os.path.isfile(file):
-            self.send_error(arg if kind == "fail" else 404)
+        if head:
+            with owner._lock:
+                owner._heads.append(path)
+            kind, arg = None, None
+        else:
+            kind, arg = owner._record(path)
+        hub = owner.hub_answer(path, self.headers.get("Authorization"))
+        status, headers, file = hub if hub is not None else (200, {}, None)
+        if hub is None:
+            try:
+                file = owner._file(path)
+            except ValueError:
+                file = None
+            if file is not None and not os.path.isfile(file):
+                file = None
+        if kind == "fail" or file is None:
+            self.send_response(arg if kind == "fail" else (status if hub is not None and status != 200 else 404))
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        self.send_response(200)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(os.path.getsize(file)))
+        self.end_headers()
+        return kind, arg, file
+
+    def do_HEAD(self):
+        self._answer(head=True)
+
+    def do_GET(self):
+        owner = self.server.owner
+        answer = self._answer(head=False)
+        if answer is None:
             return
+        kind, arg, file = answer
         with open(file, "rb") as f:
             data = f.read()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
         try:
             if kind == "cut":
                 self.wfile.write(data[: len(data) // 2 if arg is None else arg])
@@ -187,6 +271,16 @@ def download_env(monkeypatch, home, *, mirror=None, offline=False):
     for name in ("no_proxy", "NO_PROXY"):  # a proxy set for the real network must not take 127.0.0.1
         monkeypatch.setenv(name, "127.0.0.1,localhost")
     return os.fspath(home)
+
+
+def hub_env(monkeypatch, server, cache):
+    """Points ``huggingface_hub`` at ``server`` with a fresh cache (``HF_HUB_CACHE``), online
+    and without a token, for one test; subprocesses inherit it."""
+    monkeypatch.setenv("HF_ENDPOINT", server.url.rstrip("/"))
+    monkeypatch.setenv("HF_HUB_CACHE", os.fspath(cache))
+    for name in ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
 def unused_url():

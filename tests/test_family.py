@@ -23,7 +23,7 @@ from helpers import (
     logits,
     once_on,
     run_on_next_backend,
-    small_timm_model,
+    serve_timm_model,
     timm_input,
     to_numpy,
     torch_logits,
@@ -59,21 +59,12 @@ INT8_RTOL = 0.02
 EXPORT_RTOL = 1e-5
 
 
-def serve_timm_model(timm, mirror, architecture, tag="random", **model_args):
-    """``helpers.small_timm_model`` of ``architecture``, written by ``save_for_hf`` at the
-    hub's paths under the mirror; returns (its hub name, the timm model)."""
-    peer = small_timm_model(timm, architecture, **model_args)
-    repo = f"timm/{architecture}.{tag}"
-    folder = os.path.join(mirror.root, repo, "resolve", "main")
-    timm.models.save_for_hf(peer, folder, safe_serialization=True)
-    return f"{hub.PREFIX}{repo}", peer
-
-
 def assert_loads_by_hub_name_at_timms_logits(timm, mirror, architecture):
     name, peer = serve_timm_model(timm, mirror, architecture)
     model = keras_vit.create_model(name)
     # Both files fetched through the mirror, from the hub's paths.
-    assert sorted(mirror.requests) == sorted(f"/{hub.repo_id(name)}/resolve/main/{f}" for f in hub.FILES)
+    files = ("config.json", "model.safetensors")
+    assert sorted(mirror.requests) == sorted(f"/{hub.repo_id(name)}/resolve/main/{f}" for f in files)
     x = timm_input(peer)
     expected = torch_logits(peer, x)
     assert_close_to_scale(logits(model, x), expected, RTOL)  # one jitted call on JAX

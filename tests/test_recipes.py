@@ -365,7 +365,7 @@ def test_finetune_from_a_preset_name_served_by_a_mirror(photos, tmp_path, monkey
 
 @once_on("torch", "a hub name loads by one code on every backend (test_family.py); fine-tuning runs on each above")
 def test_finetune_from_a_timm_hub_name_served_by_a_mirror(timm, photos, tmp_path, monkeypatch):
-    from http_server import FileServer, download_env
+    from http_server import FileServer, download_env, hub_env
 
     # DINOv2 with registers, small (depth 2, 42 px: a 3x3 grid of 14 px patches), written by
     # timm's save_for_hf where the mirror keeps the hub's paths.
@@ -373,6 +373,7 @@ def test_finetune_from_a_timm_hub_name_served_by_a_mirror(timm, photos, tmp_path
     peer = small_timm_model(timm, architecture)
     with FileServer(tmp_path / "served") as server:
         download_env(monkeypatch, tmp_path / "home", mirror=server.url)
+        hub_env(monkeypatch, server, tmp_path / "hf-cache")
         folder = tmp_path / "served" / "timm" / f"{architecture}.random" / "resolve" / "main"
         timm.models.save_for_hf(peer, folder, safe_serialization=True)
         result = finetune_command("--init-from", f"hf-hub:timm/{architecture}.random", "--dataset", str(photos),
