@@ -21,7 +21,7 @@ import difflib
 import json
 import os
 
-from keras_vit.checkpoints import timm_config
+from keras_vit.checkpoints import timm_config, transformers_config
 from keras_vit.checkpoints.loader import trained_numerics
 from keras_vit.checkpoints.readers import sniff_container
 from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
@@ -38,8 +38,9 @@ CHECKPOINT_EXTENSIONS = (".npz", ".pth", ".pt", ".bin", ".safetensors", ".keras"
 VARIANT = "variant"  # a named architecture of keras-vit (``vit_b16``): weights drawn at random
 TIMM_ARCHITECTURE = "timm_architecture"  # one of timm's, by timm's name: weights drawn at random
 PRESET = "preset"  # a published checkpoint, ``<model>.<tag>``
-HUB = "hub"  # a timm repository on the Hugging Face hub, ``hf-hub:<org>/<name>``
-TIMM_FOLDER = "timm_folder"  # a folder holding such a repository's files
+HUB = "hub"  # a repository on the Hugging Face hub, timm's or transformers', ``hf-hub:<org>/<name>``
+TIMM_FOLDER = "timm_folder"  # a folder holding a timm repository's files
+TRANSFORMERS_FOLDER = "transformers_folder"  # a folder of a transformers model (``save_pretrained``)
 LOCAL_PRESET = "local_preset"  # a folder written by ``keras_vit.save_preset``
 KERAS_FILE = "keras_file"  # a ``.keras`` model file
 CHECKPOINT = "checkpoint"  # a weights file (``.npz``, timm, HF, ``.weights.h5``) of a named architecture
@@ -109,7 +110,7 @@ class ModelSource:
     @property
     def holds_architecture(self):
         """Whether the source names its architecture itself (and so takes no ``model_name``)."""
-        return self.kind in (PRESET, HUB, TIMM_FOLDER, LOCAL_PRESET, KERAS_FILE)
+        return self.kind in (PRESET, HUB, TIMM_FOLDER, TRANSFORMERS_FOLDER, LOCAL_PRESET, KERAS_FILE)
 
 
 def resolve(source, weights=None, model_name=None, *, loading=False):
@@ -157,15 +158,17 @@ def is_url(value):
     return isinstance(value, str) and value.startswith(("http://", "https://"))
 
 
-def is_timm_folder(path):
-    """Whether ``path`` is a folder of a timm model as its hub repositories hold one: a
-    ``config.json`` naming an ``architecture`` (and no keras-vit preset card)."""
+def is_repository_folder(path):
+    """Whether ``path`` is a folder of a model as hub repositories hold one: a
+    ``config.json`` naming timm's ``architecture`` or a transformers ``model_type`` (and
+    no keras-vit preset card)."""
     if not os.path.isdir(path) or _is_local_preset(path):
         return False
     config = os.path.join(path, "config.json")
     try:
         with open(config, encoding="utf-8") as f:
-            return "architecture" in json.load(f)
+            config = json.load(f)
+        return isinstance(config, dict) and ("architecture" in config or "model_type" in config)
     except (OSError, ValueError):
         return False
 
@@ -220,36 +223,58 @@ def _preset(name, **_):
     )
 
 
-def _timm_repository(given, **_):
-    """A timm hub repository (``hf-hub:``) or a folder holding its files."""
-    if hub.is_hub_name(given):
-        weights = Weights(hub_name=given, filename="model.safetensors")
-        config_path = hub.fetch(given, "config.json")
-        kind = HUB
-    else:
-        config_path, weights_path = (_timm_file(given, name) for name in ("config.json", "model.safetensors"))
-        weights = Weights(path=weights_path, container="safetensors")
-        kind = TIMM_FOLDER
-    with open(config_path, encoding="utf-8") as f:
+WEIGHTS_FILE = "model.safetensors"  # what keras-vit reads of a hub repository, beside its config.json
+
+
+def _repository(given, **_):
+    """A hub repository (``hf-hub:``) or a folder holding its files, timm's or transformers':
+    its ``config.json`` says which (an ``architecture``, or a ``model_type``)."""
+    on_hub = hub.is_hub_name(given)
+    with open(_repository_file(given, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
-    options, _, preprocessing, class_names = timm_config.from_hub_config(config)
+    if on_hub:
+        weights = Weights(hub_name=given, filename=WEIGHTS_FILE)
+    else:
+        weights = Weights(path=_repository_file(given, WEIGHTS_FILE), container="safetensors")
+    if "architecture" in config:
+        options, _, preprocessing, class_names = timm_config.from_hub_config(config)
+        name, kind = config["architecture"], HUB if on_hub else TIMM_FOLDER
+    elif "model_type" in config:
+        options = transformers_config.spec_options(config)
+        processor = _repository_file(given, transformers_config.PROCESSOR_FILE, missing_ok=True)
+        preprocessing = None
+        if processor is not None:
+            with open(processor, encoding="utf-8") as f:
+                size, preprocessing = transformers_config.preprocessing_options(json.load(f), options["image_size"])
+            options["image_size"] = size
+        class_names = transformers_config.class_names(config)
+        name = hub.repo_id(given).split("/")[-1] if on_hub else config["model_type"]
+        kind = HUB if on_hub else TRANSFORMERS_FOLDER
+    else:
+        raise ValueError(
+            f"{given}: its config.json is neither timm's (an 'architecture') nor transformers' (a 'model_type'); "
+            f"keys: {sorted(config)[:8]}."
+        )
     return ModelSource(
         kind,
         given,
-        name=config["architecture"],
+        name=name,
         spec=ViTSpec(**options),
         weights=weights,
         preprocessing=preprocessing,
         class_names=class_names,
-        num_classes=options["num_classes"],
+        num_classes=options.get("num_classes", ViTSpec().num_classes) if class_names is not None else None,
     )
 
 
-def _timm_file(folder, filename):
-    path = os.path.join(folder, filename)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{folder}: a timm folder holds config.json and model.safetensors; {path} is missing.")
-    return path
+def _repository_file(given, filename, missing_ok=False):
+    """The local path of one file of a hub repository or folder (None if ``missing_ok`` and it has none)."""
+    if hub.is_hub_name(given):
+        return hub.fetch(given, filename, missing_ok=missing_ok)
+    path = os.path.join(given, filename)
+    if os.path.isfile(path) or missing_ok and not os.path.exists(path):
+        return path if os.path.isfile(path) else None
+    raise FileNotFoundError(f"{given}: a model's folder holds config.json and {WEIGHTS_FILE}; {path} is missing.")
 
 
 def _local_preset(folder, **_):
@@ -321,10 +346,10 @@ ENTRIES = (
     (VARIANT, _named(VARIANTS), _variant),
     (PRESET, _named(PRESETS), _preset),
     (TIMM_ARCHITECTURE, _named(ARCHITECTURES), _timm_architecture),
-    (HUB, hub.is_hub_name, _timm_repository),
+    (HUB, hub.is_hub_name, _repository),
     (URL, is_url, _url),
     (LOCAL_PRESET, _is_local_preset, _local_preset),
-    (TIMM_FOLDER, is_timm_folder, _timm_repository),
+    ("repository_folder", is_repository_folder, _repository),
     ("folder", _is_folder, _other_folder),
     (KERAS_FILE, _is_keras_path, _keras_file),
     (CHECKPOINT, os.path.isfile, _file),
@@ -337,10 +362,10 @@ ENTRIES = (
 def _with_weights(named, weights):
     """``create_model(name, weights=...)``: ``named`` (the name's source) with those weights."""
     name = named.given
-    timm_weights = hub.is_hub_name(weights) or is_timm_folder(weights)
+    timm_weights = hub.is_hub_name(weights) or is_repository_folder(weights)
     if timm_weights and named.kind != VARIANT:
         raise ValueError(
-            f"weights={weights!r} is a timm model: expected a model name of its size for name (one of "
+            f"weights={weights!r} is a hub model: expected a model name of its size for name (one of "
             f"list_models()), or the timm model as name alone; got name={name!r}."
         )
     if named.kind == TIMM_ARCHITECTURE:
@@ -356,7 +381,7 @@ def _with_weights(named, weights):
     if named.kind != VARIANT:
         raise ValueError(f"{name!r} holds its own weights; weights={weights!r} would be a second source.")
     if timm_weights:
-        return _sized_as(_timm_repository(weights), name)
+        return _sized_as(_repository(weights), name)
     if is_url(weights):
         return _checkpoint(download.download(weights), model_name=name)
     if os.path.exists(weights):

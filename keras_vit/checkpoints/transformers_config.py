@@ -1,0 +1,95 @@
+"""HF transformers checkpoints by their ``config.json``: the ``ViTSpec`` each model type means,
+the pre-processing of its ``preprocessor_config.json`` and the class names of its ``id2label``.
+
+``MODEL_TYPES`` maps a ``model_type`` to the function that reads its config; a model type
+keras-vit builds is one entry there (and its weights' column in ``table.py``). A
+checkpoint with a classifier (``...ForImageClassification``) keeps it; one without loads
+as a backbone whose output is the upstream model's pooled output (``pooler_output``).
+"""
+
+from keras_vit.checkpoints.layouts import spec_options_from_hf_config
+
+PROCESSOR_FILE = "preprocessor_config.json"  # the image processor's settings, beside config.json
+# PIL's resampling filters by the numbers the image processors store.
+_RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
+
+
+class UnsupportedModelTypeError(ValueError):
+    """A transformers model type keras-vit does not build (yet)."""
+
+
+def _vit(config):
+    """``ViTModel`` / ``ViTForImageClassification``: the paper's ViT. ``ViTModel``'s pooler
+    (a dense layer and tanh on the class token) is the paper's pre-logits layer."""
+    options = spec_options_from_hf_config({"hidden_act": "gelu", "layer_norm_eps": 1e-12, **config})
+    options["qkv_bias"] = bool(config.get("qkv_bias", True))
+    if is_classifier(config):
+        return options
+    options.pop("num_classes", None)  # a backbone's id2label is transformers' default, not classes
+    return dict(
+        options, include_top=False, representation_size=config.get("pooler_output_size") or config["hidden_size"]
+    )
+
+
+MODEL_TYPES = {"vit": _vit}
+
+
+def is_classifier(config):
+    return any(name.endswith("ForImageClassification") for name in config.get("architectures") or ())
+
+
+def spec_options(config):
+    """The ``ViTSpec`` options of a transformers ``config.json`` (as a dict).
+
+    >>> options = spec_options({"model_type": "vit", "architectures": ["ViTForImageClassification"],
+    ...                         "hidden_size": 64, "num_hidden_layers": 2, "id2label": {"0": "cat", "1": "dog"}})
+    >>> options["depth"], options["num_classes"], options["layer_norm_epsilon"], options["gelu_approximate"]
+    (2, 2, 1e-12, False)
+    """
+    model_type = config.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise UnsupportedModelTypeError(
+            f"transformers model_type {model_type!r}: keras-vit builds {', '.join(sorted(MODEL_TYPES))} "
+            "(docs/guide/timm-architectures.md lists what is built and what is not yet)."
+        )
+    return MODEL_TYPES[model_type](config)
+
+
+def class_names(config):
+    """The classifier's class names (``id2label`` in index order), None for a backbone."""
+    labels = config.get("id2label")
+    if not labels or not is_classifier(config):
+        return None
+    return tuple(str(labels.get(str(i), labels.get(i, i))) for i in range(len(labels)))
+
+
+def preprocessing_options(processor, image_size):
+    """``(image size, ImagePreprocessing arguments)`` of an image processor's
+    ``preprocessor_config.json`` (as a dict): resize (to a size, or the shorter side then a
+    centre crop), the resample filter, mean and std.
+
+    >>> size, options = preprocessing_options({"size": {"height": 224, "width": 224}, "resample": 2,
+    ...                                        "image_mean": [0.5] * 3, "image_std": [0.5] * 3}, (224, 224))
+    >>> size, options["crop_mode"], options["crop_fraction"], options["interpolation"], options["mean"]
+    ((224, 224), 'squash', 1.0, 'bilinear', (0.5, 0.5, 0.5))
+    """
+    size = processor.get("size") or {}
+    if isinstance(size, int):
+        size = {"shortest_edge": size}
+    options = dict(
+        interpolation=_RESAMPLE.get(processor.get("resample", 2), "bilinear"),
+        mean=tuple(float(m) for m in processor.get("image_mean", (0.5, 0.5, 0.5))),
+        std=tuple(float(s) for s in processor.get("image_std", (0.5, 0.5, 0.5))),
+    )
+    if processor.get("rescale_factor", 1 / 255) != 1 / 255 or not processor.get("do_normalize", True):
+        raise UnsupportedModelTypeError(
+            f"an image processor that rescales by {processor.get('rescale_factor')} or does not normalise: "
+            "keras-vit's pre-processing computes (x / 255 - mean) / std."
+        )
+    if "height" in size:
+        out = (int(size["height"]), int(size["width"]))
+        return out, dict(options, crop_fraction=1.0, crop_mode="squash")
+    crop = processor.get("crop_size") or {}
+    out = (int(crop["height"]), int(crop["width"])) if processor.get("do_center_crop") and crop else tuple(image_size)
+    edge = int(size.get("shortest_edge", out[0]))
+    return out, dict(options, crop_fraction=min(out) / edge, crop_mode="center")

@@ -1,0 +1,117 @@
+"""HF transformers checkpoints by hub id (``keras_vit/checkpoints/transformers_config.py``):
+a small random model written by transformers' own ``save_pretrained``, with its image
+processor, served by the loopback hub, loads by ``hf-hub:<org>/<name>`` at transformers'
+outputs on two real photos, and its pre-processing is the processor's.
+
+Weights at unit scale (``helpers.randomize_torch(informative=True)``) so that a wrong
+epsilon or GELU form moves the outputs past the bound.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import skimage.data
+from helpers import assert_close_to_scale, randomize_torch, to_numpy
+
+import keras_vit
+from keras_vit.checkpoints.transformers_config import UnsupportedModelTypeError
+
+RTOL = 2e-5
+# The layer's resize keeps floats where PIL rounds each pass to uint8 (test_family.py's bound).
+MEAN_PREPROCESSING_DIFFERENCE = 0.02
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=48,
+             patch_size=16)  # fmt: skip
+
+
+def small_embeddings(peer, scale=1e-3):
+    """``peer`` with its patch, class-token and position embeddings scaled down, so that the
+    first norm's inputs have a variance near its epsilon: a wrong epsilon (1e-6 for HF's
+    1e-12) moves the outputs by far more than the bound."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in peer.named_parameters():
+            if "embeddings" in name:
+                p.mul_(scale)
+    return peer
+
+
+def photos():
+    return [skimage.data.chelsea(), skimage.data.coffee()]
+
+
+def serve(mirror, repo, model, processor):
+    folder = os.path.join(mirror.root, repo, "resolve", "main")
+    model.save_pretrained(folder, safe_serialization=True)
+    processor.save_pretrained(folder)
+    return f"hf-hub:{repo}"
+
+
+def processed(processor):
+    """The processor's output for the photos, NHWC float32."""
+    return processor(images=photos(), return_tensors="np")["pixel_values"].transpose(0, 2, 3, 1).astype("float32")
+
+
+def vit_processor():
+    import transformers
+
+    bicubic, mean, std = 3, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    return transformers.ViTImageProcessor(
+        size={"height": 48, "width": 48}, resample=bicubic, image_mean=mean, image_std=std
+    )
+
+
+def test_a_vit_classifier_loads_by_hub_id_at_transformers_logits(mirror):
+    import torch
+    import transformers
+
+    config = transformers.ViTConfig(**SMALL, id2label={0: "cat", 1: "coffee", 2: "other"}, layer_norm_eps=1e-12)
+    peer = small_embeddings(randomize_torch(transformers.ViTForImageClassification(config).eval(), informative=True))
+    processor = vit_processor()
+    name = serve(mirror, "google/vit-small-test", peer, processor)
+    model = keras_vit.create_model(name)
+    assert model.class_names == ("cat", "coffee", "other") and model.spec.layer_norm_epsilon == 1e-12
+    x = processed(processor)
+    with torch.no_grad():
+        expected = peer(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).logits.numpy()
+    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
+    # The model's own pre-processing of the raw photos is the processor's.
+    ours = np.stack([to_numpy(model.preprocessing(photo)) for photo in photos()])
+    assert np.abs(ours - x).mean() < MEAN_PREPROCESSING_DIFFERENCE
+    probabilities = model.classify(photos())
+    assert probabilities.shape == (2, 3)
+    # The folder save_pretrained wrote loads as its hub id does.
+    folder = keras_vit.load_model(os.path.join(mirror.root, "google/vit-small-test", "resolve", "main"))
+    np.testing.assert_array_equal(to_numpy(folder(x)), to_numpy(model(x)))
+
+
+def test_a_vit_backbone_outputs_transformers_pooled_output(mirror):
+    import torch
+    import transformers
+
+    peer = small_embeddings(
+        randomize_torch(transformers.ViTModel(transformers.ViTConfig(**SMALL)).eval(), informative=True)
+    )
+    processor = vit_processor()
+    name = serve(mirror, "google/vit-backbone-test", peer, processor)
+    model = keras_vit.load_model(name)
+    assert not model.spec.include_top and model.class_names is None
+    x = processed(processor)
+    with torch.no_grad():
+        expected = peer(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).pooler_output.numpy()
+    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
+    # With a head for a task of one's own: the backbone's weights, a fresh classifier.
+    with pytest.warns(UserWarning, match="fresh"):
+        tuned = keras_vit.create_model(name, include_top=True, num_classes=4)
+    assert tuned.output_shape == (None, 4)
+
+
+def test_an_unknown_model_type_is_one_error_naming_those_built(mirror):
+    folder = os.path.join(mirror.root, "org", "swin-test", "resolve", "main")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"model_type": "swin", "architectures": ["SwinModel"]}, f)
+    with pytest.raises(UnsupportedModelTypeError, match="model_type 'swin': keras-vit builds vit"):
+        keras_vit.create_model("hf-hub:org/swin-test")
