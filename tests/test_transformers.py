@@ -113,5 +113,50 @@ def test_an_unknown_model_type_is_one_error_naming_those_built(mirror):
     os.makedirs(folder)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump({"model_type": "swin", "architectures": ["SwinModel"]}, f)
-    with pytest.raises(UnsupportedModelTypeError, match="model_type 'swin': keras-vit builds vit"):
+    with pytest.raises(UnsupportedModelTypeError, match="model_type 'swin': keras-vit builds deit, dinov2, vit"):
         keras_vit.create_model("hf-hub:org/swin-test")
+
+
+def test_a_distilled_deit_loads_with_its_two_heads_at_transformers_logits(mirror):
+    import torch
+    import transformers
+
+    config = transformers.DeiTConfig(**SMALL, id2label={0: "cat", 1: "coffee"})
+    peer = transformers.DeiTForImageClassificationWithTeacher(config).eval()
+    peer = small_embeddings(randomize_torch(peer, informative=True))
+    bicubic, mean, std = 3, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    processor = transformers.DeiTImageProcessor(size={"height": 56, "width": 56}, crop_size={"height": 48, "width": 48},
+                                                resample=bicubic, image_mean=mean, image_std=std)  # fmt: skip
+    name = serve(mirror, "facebook/deit-small-test", peer, processor)
+    model = keras_vit.create_model(name)
+    assert model.spec.distillation_token and model.class_names == ("cat", "coffee")
+    x = processed(processor)
+    with torch.no_grad():
+        expected = peer(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).logits.numpy()
+    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
+    ours = np.stack([to_numpy(model.preprocessing(photo)) for photo in photos()])
+    assert model.preprocessing.crop_fraction == 48 / 56 and np.abs(ours - x).mean() < MEAN_PREPROCESSING_DIFFERENCE
+
+
+def test_a_dinov2_backbone_loads_at_another_size_at_transformers_pooled_output(mirror):
+    import torch
+    import transformers
+
+    # Trained at 56 px (a 7x7 grid of 8 px patches), used at 48 (6x6) as DINOv2's processor
+    # crops: the position table resampled at load as transformers interpolates it per call.
+    config = transformers.Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2,
+                                       image_size=56, patch_size=8, layerscale_value=0.5)  # fmt: skip
+    peer = small_embeddings(randomize_torch(transformers.Dinov2Model(config).eval(), informative=True))
+    bicubic, mean, std = 3, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    processor = transformers.BitImageProcessor(size={"shortest_edge": 56}, crop_size={"height": 48, "width": 48},
+                                               resample=bicubic, image_mean=mean, image_std=std,
+                                               do_convert_rgb=True)  # fmt: skip
+    name = serve(mirror, "facebook/dinov2-small-test", peer, processor)
+    model = keras_vit.load_model(name)
+    assert model.input_shape == (None, 48, 48, 3) and model.spec.layer_scale_init == 0.5 and not model.spec.include_top
+    x = processed(processor)
+    with torch.no_grad():
+        expected = peer(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).pooler_output.numpy()
+    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
+    ours = np.stack([to_numpy(model.preprocessing(photo)) for photo in photos()])
+    assert np.abs(ours - x).mean() < MEAN_PREPROCESSING_DIFFERENCE

@@ -99,6 +99,13 @@ def _timm_prepare(spec, arrays):
     return _timm_final_norm(spec, _timm_gated_mlps(arrays))
 
 
+def _hf_prepare(spec, arrays):
+    """DeiT's teacher model names its class-token head ``cls_classifier``: the ``classifier`` of the others."""
+    renamed = {("classifier." + k[len("cls_classifier.") :] if k.startswith("cls_classifier.") else k): v
+               for k, v in arrays.items()}  # fmt: skip
+    return renamed
+
+
 # HF transformers' ViTConfig names for the spec's fields (``ViTSpec`` field: HF name).
 HF_CONFIG_NAMES = dict(
     image_size="image_size", patch_size="patch_size", num_channels="num_channels", hidden_size="hidden_size",
@@ -251,15 +258,29 @@ LAYOUTS = {
             prepare=_timm_prepare,
             file_numerics=_timm_config_numerics,
         ),
+        # Before "hf": its files have that layout's signature too.
+        Layout(
+            "hf_dinov2",
+            "encoder.layer.0.layer_scale1.lambda1",
+            ("", "dinov2."),
+            table.HF_DINOV2,
+            "embeddings.cls_token",
+            resampling=("bicubic", False),  # interpolate_pos_encoding
+            numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-6},
+            ignorable=("embeddings.mask_token",),
+            file_numerics=_hf_config_numerics,
+            file_grid=_hf_grid,
+        ),
         Layout(
             "hf",
             "embeddings.patch_embeddings.projection.weight",
-            ("", "vit."),
+            ("", "vit.", "deit."),
             _column(3),
             "embeddings.cls_token",
             resampling=("bicubic", False),  # interpolate_pos_encoding
             numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-12},
             ignorable=("pooler.",),
+            prepare=_hf_prepare,
             file_numerics=_hf_config_numerics,
             file_grid=_hf_grid,
         ),

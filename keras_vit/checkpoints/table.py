@@ -14,7 +14,8 @@ recognised, how its peer resamples, the numerics it was trained with) is its rec
   weights, OIHW convs, fused ``qkv``; hybrids keep the ResNet under
   ``patch_embed.backbone.``, its stages and blocks numbered from 0).
 - ``"hf"``: HF transformers ``ViTModel`` / ``ViTForImageClassification`` files as the hub
-  has them (``vit.`` prefix optional).
+  has them (``vit.`` prefix optional), and DeiT's (``deit.``; its teacher model's two heads).
+- ``"hf_dinov2"``: HF transformers ``Dinov2Model`` files (``HF_DINOV2``, rows of its own).
 - ``"keras"``: keras-vit's own variable paths (a ``.keras`` file), identity.
 """
 
@@ -113,7 +114,7 @@ VIT = [
     (r"patch_embedding/bias",
         same("embedding/bias"), same("patch_embed.proj.bias"), same("embeddings.patch_embeddings.projection.bias")),
     (r"class_token/token", same("cls"), same("cls_token"), same("embeddings.cls_token")),
-    (r"distillation_token/token", None, same("dist_token"), None),
+    (r"distillation_token/token", None, same("dist_token"), same("embeddings.distillation_token")),
     # The descendants' options (distillation and registers, a norm before the blocks,
     # LayerScale): timm's.
     (r"register_tokens/tokens", None, same("reg_token"), None),
@@ -181,8 +182,29 @@ VIT = [
     (r"pre_logits/bias", same("pre_logits/bias"), None, same("pooler.dense.bias")),
     (r"head/kernel", same("head/kernel"), linear("head.weight"), linear("classifier.weight")),
     (r"head/bias", same("head/bias"), same("head.bias"), same("classifier.bias")),
-    (r"head_dist/kernel", None, linear("head_dist.weight"), None),
-    (r"head_dist/bias", None, same("head_dist.bias"), None),
+    # DeiT's second head (HF's DeiTForImageClassificationWithTeacher: distillation_classifier).
+    (r"head_dist/kernel", None, linear("head_dist.weight"), linear("distillation_classifier.weight")),
+    (r"head_dist/bias", None, same("head_dist.bias"), same("distillation_classifier.bias")),
+]
+
+# HF transformers' DINOv2 (Dinov2Model): its own names for the blocks' norms, MLP and LayerScale.
+_D = "encoder.layer.{0}."
+HF_DINOV2 = [
+    (r"patch_embedding/kernel", conv("embeddings.patch_embeddings.projection.weight")),
+    (r"patch_embedding/bias", same("embeddings.patch_embeddings.projection.bias")),
+    (r"class_token/token", same("embeddings.cls_token")),
+    (r"position_embedding/embedding", same("embeddings.position_embeddings")),
+    (_B + r"norm([12])/gamma", same(_D + "norm{1}.weight")),
+    (_B + r"norm([12])/beta", same(_D + "norm{1}.bias")),
+    (_B + r"attention/qkv/kernel", linear(*(_D + f"attention.attention.{n}.weight" for n in _QKV))),
+    (_B + r"attention/qkv/bias", concat(*(_D + f"attention.attention.{n}.bias" for n in _QKV))),
+    (_B + r"attention/out/kernel", linear(_D + "attention.output.dense.weight")),
+    (_B + r"attention/out/bias", same(_D + "attention.output.dense.bias")),
+    (_B + r"layer_scale([12])/gamma", same(_D + "layer_scale{1}.lambda1")),
+    (_B + r"mlp/(fc[12])/kernel", linear(_D + "mlp.{1}.weight")),
+    (_B + r"mlp/(fc[12])/bias", same(_D + "mlp.{1}.bias")),
+    (r"encoder_norm/gamma", same("layernorm.weight")),
+    (r"encoder_norm/beta", same("layernorm.bias")),
 ]
 
 # The hybrids' BiT ResNet: the npz keeps the ResNet's own names (GroupNorm scale/bias =

@@ -31,11 +31,46 @@ def _vit(config):
     )
 
 
-MODEL_TYPES = {"vit": _vit}
+def _deit(config):
+    """``DeiTForImageClassificationWithTeacher``: the ViT with a distillation token read by
+    a second head, the logits the mean of the two heads' (as keras-vit's distilled models,
+    and timm's). DeiT's checkpoints without distillation are ``vit`` on the hub."""
+    if "DeiTForImageClassificationWithTeacher" not in (config.get("architectures") or ()):
+        raise UnsupportedModelTypeError(
+            f"a deit checkpoint of {config.get('architectures')}: keras-vit builds "
+            "DeiTForImageClassificationWithTeacher (a DeiTModel's pooler and a DeiTForImageClassification's "
+            "head read the class token alone, which keras-vit's distilled models average with the distillation "
+            "token)."
+        )
+    return dict(_vit(config), distillation_token=True)
+
+
+def _dinov2(config):
+    """``Dinov2Model``: the ViT with LayerScale, the exact GELU and epsilon 1e-6, its MLP
+    ``mlp_ratio`` times as wide; a backbone whose output is ``pooler_output`` (the class
+    token after the final norm)."""
+    options = spec_options_from_hf_config({"hidden_act": "gelu", "layer_norm_eps": 1e-6, **config})
+    if config.get("use_swiglu_ffn") or is_classifier(config):
+        raise UnsupportedModelTypeError(
+            "a dinov2 checkpoint with a SwiGLU MLP (giant) or Dinov2ForImageClassification's head (the class token "
+            "beside the patch tokens' mean): keras-vit builds Dinov2Model (timm's vit_*_dinov2 load by hub name)."
+        )
+    options.pop("num_classes", None)
+    hidden = options.get("hidden_size", 768)
+    return dict(
+        options,
+        mlp_dim=int(hidden * config.get("mlp_ratio", 4)),
+        qkv_bias=bool(config.get("qkv_bias", True)),
+        layer_scale_init=float(config.get("layerscale_value", 1.0)),
+        include_top=False,
+    )
+
+
+MODEL_TYPES = {"deit": _deit, "dinov2": _dinov2, "vit": _vit}
 
 
 def is_classifier(config):
-    return any(name.endswith("ForImageClassification") for name in config.get("architectures") or ())
+    return any("ForImageClassification" in name for name in config.get("architectures") or ())
 
 
 def spec_options(config):
@@ -86,10 +121,13 @@ def preprocessing_options(processor, image_size):
             f"an image processor that rescales by {processor.get('rescale_factor')} or does not normalise: "
             "keras-vit's pre-processing computes (x / 255 - mean) / std."
         )
-    if "height" in size:
-        out = (int(size["height"]), int(size["width"]))
-        return out, dict(options, crop_fraction=1.0, crop_mode="squash")
     crop = processor.get("crop_size") or {}
+    if "height" in size:  # each side resized, then (DeiT's) a centre crop
+        resized = (int(size["height"]), int(size["width"]))
+        if not (processor.get("do_center_crop") and crop):
+            return resized, dict(options, crop_fraction=1.0, crop_mode="squash")
+        out = (int(crop["height"]), int(crop["width"]))
+        return out, dict(options, crop_fraction=out[0] / resized[0], crop_mode="squash")
     out = (int(crop["height"]), int(crop["width"])) if processor.get("do_center_crop") and crop else tuple(image_size)
     edge = int(size.get("shortest_edge", out[0]))
     return out, dict(options, crop_fraction=min(out) / edge, crop_mode="center")
