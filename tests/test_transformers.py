@@ -113,7 +113,9 @@ def test_an_unknown_model_type_is_one_error_naming_those_built(mirror):
     os.makedirs(folder)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump({"model_type": "swin", "architectures": ["SwinModel"]}, f)
-    with pytest.raises(UnsupportedModelTypeError, match="model_type 'swin': keras-vit builds deit, dinov2, vit"):
+    with pytest.raises(
+        UnsupportedModelTypeError, match="model_type 'swin': keras-vit builds deit, dinov2, dinov2_with_registers, vit"
+    ):
         keras_vit.create_model("hf-hub:org/swin-test")
 
 
@@ -160,3 +162,22 @@ def test_a_dinov2_backbone_loads_at_another_size_at_transformers_pooled_output(m
     assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
     ours = np.stack([to_numpy(model.preprocessing(photo)) for photo in photos()])
     assert np.abs(ours - x).mean() < MEAN_PREPROCESSING_DIFFERENCE
+
+
+def test_dinov2_with_registers_loads_its_registers_outside_the_position_table(mirror):
+    import torch
+    import transformers
+
+    sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, image_size=56, patch_size=8)
+    config = transformers.Dinov2WithRegistersConfig(**sizes, num_register_tokens=4)
+    peer = small_embeddings(randomize_torch(transformers.Dinov2WithRegistersModel(config).eval(), informative=True))
+    bicubic, mean, std = 3, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    processor = transformers.BitImageProcessor(size={"shortest_edge": 56}, crop_size={"height": 48, "width": 48},
+                                               resample=bicubic, image_mean=mean, image_std=std)  # fmt: skip
+    name = serve(mirror, "facebook/dinov2-with-registers-small-test", peer, processor)
+    model = keras_vit.load_model(name)
+    assert model.spec.num_register_tokens == 4 and not model.spec.embed_prefix_tokens
+    x = processed(processor)
+    with torch.no_grad():
+        expected = peer(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).pooler_output.numpy()
+    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)

@@ -106,6 +106,23 @@ def _hf_prepare(spec, arrays):
     return renamed
 
 
+def _hf_registers_prepare(spec, arrays):
+    """DINOv2 with registers adds the class token's position embedding before it inserts
+    the registers, which get none: the same sum as the class token plus that row, and a
+    table of the patches' rows alone (``embed_prefix_tokens=False``)."""
+    table_key, token_key = "embeddings.position_embeddings", "embeddings.cls_token"
+    if spec is not None and spec.embed_prefix_tokens:
+        raise ValueError(
+            "A DINOv2-with-registers checkpoint gives its registers no position embedding: build the model "
+            "with embed_prefix_tokens=False."
+        )
+    arrays = dict(arrays)
+    table = np.asarray(arrays[table_key])
+    arrays[token_key] = np.asarray(arrays[token_key]) + table[:, :1]
+    arrays[table_key] = table[:, 1:]
+    return arrays
+
+
 # HF transformers' ViTConfig names for the spec's fields (``ViTSpec`` field: HF name).
 HF_CONFIG_NAMES = dict(
     image_size="image_size", patch_size="patch_size", num_channels="num_channels", hidden_size="hidden_size",
@@ -257,6 +274,20 @@ LAYOUTS = {
             resnet_numerics={"std_conv_form": "var_eps", "std_conv_epsilon": 1e-8, "group_norm_epsilon": 1e-5},
             prepare=_timm_prepare,
             file_numerics=_timm_config_numerics,
+        ),
+        # Before "hf_dinov2" and "hf": its files have their signatures too.
+        Layout(
+            "hf_dinov2_registers",
+            "embeddings.register_tokens",
+            ("", "dinov2_with_registers."),
+            [*table.HF_DINOV2, (r"register_tokens/tokens", table.same("embeddings.register_tokens"))],
+            "embeddings.cls_token",
+            resampling=("bicubic", True),  # its interpolate_pos_encoding antialiases
+            numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-6},
+            ignorable=("embeddings.mask_token",),
+            prepare=_hf_registers_prepare,
+            file_numerics=_hf_config_numerics,
+            file_grid=_hf_grid,
         ),
         # Before "hf": its files have that layout's signature too.
         Layout(

@@ -66,7 +66,15 @@ def _dinov2(config):
     )
 
 
-MODEL_TYPES = {"deit": _deit, "dinov2": _dinov2, "vit": _vit}
+def _dinov2_with_registers(config):
+    """``Dinov2WithRegistersModel``: DINOv2 with register tokens after the class token, which
+    get no position embedding (the class token's is folded into it at load)."""
+    return dict(
+        _dinov2(config), num_register_tokens=int(config.get("num_register_tokens", 4)), embed_prefix_tokens=False
+    )
+
+
+MODEL_TYPES = {"deit": _deit, "dinov2": _dinov2, "dinov2_with_registers": _dinov2_with_registers, "vit": _vit}
 
 
 def is_classifier(config):
