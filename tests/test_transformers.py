@@ -114,7 +114,8 @@ def test_an_unknown_model_type_is_one_error_naming_those_built(mirror):
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump({"model_type": "swin", "architectures": ["SwinModel"]}, f)
     with pytest.raises(
-        UnsupportedModelTypeError, match="model_type 'swin': keras-vit builds deit, dinov2, dinov2_with_registers, vit"
+        UnsupportedModelTypeError,
+        match="model_type 'swin': keras-vit builds clip, clip_vision_model, deit, dinov2, dinov2_with_registers, vit",
     ):
         keras_vit.create_model("hf-hub:org/swin-test")
 
@@ -181,3 +182,43 @@ def test_dinov2_with_registers_loads_its_registers_outside_the_position_table(mi
     with torch.no_grad():
         expected = peer(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).pooler_output.numpy()
     assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
+
+
+def clip_processor(size=48):
+    import transformers
+
+    bicubic, mean, std = 3, [0.481, 0.458, 0.408], [0.269, 0.261, 0.276]
+    return transformers.CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size},
+                                           resample=bicubic, image_mean=mean, image_std=std)  # fmt: skip
+
+
+def test_clip_loads_as_its_vision_tower_with_and_without_the_projection(mirror):
+    import torch
+    import transformers
+
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=48,
+                  patch_size=16, hidden_act="quick_gelu")  # fmt: skip
+    text = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    whole = transformers.CLIPModel(transformers.CLIPConfig(vision_config=vision, text_config=text, projection_dim=24))
+    whole = small_embeddings(randomize_torch(whole.eval(), informative=True))
+    processor = clip_processor()
+    x = processed(processor)
+    pixels = torch.from_numpy(x.transpose(0, 3, 1, 2))
+    # The whole CLIPModel: its image embeddings (the projection as a head without a bias).
+    model = keras_vit.create_model(serve(mirror, "openai/clip-small-test", whole, processor))
+    assert model.spec.pre_norm and model.spec.mlp_activation == "quick_gelu" and model.output_shape == (None, 24)
+    with torch.no_grad():
+        expected = whole.get_image_features(pixel_values=pixels)
+        expected = getattr(expected, "pooler_output", expected).numpy()
+    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
+    ours = np.stack([to_numpy(model.preprocessing(photo)) for photo in photos()])
+    assert np.abs(ours - x).mean() < MEAN_PREPROCESSING_DIFFERENCE
+    # Its vision tower alone: the pooled output, the class token after the final norm.
+    tower = transformers.CLIPVisionModel(transformers.CLIPVisionConfig(**vision)).eval()
+    tower.load_state_dict({k.removeprefix("vision_model."): v for k, v in whole.state_dict().items()
+                           if k.startswith("vision_model.")})  # fmt: skip
+    backbone = keras_vit.load_model(serve(mirror, "openai/clip-tower-test", tower, processor))
+    assert not backbone.spec.include_top
+    with torch.no_grad():
+        expected = tower(pixel_values=pixels).pooler_output.numpy()
+    assert_close_to_scale(to_numpy(backbone(x)), expected, RTOL)

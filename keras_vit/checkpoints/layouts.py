@@ -275,6 +275,15 @@ LAYOUTS = {
             prepare=_timm_prepare,
             file_numerics=_timm_config_numerics,
         ),
+        Layout(
+            "hf_clip",
+            "embeddings.class_embedding",
+            ("vision_model.", ""),
+            table.HF_CLIP,
+            "embeddings.class_embedding",
+            resampling=("bicubic", False),  # interpolate_pos_encoding
+            ignorable=("text_model.", "text_projection.", "logit_scale"),  # a whole CLIPModel's
+        ),
         # Before "hf_dinov2" and "hf": its files have their signatures too.
         Layout(
             "hf_dinov2_registers",

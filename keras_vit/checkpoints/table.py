@@ -15,7 +15,9 @@ recognised, how its peer resamples, the numerics it was trained with) is its rec
   ``patch_embed.backbone.``, its stages and blocks numbered from 0).
 - ``"hf"``: HF transformers ``ViTModel`` / ``ViTForImageClassification`` files as the hub
   has them (``vit.`` prefix optional), and DeiT's (``deit.``; its teacher model's two heads).
-- ``"hf_dinov2"``: HF transformers ``Dinov2Model`` files (``HF_DINOV2``, rows of its own).
+- ``"hf_dinov2"``, ``"hf_dinov2_registers"``: HF transformers ``Dinov2Model`` and
+  ``Dinov2WithRegistersModel`` files (``HF_DINOV2``, rows of their own); ``"hf_clip"``:
+  its CLIP vision tower (``HF_CLIP``).
 - ``"keras"``: keras-vit's own variable paths (a ``.keras`` file), identity.
 """
 
@@ -56,6 +58,17 @@ def concat(*keys):
 def conv(key):
     """torch ``Conv2d`` weights are OIHW; Keras kernels HWIO."""
     return Source(key, lambda w: np.transpose(w, (2, 3, 1, 0)))
+
+
+def batched(key):
+    """An upstream embedding without the leading batch axes Keras keeps: ``(width,)`` or
+    ``(tokens, width)`` -> ``(1, 1, width)`` or ``(1, tokens, width)``."""
+    return Source(key, lambda a: np.asarray(a).reshape((1,) * (3 - np.ndim(a)) + tuple(np.shape(a))))
+
+
+def zero_bias(key):
+    """A Dense bias of zeros for an upstream projection without one (``key``: its ``(out, in)`` weight)."""
+    return Source(key, lambda w: np.zeros(np.shape(w)[0], np.asarray(w).dtype))
 
 
 class Shifted(Source):
@@ -205,6 +218,29 @@ HF_DINOV2 = [
     (_B + r"mlp/(fc[12])/bias", same(_D + "mlp.{1}.bias")),
     (r"encoder_norm/gamma", same("layernorm.weight")),
     (r"encoder_norm/beta", same("layernorm.bias")),
+]
+
+# HF transformers' CLIP vision tower (CLIPVisionModel[WithProjection], CLIPModel's
+# vision_model): a norm before the blocks, separate q/k/v, the projection without a bias.
+_C = "encoder.layers.{0}."
+HF_CLIP = [
+    (r"patch_embedding/kernel", conv("embeddings.patch_embedding.weight")),
+    (r"class_token/token", batched("embeddings.class_embedding")),
+    (r"position_embedding/embedding", batched("embeddings.position_embedding.weight")),
+    (r"pre_norm/gamma", same("pre_layrnorm.weight")),
+    (r"pre_norm/beta", same("pre_layrnorm.bias")),
+    (_B + r"norm([12])/gamma", same(_C + "layer_norm{1}.weight")),
+    (_B + r"norm([12])/beta", same(_C + "layer_norm{1}.bias")),
+    (_B + r"attention/qkv/kernel", linear(*(_C + f"self_attn.{n}_proj.weight" for n in "qkv"))),
+    (_B + r"attention/qkv/bias", concat(*(_C + f"self_attn.{n}_proj.bias" for n in "qkv"))),
+    (_B + r"attention/out/kernel", linear(_C + "self_attn.out_proj.weight")),
+    (_B + r"attention/out/bias", same(_C + "self_attn.out_proj.bias")),
+    (_B + r"mlp/(fc[12])/kernel", linear(_C + "mlp.{1}.weight")),
+    (_B + r"mlp/(fc[12])/bias", same(_C + "mlp.{1}.bias")),
+    (r"encoder_norm/gamma", same("post_layernorm.weight")),
+    (r"encoder_norm/beta", same("post_layernorm.bias")),
+    (r"head/kernel", linear("visual_projection.weight")),
+    (r"head/bias", zero_bias("visual_projection.weight")),
 ]
 
 # The hybrids' BiT ResNet: the npz keeps the ResNet's own names (GroupNorm scale/bias =

@@ -74,7 +74,38 @@ def _dinov2_with_registers(config):
     )
 
 
-MODEL_TYPES = {"deit": _deit, "dinov2": _dinov2, "dinov2_with_registers": _dinov2_with_registers, "vit": _vit}
+_ACTIVATIONS = {"quick_gelu": dict(mlp_activation="quick_gelu"), "gelu": dict(gelu_approximate=False)}
+
+
+def _clip(config):
+    """CLIP's vision tower: ``CLIPVisionModel`` (``pooler_output``: the class token after
+    the final norm), ``CLIPVisionModelWithProjection`` and ``CLIPModel`` (``image_embeds``:
+    that projected, as the model's head without a bias). A norm before the blocks, no
+    bias in the patch embedding, OpenAI's quick GELU."""
+    vision = config.get("vision_config") or config
+    act = vision.get("hidden_act", "quick_gelu")
+    if act not in _ACTIVATIONS:
+        raise UnsupportedModelTypeError(
+            f"a CLIP vision tower with hidden_act={act!r}: keras-vit builds {sorted(_ACTIVATIONS)}."
+        )
+    options = spec_options_from_hf_config({"layer_norm_eps": 1e-5, **vision})
+    options.pop("num_classes", None)
+    options.update(_ACTIVATIONS[act], pre_norm=True, patch_bias=False)
+    names = config.get("architectures") or ()
+    projection = config.get("projection_dim") or vision.get("projection_dim")
+    if config.get("model_type") == "clip" or any(n.endswith("WithProjection") for n in names):
+        return dict(options, num_classes=int(projection), head_zero_init=False)
+    return dict(options, include_top=False)
+
+
+MODEL_TYPES = {
+    "clip": _clip,
+    "clip_vision_model": _clip,
+    "deit": _deit,
+    "dinov2": _dinov2,
+    "dinov2_with_registers": _dinov2_with_registers,
+    "vit": _vit,
+}
 
 
 def is_classifier(config):
