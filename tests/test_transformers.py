@@ -113,10 +113,8 @@ def test_an_unknown_model_type_is_one_error_naming_those_built(mirror):
     os.makedirs(folder)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump({"model_type": "swin", "architectures": ["SwinModel"]}, f)
-    with pytest.raises(
-        UnsupportedModelTypeError,
-        match="model_type 'swin': keras-vit builds clip, clip_vision_model, deit, dinov2, dinov2_with_registers, vit",
-    ):
+    built = "clip, clip_vision_model, deit, dinov2, dinov2_with_registers, siglip, siglip_vision_model, vit"
+    with pytest.raises(UnsupportedModelTypeError, match=f"model_type 'swin': keras-vit builds {built}"):
         keras_vit.create_model("hf-hub:org/swin-test")
 
 
@@ -222,3 +220,26 @@ def test_clip_loads_as_its_vision_tower_with_and_without_the_projection(mirror):
     with torch.no_grad():
         expected = tower(pixel_values=pixels).pooler_output.numpy()
     assert_close_to_scale(to_numpy(backbone(x)), expected, RTOL)
+
+
+def test_siglip_loads_as_its_vision_tower_with_attention_pooling(mirror):
+    import torch
+    import transformers
+
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=48,
+                  patch_size=16)  # fmt: skip
+    text = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    whole = transformers.SiglipModel(transformers.SiglipConfig(vision_config=vision, text_config=text))
+    whole = small_embeddings(randomize_torch(whole.eval(), informative=True))
+    bicubic, half = 3, [0.5, 0.5, 0.5]
+    processor = transformers.SiglipImageProcessor(size={"height": 48, "width": 48}, resample=bicubic,
+                                                  image_mean=half, image_std=half)  # fmt: skip
+    model = keras_vit.load_model(serve(mirror, "google/siglip-small-test", whole, processor))
+    assert model.spec.pooling == "map" and not model.spec.class_token and model.spec.gelu_approximate
+    x = processed(processor)
+    with torch.no_grad():
+        expected = whole.get_image_features(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)))
+        expected = getattr(expected, "pooler_output", expected).numpy()
+    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
+    ours = np.stack([to_numpy(model.preprocessing(photo)) for photo in photos()])
+    assert np.abs(ours - x).mean() < MEAN_PREPROCESSING_DIFFERENCE

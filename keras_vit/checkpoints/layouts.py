@@ -276,6 +276,15 @@ LAYOUTS = {
             file_numerics=_timm_config_numerics,
         ),
         Layout(
+            "hf_siglip",
+            "head.probe",
+            ("vision_model.", ""),
+            table.HF_SIGLIP,
+            "embeddings.class_embedding",  # none: SigLIP has no class token
+            resampling=("bicubic", False),  # interpolate_pos_encoding
+            ignorable=("text_model.", "logit_scale", "logit_bias"),  # a whole SiglipModel's
+        ),
+        Layout(
             "hf_clip",
             "embeddings.class_embedding",
             ("vision_model.", ""),

@@ -17,7 +17,7 @@ recognised, how its peer resamples, the numerics it was trained with) is its rec
   has them (``vit.`` prefix optional), and DeiT's (``deit.``; its teacher model's two heads).
 - ``"hf_dinov2"``, ``"hf_dinov2_registers"``: HF transformers ``Dinov2Model`` and
   ``Dinov2WithRegistersModel`` files (``HF_DINOV2``, rows of their own); ``"hf_clip"``:
-  its CLIP vision tower (``HF_CLIP``).
+  its CLIP vision tower (``HF_CLIP``); ``"hf_siglip"``: its SigLIP vision tower (``HF_SIGLIP``).
 - ``"keras"``: keras-vit's own variable paths (a ``.keras`` file), identity.
 """
 
@@ -69,6 +69,20 @@ def batched(key):
 def zero_bias(key):
     """A Dense bias of zeros for an upstream projection without one (``key``: its ``(out, in)`` weight)."""
     return Source(key, lambda w: np.zeros(np.shape(w)[0], np.asarray(w).dtype))
+
+
+def in_projection(key, part):
+    """torch ``MultiheadAttention``'s fused ``in_proj`` (query, key, value stacked on the
+    output axis) split as attention pooling holds it: ``part`` ``"query"`` (the first
+    third) or ``"key_value"`` (the rest), as a Dense kernel (2-D weight) or bias (1-D)."""
+
+    def split(a):
+        a = np.asarray(a)
+        third = a.shape[0] // 3
+        piece = a[:third] if part == "query" else a[third:]
+        return piece.T if piece.ndim == 2 else piece
+
+    return Source(key, split)
 
 
 class Shifted(Source):
@@ -223,12 +237,7 @@ HF_DINOV2 = [
 # HF transformers' CLIP vision tower (CLIPVisionModel[WithProjection], CLIPModel's
 # vision_model): a norm before the blocks, separate q/k/v, the projection without a bias.
 _C = "encoder.layers.{0}."
-HF_CLIP = [
-    (r"patch_embedding/kernel", conv("embeddings.patch_embedding.weight")),
-    (r"class_token/token", batched("embeddings.class_embedding")),
-    (r"position_embedding/embedding", batched("embeddings.position_embedding.weight")),
-    (r"pre_norm/gamma", same("pre_layrnorm.weight")),
-    (r"pre_norm/beta", same("pre_layrnorm.bias")),
+_CLIP_BLOCKS = [  # SigLIP's blocks are named as CLIP's
     (_B + r"norm([12])/gamma", same(_C + "layer_norm{1}.weight")),
     (_B + r"norm([12])/beta", same(_C + "layer_norm{1}.bias")),
     (_B + r"attention/qkv/kernel", linear(*(_C + f"self_attn.{n}_proj.weight" for n in "qkv"))),
@@ -237,10 +246,41 @@ HF_CLIP = [
     (_B + r"attention/out/bias", same(_C + "self_attn.out_proj.bias")),
     (_B + r"mlp/(fc[12])/kernel", linear(_C + "mlp.{1}.weight")),
     (_B + r"mlp/(fc[12])/bias", same(_C + "mlp.{1}.bias")),
+]
+HF_CLIP = [
+    (r"patch_embedding/kernel", conv("embeddings.patch_embedding.weight")),
+    (r"class_token/token", batched("embeddings.class_embedding")),
+    (r"position_embedding/embedding", batched("embeddings.position_embedding.weight")),
+    (r"pre_norm/gamma", same("pre_layrnorm.weight")),
+    (r"pre_norm/beta", same("pre_layrnorm.bias")),
+    *_CLIP_BLOCKS,
     (r"encoder_norm/gamma", same("post_layernorm.weight")),
     (r"encoder_norm/beta", same("post_layernorm.bias")),
     (r"head/kernel", linear("visual_projection.weight")),
     (r"head/bias", zero_bias("visual_projection.weight")),
+]
+
+# HF transformers' SigLIP vision tower (SiglipVisionModel, SiglipModel's vision_model): no
+# class token, attention pooling (its head: a probe, torch's MultiheadAttention, a norm, an MLP).
+_H = "head."
+HF_SIGLIP = [
+    (r"patch_embedding/kernel", conv("embeddings.patch_embedding.weight")),
+    (r"patch_embedding/bias", same("embeddings.patch_embedding.bias")),
+    (r"position_embedding/embedding", batched("embeddings.position_embedding.weight")),
+    *_CLIP_BLOCKS,
+    (r"encoder_norm/gamma", same("post_layernorm.weight")),
+    (r"encoder_norm/beta", same("post_layernorm.bias")),
+    (r"pooling/latent", same(_H + "probe")),
+    (r"pooling/query/kernel", in_projection(_H + "attention.in_proj_weight", "query")),
+    (r"pooling/query/bias", in_projection(_H + "attention.in_proj_bias", "query")),
+    (r"pooling/key_value/kernel", in_projection(_H + "attention.in_proj_weight", "key_value")),
+    (r"pooling/key_value/bias", in_projection(_H + "attention.in_proj_bias", "key_value")),
+    (r"pooling/out/kernel", linear(_H + "attention.out_proj.weight")),
+    (r"pooling/out/bias", same(_H + "attention.out_proj.bias")),
+    (r"pooling/norm/gamma", same(_H + "layernorm.weight")),
+    (r"pooling/norm/beta", same(_H + "layernorm.bias")),
+    (r"pooling/mlp/(fc[12])/kernel", linear(_H + "mlp.{0}.weight")),
+    (r"pooling/mlp/(fc[12])/bias", same(_H + "mlp.{0}.bias")),
 ]
 
 # The hybrids' BiT ResNet: the npz keeps the ResNet's own names (GroupNorm scale/bias =

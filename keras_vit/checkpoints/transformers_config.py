@@ -74,7 +74,11 @@ def _dinov2_with_registers(config):
     )
 
 
-_ACTIVATIONS = {"quick_gelu": dict(mlp_activation="quick_gelu"), "gelu": dict(gelu_approximate=False)}
+_ACTIVATIONS = {
+    "quick_gelu": dict(mlp_activation="quick_gelu"),
+    "gelu": dict(gelu_approximate=False),
+    "gelu_pytorch_tanh": dict(gelu_approximate=True),
+}
 
 
 def _clip(config):
@@ -98,12 +102,30 @@ def _clip(config):
     return dict(options, include_top=False)
 
 
+def _siglip(config):
+    """SigLIP's vision tower (``SiglipVisionModel``, a whole ``SiglipModel``'s): no class token,
+    the patch tokens' final norm read by attention pooling (its ``head``); the output is
+    ``pooler_output`` (``get_image_features``). SigLIP 2 at a fixed resolution is the same."""
+    vision = config.get("vision_config") or config
+    act = vision.get("hidden_act", "gelu_pytorch_tanh")
+    if act not in _ACTIVATIONS or not vision.get("vision_use_head", True):
+        raise UnsupportedModelTypeError(
+            f"a SigLIP vision tower with hidden_act={act!r}, vision_use_head={vision.get('vision_use_head', True)}: "
+            f"keras-vit builds the attention-pooling head and {sorted(_ACTIVATIONS)}."
+        )
+    options = spec_options_from_hf_config({"layer_norm_eps": 1e-6, **vision})
+    options.pop("num_classes", None)
+    return dict(options, **_ACTIVATIONS[act], pooling="map", class_token=False, include_top=False)
+
+
 MODEL_TYPES = {
     "clip": _clip,
     "clip_vision_model": _clip,
     "deit": _deit,
     "dinov2": _dinov2,
     "dinov2_with_registers": _dinov2_with_registers,
+    "siglip": _siglip,
+    "siglip_vision_model": _siglip,
     "vit": _vit,
 }
 
