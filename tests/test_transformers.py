@@ -38,6 +38,14 @@ def small_embeddings(peer, scale=1e-3):
     return peer
 
 
+def pil_processor(name):
+    """transformers' image processor ``name`` on its PIL backend (its default picks torchvision
+    wherever the name imports, and here it names tests/torchvision_stub.py)."""
+    import transformers
+
+    return getattr(transformers, f"{name}Pil", None) or getattr(transformers, name)
+
+
 def photos():
     return [skimage.data.chelsea(), skimage.data.coffee()]
 
@@ -55,10 +63,9 @@ def processed(processor):
 
 
 def vit_processor():
-    import transformers
 
     bicubic, mean, std = 3, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-    return transformers.ViTImageProcessor(
+    return pil_processor("ViTImageProcessor")(
         size={"height": 48, "width": 48}, resample=bicubic, image_mean=mean, image_std=std
     )
 
@@ -113,8 +120,9 @@ def test_an_unknown_model_type_is_one_error_naming_those_built(mirror):
     os.makedirs(folder)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump({"model_type": "swin", "architectures": ["SwinModel"]}, f)
-    built = "clip, clip_vision_model, deit, dinov2, dinov2_with_registers, siglip, siglip_vision_model, vit"
-    with pytest.raises(UnsupportedModelTypeError, match=f"model_type 'swin': keras-vit builds {built}"):
+    built = ["clip", "clip_vision_model", "deit", "dinov2", "dinov2_with_registers", "ijepa", "siglip",
+             "siglip_vision_model", "vit", "vit_mae", "vit_msn"]  # fmt: skip
+    with pytest.raises(UnsupportedModelTypeError, match=f"model_type 'swin': keras-vit builds {', '.join(built)} "):
         keras_vit.create_model("hf-hub:org/swin-test")
 
 
@@ -126,7 +134,8 @@ def test_a_distilled_deit_loads_with_its_two_heads_at_transformers_logits(mirror
     peer = transformers.DeiTForImageClassificationWithTeacher(config).eval()
     peer = small_embeddings(randomize_torch(peer, informative=True))
     bicubic, mean, std = 3, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-    processor = transformers.DeiTImageProcessor(size={"height": 56, "width": 56}, crop_size={"height": 48, "width": 48},
+    sizes = dict(size={"height": 56, "width": 56}, crop_size={"height": 48, "width": 48})
+    processor = pil_processor("DeiTImageProcessor")(**sizes,
                                                 resample=bicubic, image_mean=mean, image_std=std)  # fmt: skip
     name = serve(mirror, "facebook/deit-small-test", peer, processor)
     model = keras_vit.create_model(name)
@@ -149,7 +158,7 @@ def test_a_dinov2_backbone_loads_at_another_size_at_transformers_pooled_output(m
                                        image_size=56, patch_size=8, layerscale_value=0.5)  # fmt: skip
     peer = small_embeddings(randomize_torch(transformers.Dinov2Model(config).eval(), informative=True))
     bicubic, mean, std = 3, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-    processor = transformers.BitImageProcessor(size={"shortest_edge": 56}, crop_size={"height": 48, "width": 48},
+    processor = pil_processor("BitImageProcessor")(size={"shortest_edge": 56}, crop_size={"height": 48, "width": 48},
                                                resample=bicubic, image_mean=mean, image_std=std,
                                                do_convert_rgb=True)  # fmt: skip
     name = serve(mirror, "facebook/dinov2-small-test", peer, processor)
@@ -171,7 +180,7 @@ def test_dinov2_with_registers_loads_its_registers_outside_the_position_table(mi
     config = transformers.Dinov2WithRegistersConfig(**sizes, num_register_tokens=4)
     peer = small_embeddings(randomize_torch(transformers.Dinov2WithRegistersModel(config).eval(), informative=True))
     bicubic, mean, std = 3, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-    processor = transformers.BitImageProcessor(size={"shortest_edge": 56}, crop_size={"height": 48, "width": 48},
+    processor = pil_processor("BitImageProcessor")(size={"shortest_edge": 56}, crop_size={"height": 48, "width": 48},
                                                resample=bicubic, image_mean=mean, image_std=std)  # fmt: skip
     name = serve(mirror, "facebook/dinov2-with-registers-small-test", peer, processor)
     model = keras_vit.load_model(name)
@@ -183,10 +192,9 @@ def test_dinov2_with_registers_loads_its_registers_outside_the_position_table(mi
 
 
 def clip_processor(size=48):
-    import transformers
 
     bicubic, mean, std = 3, [0.481, 0.458, 0.408], [0.269, 0.261, 0.276]
-    return transformers.CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size},
+    return pil_processor("CLIPImageProcessor")(size={"shortest_edge": size}, crop_size={"height": size, "width": size},
                                            resample=bicubic, image_mean=mean, image_std=std)  # fmt: skip
 
 
@@ -232,7 +240,7 @@ def test_siglip_loads_as_its_vision_tower_with_attention_pooling(mirror):
     whole = transformers.SiglipModel(transformers.SiglipConfig(vision_config=vision, text_config=text))
     whole = small_embeddings(randomize_torch(whole.eval(), informative=True))
     bicubic, half = 3, [0.5, 0.5, 0.5]
-    processor = transformers.SiglipImageProcessor(size={"height": 48, "width": 48}, resample=bicubic,
+    processor = pil_processor("SiglipImageProcessor")(size={"height": 48, "width": 48}, resample=bicubic,
                                                   image_mean=half, image_std=half)  # fmt: skip
     model = keras_vit.load_model(serve(mirror, "google/siglip-small-test", whole, processor))
     assert model.spec.pooling == "map" and not model.spec.class_token and model.spec.gelu_approximate
@@ -243,3 +251,38 @@ def test_siglip_loads_as_its_vision_tower_with_attention_pooling(mirror):
     assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
     ours = np.stack([to_numpy(model.preprocessing(photo)) for photo in photos()])
     assert np.abs(ours - x).mean() < MEAN_PREPROCESSING_DIFFERENCE
+
+
+def test_the_mae_msn_and_ijepa_encoders_load_at_transformers_outputs(mirror):
+    import torch
+    import transformers
+
+    processor = vit_processor()
+    x = processed(processor)
+    pixels = torch.from_numpy(x.transpose(0, 3, 1, 2))
+
+    def load(repo, peer):
+        peer = small_embeddings(randomize_torch(peer.eval(), informative=True))
+        return keras_vit.load_model(serve(mirror, repo, peer, processor))
+
+    # MAE's pre-training model (its decoder left unread), masking nothing: the class token is
+    # the same whatever order the patches are shuffled in.
+    mae = transformers.ViTMAEForPreTraining(transformers.ViTMAEConfig(**SMALL, mask_ratio=0.0))
+    model = load("facebook/vit-mae-small-test", mae)
+    with torch.no_grad():
+        expected = mae.vit(pixel_values=pixels).last_hidden_state[:, 0].numpy()
+    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
+    # MSN's classifier, on the class token.
+    msn = transformers.ViTMSNForImageClassification(transformers.ViTMSNConfig(**SMALL, id2label={0: "a", 1: "b"}))
+    model = load("facebook/vit-msn-small-test", msn)
+    with torch.no_grad():
+        expected = msn(pixel_values=pixels).logits.numpy()
+    assert model.class_names == ("a", "b")
+    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
+    # I-JEPA: no class token; the patch tokens' mean.
+    ijepa = transformers.IJepaModel(transformers.IJepaConfig(**SMALL))
+    model = load("facebook/ijepa-small-test", ijepa)
+    assert not model.spec.class_token and model.spec.pooling == "gap"
+    with torch.no_grad():
+        expected = ijepa(pixel_values=pixels).last_hidden_state.mean(1).numpy()
+    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)

@@ -328,7 +328,7 @@ LAYOUTS = {
             "embeddings.cls_token",
             resampling=("bicubic", False),  # interpolate_pos_encoding
             numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-12},
-            ignorable=("pooler.",),
+            ignorable=("pooler.", "decoder."),  # ViTMAEForPreTraining's decoder: not the encoder's
             prepare=_hf_prepare,
             file_numerics=_hf_config_numerics,
             file_grid=_hf_grid,

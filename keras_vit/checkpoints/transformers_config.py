@@ -31,6 +31,18 @@ def _vit(config):
     )
 
 
+def _encoder(config):
+    """A ViT encoder without a pooler (MAE's, MSN's): a backbone whose output is the class
+    token after the final norm; its classifier (MSN's) reads the same."""
+    return dict(_vit(config), representation_size=None)
+
+
+def _ijepa(config):
+    """I-JEPA's encoder: no class token; the patch tokens' mean after the final norm (what
+    ``IJepaForImageClassification`` classifies, and the backbone's output here)."""
+    return dict(_encoder(config), pooling="gap", class_token=False)
+
+
 def _deit(config):
     """``DeiTForImageClassificationWithTeacher``: the ViT with a distillation token read by
     a second head, the logits the mean of the two heads' (as keras-vit's distilled models,
@@ -124,9 +136,12 @@ MODEL_TYPES = {
     "deit": _deit,
     "dinov2": _dinov2,
     "dinov2_with_registers": _dinov2_with_registers,
+    "ijepa": _ijepa,
     "siglip": _siglip,
     "siglip_vision_model": _siglip,
     "vit": _vit,
+    "vit_mae": _encoder,
+    "vit_msn": _encoder,
 }
 
 
