@@ -21,6 +21,7 @@ from keras_vit.checkpoints.transformers_config import UnsupportedModelTypeError
 RTOL = 2e-5
 # The layer's resize keeps floats where PIL rounds each pass to uint8 (test_family.py's bound).
 MEAN_PREPROCESSING_DIFFERENCE = 0.02
+DINOV2 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, image_size=56, patch_size=8)
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=48,
              patch_size=16)  # fmt: skip
 
@@ -62,53 +63,64 @@ def processed(processor):
     return processor(images=photos(), return_tensors="np")["pixel_values"].transpose(0, 2, 3, 1).astype("float32")
 
 
-def vit_processor():
+IMAGENET = dict(image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225])
+BICUBIC = 3  # PIL's number for it, as the image processors store it
 
-    bicubic, mean, std = 3, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-    return pil_processor("ViTImageProcessor")(
-        size={"height": 48, "width": 48}, resample=bicubic, image_mean=mean, image_std=std
-    )
+
+def vit_processor():
+    return pil_processor("ViTImageProcessor")(size={"height": 48, "width": 48}, resample=BICUBIC, **IMAGENET)
+
+
+def bit_processor():
+    """DINOv2's: the shorter side to 56, a 48 px centre crop."""
+    crop = {"height": 48, "width": 48}
+    return pil_processor("BitImageProcessor")(size={"shortest_edge": 56}, crop_size=crop, resample=BICUBIC, **IMAGENET)
+
+
+def upstream_model(cls, **config):
+    """transformers' ``cls`` (a model class name) of its config ``config``, random at unit
+    scale with small embeddings (``small_embeddings``)."""
+    import transformers
+
+    model_class = getattr(transformers, cls)
+    peer = model_class(model_class.config_class(**config)).eval()
+    return small_embeddings(randomize_torch(peer, informative=True))
+
+
+def assert_as_transformers(model, processor, upstream, preprocessing=True):
+    """``model`` on the processor's output of the photos against ``upstream`` (transformers'
+    call on those pixels, NCHW) within ``RTOL`` of its scale; with ``preprocessing``, the
+    model's own pre-processing of the raw photos against the processor's. Returns the pixels."""
+    import torch
+
+    x = processed(processor)
+    with torch.no_grad():
+        expected = upstream(torch.from_numpy(x.transpose(0, 3, 1, 2)))
+    expected = getattr(expected, "pooler_output", expected)  # get_image_features' answer in transformers 5
+    assert_close_to_scale(to_numpy(model(x)), expected.numpy(), RTOL)
+    if preprocessing:
+        ours = np.stack([to_numpy(model.preprocessing(photo)) for photo in photos()])
+        assert np.abs(ours - x).mean() < MEAN_PREPROCESSING_DIFFERENCE
+    return x
 
 
 def test_a_vit_classifier_loads_by_hub_id_at_transformers_logits(mirror):
-    import torch
-    import transformers
-
-    config = transformers.ViTConfig(**SMALL, id2label={0: "cat", 1: "coffee", 2: "other"}, layer_norm_eps=1e-12)
-    peer = small_embeddings(randomize_torch(transformers.ViTForImageClassification(config).eval(), informative=True))
-    processor = vit_processor()
-    name = serve(mirror, "google/vit-small-test", peer, processor)
-    model = keras_vit.create_model(name)
+    peer = upstream_model("ViTForImageClassification", **SMALL, id2label={0: "cat", 1: "coffee", 2: "other"})
+    model = keras_vit.create_model(serve(mirror, "google/vit-small-test", peer, vit_processor()))
     assert model.class_names == ("cat", "coffee", "other") and model.spec.layer_norm_epsilon == 1e-12
-    x = processed(processor)
-    with torch.no_grad():
-        expected = peer(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).logits.numpy()
-    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
-    # The model's own pre-processing of the raw photos is the processor's.
-    ours = np.stack([to_numpy(model.preprocessing(photo)) for photo in photos()])
-    assert np.abs(ours - x).mean() < MEAN_PREPROCESSING_DIFFERENCE
-    probabilities = model.classify(photos())
-    assert probabilities.shape == (2, 3)
+    x = assert_as_transformers(model, vit_processor(), lambda pixels: peer(pixel_values=pixels).logits)
+    assert model.classify(photos()).shape == (2, 3)
     # The folder save_pretrained wrote loads as its hub id does.
     folder = keras_vit.load_model(os.path.join(mirror.root, "google/vit-small-test", "resolve", "main"))
     np.testing.assert_array_equal(to_numpy(folder(x)), to_numpy(model(x)))
 
 
 def test_a_vit_backbone_outputs_transformers_pooled_output(mirror):
-    import torch
-    import transformers
-
-    peer = small_embeddings(
-        randomize_torch(transformers.ViTModel(transformers.ViTConfig(**SMALL)).eval(), informative=True)
-    )
-    processor = vit_processor()
-    name = serve(mirror, "google/vit-backbone-test", peer, processor)
+    peer = upstream_model("ViTModel", **SMALL)
+    name = serve(mirror, "google/vit-backbone-test", peer, vit_processor())
     model = keras_vit.load_model(name)
     assert not model.spec.include_top and model.class_names is None
-    x = processed(processor)
-    with torch.no_grad():
-        expected = peer(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).pooler_output.numpy()
-    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
+    assert_as_transformers(model, vit_processor(), lambda pixels: peer(pixel_values=pixels).pooler_output)
     # With a head for a task of one's own: the backbone's weights, a fresh classifier.
     with pytest.warns(UserWarning, match="fresh"):
         tuned = keras_vit.create_model(name, include_top=True, num_classes=4)
@@ -127,162 +139,82 @@ def test_an_unknown_model_type_is_one_error_naming_those_built(mirror):
 
 
 def test_a_distilled_deit_loads_with_its_two_heads_at_transformers_logits(mirror):
-    import torch
-    import transformers
-
-    config = transformers.DeiTConfig(**SMALL, id2label={0: "cat", 1: "coffee"})
-    peer = transformers.DeiTForImageClassificationWithTeacher(config).eval()
-    peer = small_embeddings(randomize_torch(peer, informative=True))
-    bicubic, mean, std = 3, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    peer = upstream_model("DeiTForImageClassificationWithTeacher", **SMALL, id2label={0: "cat", 1: "coffee"})
     sizes = dict(size={"height": 56, "width": 56}, crop_size={"height": 48, "width": 48})
-    processor = pil_processor("DeiTImageProcessor")(**sizes,
-                                                resample=bicubic, image_mean=mean, image_std=std)  # fmt: skip
-    name = serve(mirror, "facebook/deit-small-test", peer, processor)
-    model = keras_vit.create_model(name)
+    processor = pil_processor("DeiTImageProcessor")(**sizes, resample=BICUBIC, **IMAGENET)
+    model = keras_vit.create_model(serve(mirror, "facebook/deit-small-test", peer, processor))
     assert model.spec.distillation_token and model.class_names == ("cat", "coffee")
-    x = processed(processor)
-    with torch.no_grad():
-        expected = peer(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).logits.numpy()
-    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
-    ours = np.stack([to_numpy(model.preprocessing(photo)) for photo in photos()])
-    assert model.preprocessing.crop_fraction == 48 / 56 and np.abs(ours - x).mean() < MEAN_PREPROCESSING_DIFFERENCE
+    assert model.preprocessing.crop_fraction == 48 / 56
+    assert_as_transformers(model, processor, lambda pixels: peer(pixel_values=pixels).logits)
 
 
 def test_a_dinov2_backbone_loads_at_another_size_at_transformers_pooled_output(mirror):
-    import torch
-    import transformers
-
     # Trained at 56 px (a 7x7 grid of 8 px patches), used at 48 (6x6) as DINOv2's processor
     # crops: the position table resampled at load as transformers interpolates it per call.
-    config = transformers.Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2,
-                                       image_size=56, patch_size=8, layerscale_value=0.5)  # fmt: skip
-    peer = small_embeddings(randomize_torch(transformers.Dinov2Model(config).eval(), informative=True))
-    bicubic, mean, std = 3, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-    processor = pil_processor("BitImageProcessor")(size={"shortest_edge": 56}, crop_size={"height": 48, "width": 48},
-                                               resample=bicubic, image_mean=mean, image_std=std,
-                                               do_convert_rgb=True)  # fmt: skip
-    name = serve(mirror, "facebook/dinov2-small-test", peer, processor)
-    model = keras_vit.load_model(name)
+    peer = upstream_model("Dinov2Model", **DINOV2, layerscale_value=0.5)
+    model = keras_vit.load_model(serve(mirror, "facebook/dinov2-small-test", peer, bit_processor()))
     assert model.input_shape == (None, 48, 48, 3) and model.spec.layer_scale_init == 0.5 and not model.spec.include_top
-    x = processed(processor)
-    with torch.no_grad():
-        expected = peer(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).pooler_output.numpy()
-    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
-    ours = np.stack([to_numpy(model.preprocessing(photo)) for photo in photos()])
-    assert np.abs(ours - x).mean() < MEAN_PREPROCESSING_DIFFERENCE
+    assert_as_transformers(model, bit_processor(), lambda pixels: peer(pixel_values=pixels).pooler_output)
 
 
 def test_dinov2_with_registers_loads_its_registers_outside_the_position_table(mirror):
-    import torch
-    import transformers
-
-    sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, image_size=56, patch_size=8)
-    config = transformers.Dinov2WithRegistersConfig(**sizes, num_register_tokens=4)
-    peer = small_embeddings(randomize_torch(transformers.Dinov2WithRegistersModel(config).eval(), informative=True))
-    bicubic, mean, std = 3, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-    processor = pil_processor("BitImageProcessor")(size={"shortest_edge": 56}, crop_size={"height": 48, "width": 48},
-                                               resample=bicubic, image_mean=mean, image_std=std)  # fmt: skip
-    name = serve(mirror, "facebook/dinov2-with-registers-small-test", peer, processor)
-    model = keras_vit.load_model(name)
+    peer = upstream_model("Dinov2WithRegistersModel", **DINOV2, num_register_tokens=4)
+    model = keras_vit.load_model(serve(mirror, "facebook/dinov2-with-registers-small-test", peer, bit_processor()))
     assert model.spec.num_register_tokens == 4 and not model.spec.embed_prefix_tokens
-    x = processed(processor)
-    with torch.no_grad():
-        expected = peer(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2))).pooler_output.numpy()
-    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
-
-
-def clip_processor(size=48):
-
-    bicubic, mean, std = 3, [0.481, 0.458, 0.408], [0.269, 0.261, 0.276]
-    return pil_processor("CLIPImageProcessor")(size={"shortest_edge": size}, crop_size={"height": size, "width": size},
-                                           resample=bicubic, image_mean=mean, image_std=std)  # fmt: skip
+    assert_as_transformers(model, bit_processor(), lambda pixels: peer(pixel_values=pixels).pooler_output, False)
 
 
 def test_clip_loads_as_its_vision_tower_with_and_without_the_projection(mirror):
-    import torch
     import transformers
 
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=48,
-                  patch_size=16, hidden_act="quick_gelu")  # fmt: skip
+    vision = dict(SMALL, intermediate_size=64, hidden_act="quick_gelu")
     text = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
-    whole = transformers.CLIPModel(transformers.CLIPConfig(vision_config=vision, text_config=text, projection_dim=24))
-    whole = small_embeddings(randomize_torch(whole.eval(), informative=True))
-    processor = clip_processor()
-    x = processed(processor)
-    pixels = torch.from_numpy(x.transpose(0, 3, 1, 2))
+    whole = upstream_model("CLIPModel", vision_config=vision, text_config=text, projection_dim=24)
+    crop = {"height": 48, "width": 48}
+    mean, std = [0.481, 0.458, 0.408], [0.269, 0.261, 0.276]
+    processor = pil_processor("CLIPImageProcessor")(size={"shortest_edge": 48}, crop_size=crop, resample=BICUBIC,
+                                                    image_mean=mean, image_std=std)  # fmt: skip
     # The whole CLIPModel: its image embeddings (the projection as a head without a bias).
     model = keras_vit.create_model(serve(mirror, "openai/clip-small-test", whole, processor))
     assert model.spec.pre_norm and model.spec.mlp_activation == "quick_gelu" and model.output_shape == (None, 24)
-    with torch.no_grad():
-        expected = whole.get_image_features(pixel_values=pixels)
-        expected = getattr(expected, "pooler_output", expected).numpy()
-    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
-    ours = np.stack([to_numpy(model.preprocessing(photo)) for photo in photos()])
-    assert np.abs(ours - x).mean() < MEAN_PREPROCESSING_DIFFERENCE
+    assert_as_transformers(model, processor, lambda pixels: whole.get_image_features(pixel_values=pixels))
     # Its vision tower alone: the pooled output, the class token after the final norm.
     tower = transformers.CLIPVisionModel(transformers.CLIPVisionConfig(**vision)).eval()
     tower.load_state_dict({k.removeprefix("vision_model."): v for k, v in whole.state_dict().items()
                            if k.startswith("vision_model.")})  # fmt: skip
     backbone = keras_vit.load_model(serve(mirror, "openai/clip-tower-test", tower, processor))
     assert not backbone.spec.include_top
-    with torch.no_grad():
-        expected = tower(pixel_values=pixels).pooler_output.numpy()
-    assert_close_to_scale(to_numpy(backbone(x)), expected, RTOL)
+    assert_as_transformers(backbone, processor, lambda pixels: tower(pixel_values=pixels).pooler_output, False)
 
 
 def test_siglip_loads_as_its_vision_tower_with_attention_pooling(mirror):
-    import torch
-    import transformers
-
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=48,
-                  patch_size=16)  # fmt: skip
     text = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
-    whole = transformers.SiglipModel(transformers.SiglipConfig(vision_config=vision, text_config=text))
-    whole = small_embeddings(randomize_torch(whole.eval(), informative=True))
-    bicubic, half = 3, [0.5, 0.5, 0.5]
-    processor = pil_processor("SiglipImageProcessor")(size={"height": 48, "width": 48}, resample=bicubic,
-                                                  image_mean=half, image_std=half)  # fmt: skip
+    whole = upstream_model("SiglipModel", vision_config=dict(SMALL, intermediate_size=64), text_config=text)
+    half = [0.5, 0.5, 0.5]
+    processor = pil_processor("SiglipImageProcessor")(size={"height": 48, "width": 48}, resample=BICUBIC,
+                                                      image_mean=half, image_std=half)  # fmt: skip
     model = keras_vit.load_model(serve(mirror, "google/siglip-small-test", whole, processor))
     assert model.spec.pooling == "map" and not model.spec.class_token and model.spec.gelu_approximate
-    x = processed(processor)
-    with torch.no_grad():
-        expected = whole.get_image_features(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)))
-        expected = getattr(expected, "pooler_output", expected).numpy()
-    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
-    ours = np.stack([to_numpy(model.preprocessing(photo)) for photo in photos()])
-    assert np.abs(ours - x).mean() < MEAN_PREPROCESSING_DIFFERENCE
+    assert_as_transformers(model, processor, lambda pixels: whole.get_image_features(pixel_values=pixels))
 
 
 def test_the_mae_msn_and_ijepa_encoders_load_at_transformers_outputs(mirror):
-    import torch
-    import transformers
-
-    processor = vit_processor()
-    x = processed(processor)
-    pixels = torch.from_numpy(x.transpose(0, 3, 1, 2))
-
     def load(repo, peer):
-        peer = small_embeddings(randomize_torch(peer.eval(), informative=True))
-        return keras_vit.load_model(serve(mirror, repo, peer, processor))
+        return keras_vit.load_model(serve(mirror, repo, peer, vit_processor()))
 
     # MAE's pre-training model (its decoder left unread), masking nothing: the class token is
     # the same whatever order the patches are shuffled in.
-    mae = transformers.ViTMAEForPreTraining(transformers.ViTMAEConfig(**SMALL, mask_ratio=0.0))
+    mae = upstream_model("ViTMAEForPreTraining", **SMALL, mask_ratio=0.0)
     model = load("facebook/vit-mae-small-test", mae)
-    with torch.no_grad():
-        expected = mae.vit(pixel_values=pixels).last_hidden_state[:, 0].numpy()
-    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
+    assert_as_transformers(model, vit_processor(), lambda pixels: mae.vit(pixel_values=pixels).last_hidden_state[:, 0])
     # MSN's classifier, on the class token.
-    msn = transformers.ViTMSNForImageClassification(transformers.ViTMSNConfig(**SMALL, id2label={0: "a", 1: "b"}))
+    msn = upstream_model("ViTMSNForImageClassification", **SMALL, id2label={0: "a", 1: "b"})
     model = load("facebook/vit-msn-small-test", msn)
-    with torch.no_grad():
-        expected = msn(pixel_values=pixels).logits.numpy()
     assert model.class_names == ("a", "b")
-    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
+    assert_as_transformers(model, vit_processor(), lambda pixels: msn(pixel_values=pixels).logits, False)
     # I-JEPA: no class token; the patch tokens' mean.
-    ijepa = transformers.IJepaModel(transformers.IJepaConfig(**SMALL))
+    ijepa = upstream_model("IJepaModel", **SMALL)
     model = load("facebook/ijepa-small-test", ijepa)
     assert not model.spec.class_token and model.spec.pooling == "gap"
-    with torch.no_grad():
-        expected = ijepa(pixel_values=pixels).last_hidden_state.mean(1).numpy()
-    assert_close_to_scale(to_numpy(model(x)), expected, RTOL)
+    upstream = lambda pixels: ijepa(pixel_values=pixels).last_hidden_state.mean(1)
+    assert_as_transformers(model, vit_processor(), upstream, False)
