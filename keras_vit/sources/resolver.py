@@ -118,10 +118,11 @@ def resolve(source, weights=None, model_name=None, *, loading=False):
 
     Args:
         source: a name (a variant, a timm architecture, a preset ``<model>.<tag>``, a hub
-            name ``hf-hub:<org>/<name>``), a folder (a local preset, a timm repository's
-            files), a file (``.keras``, a checkpoint) or a checkpoint's URL.
+            name ``hf-hub:<org>/<name>[@<revision>]``, timm's or transformers'), a folder (a
+            local preset, a hub repository's files as ``save_for_hf`` or ``save_pretrained``
+            write them), a file (``.keras``, a checkpoint) or a checkpoint's URL.
         weights: ``create_model``'s: a preset tag of ``source``, a checkpoint path or URL,
-            or a timm model (hub name or folder) of ``source``'s size.
+            or a hub model (name or folder) of ``source``'s size.
         model_name: ``load_model``'s: the architecture a checkpoint is built into (for a
             ``.keras`` file only checked).
         loading: the source must hold weights (``load_model``, ``--init-from``): an
@@ -399,20 +400,20 @@ def _with_weights(named, weights):
 _SIZE = ("patch_size", "hidden_size", "depth", "num_heads", "mlp_dim")
 
 
-def _sized_as(timm, name):
-    """A timm repository's source as the variant ``name``, whose size it must have."""
+def _sized_as(repository, name):
+    """A hub repository's source as the variant ``name``, whose size it must have."""
     named = registry.get_spec(name)
     differ = [
-        f"{k} {getattr(timm.spec, k)} (not {getattr(named, k)})"
+        f"{k} {getattr(repository.spec, k)} (not {getattr(named, k)})"
         for k in _SIZE
-        if getattr(timm.spec, k) != getattr(named, k)
+        if getattr(repository.spec, k) != getattr(named, k)
     ]
     if differ:
         raise ValueError(
-            f"{timm.given} holds a {timm.name} of another size than {name}: {', '.join(differ)}. "
-            f"Expected {name}'s size; or create_model({timm.given!r}) builds it as it is."
+            f"{repository.given} holds a {repository.name} of another size than {name}: {', '.join(differ)}. "
+            f"Expected {name}'s size; or create_model({repository.given!r}) builds it as it is."
         )
-    return dataclasses.replace(timm, name=name)
+    return dataclasses.replace(repository, name=name)
 
 
 # --- checks and messages ---------------------------------------------------------------------
