@@ -112,13 +112,21 @@ class _Finder:
         return None
 
 
+def _holding():
+    """Whether this process holds the lines back (a keras-vit command, not ``verbose()``);
+    if so, TensorFlow's C++ INFO lines after start-up are left out too."""
+    if not is_command() or verbose():
+        return False
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    return True
+
+
 def hold_back():
     """In a keras-vit command (and not ``verbose()``), holds the noisy backends' import-time
     lines back for the rest of the process; elsewhere does nothing. Returns whether it did.
     The command line calls it first thing (``keras_vit.commands.main``)."""
-    if not is_command() or verbose():
+    if not _holding():
         return False
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # the C++ INFO lines after start-up
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
     return True
@@ -129,9 +137,8 @@ def held_while_importing():
     """The noisy backends' import-time lines held back while the block imports them, in a
     keras-vit command only: the package's own imports, which the ``keras-vit`` program makes
     before its ``main`` runs. Leaves the process as it found it (``sys.meta_path``)."""
-    finder = _Finder() if is_command() and not verbose() else None
+    finder = _Finder() if _holding() else None
     if finder is not None:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         sys.meta_path.insert(0, finder)
     try:
         yield

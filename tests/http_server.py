@@ -172,6 +172,14 @@ class FileServer:
     def _key(path):
         return "/" + path.lstrip("/")
 
+    def served_file(self, path):
+        """The file ``path`` names under the root, None if there is none (or it is outside)."""
+        try:
+            file = self._file(path)
+        except ValueError:
+            return None
+        return file if os.path.isfile(file) else None
+
     def _file(self, path):
         file = os.path.abspath(os.path.join(self.root, path.lstrip("/")))
         if os.path.commonpath([file, self.root]) != self.root:
@@ -203,16 +211,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         else:
             kind, arg = owner._record(path)
         hub = owner.hub_answer(path, self.headers.get("Authorization"))
-        status, headers, file = hub if hub is not None else (200, {}, None)
-        if hub is None:
-            try:
-                file = owner._file(path)
-            except ValueError:
-                file = None
-            if file is not None and not os.path.isfile(file):
-                file = None
+        status, headers, file = hub if hub is not None else (200, {}, owner.served_file(path))
         if kind == "fail" or file is None:
-            self.send_response(arg if kind == "fail" else (status if hub is not None and status != 200 else 404))
+            self.send_response(arg if kind == "fail" else (status if hub is not None else 404))
             for name, value in headers.items():
                 self.send_header(name, value)
             self.send_header("Content-Length", "0")

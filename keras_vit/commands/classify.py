@@ -15,7 +15,8 @@ image goes through the model.
 import os
 
 from keras_vit import commands
-from keras_vit.commands.sources import image_paths, load_any_model
+from keras_vit.commands.sources import image_paths
+from keras_vit.factory import load_model
 from keras_vit.images import read_image
 
 
@@ -54,7 +55,7 @@ def main(argv=None):
         if args.batch_size < 1:
             raise ValueError(f"--batch-size must be at least 1; got {args.batch_size}.")
         images = _images(args.images)
-        model = load_any_model(args.model)
+        model = load_model(args.model)
         if model.preprocessing is None:
             raise ValueError(
                 f"{args.model} has no pre-processing to classify raw images with: expected a preset, a "

@@ -15,8 +15,8 @@ found before any image goes through the model.
 import argparse
 
 from keras_vit import commands
-from keras_vit.commands.sources import load_any_model
 from keras_vit.evaluation.fewshot import DEFAULT_L2, DEFAULT_SHOTS, check_shots, fewshot_linear_eval
+from keras_vit.factory import load_model
 
 
 def _numbers(kind):
@@ -55,7 +55,7 @@ def main(argv=None):
     try:
         if args.seeds < 1:
             raise ValueError(f"--seeds must be at least 1; got {args.seeds}.")
-        model = load_any_model(args.model)
+        model = load_model(args.model)
         check_vit(model, args.model)
         splits = load_dataset(args.dataset, data_dir=args.data_dir)
         train = splits.train

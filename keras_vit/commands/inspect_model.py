@@ -29,8 +29,9 @@ import numpy as np
 
 from keras_vit import commands, inspect
 from keras_vit.atomic import StagedWrites
-from keras_vit.commands.sources import load_any_model, read_folder
+from keras_vit.commands.sources import read_folder
 from keras_vit.dependencies import require
+from keras_vit.factory import load_model
 
 FIGURES = ("attention_rollout", "attention_distance", "position_embedding_similarity", "embedding_filters")
 
@@ -178,7 +179,7 @@ def main(argv=None):
     try:
         if args.num_images < 1:
             raise ValueError(f"--num-images must be at least 1; got {args.num_images}.")
-        model = inspect.attention.check_vit(load_any_model(args.model), args.model)
+        model = inspect.attention.check_vit(load_model(args.model), args.model)
         raw = load_images(args.images, args.num_images)
         if args.output:
             output = args.output

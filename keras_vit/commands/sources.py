@@ -1,17 +1,8 @@
-"""What the commands read: a model (``keras_vit.load_model``: a file, a preset, a folder, a hub
-name), and image files."""
+"""What the commands read besides a model (which ``keras_vit.load_model`` loads): image files."""
 
 import os
 
-from keras_vit.factory import load_model
 from keras_vit.images import read_image
-
-
-def load_any_model(source):
-    """The model a command's ``MODEL`` argument names: what ``keras_vit.load_model`` loads
-    (an unknown name gets suggestions; an architecture's name alone, which has no weights,
-    gets presets to use instead)."""
-    return load_model(source)
 
 
 def image_paths(folder):

@@ -57,7 +57,8 @@ def use_fused_attention(needs_weights=False):
     Never where the weights themselves are needed (returned, or dropped out). Otherwise
     ``set_fused_attention``'s value, else ``KERAS_VIT_FUSED_ATTN``'s, else the default:
     fused on PyTorch and on JAX on an accelerator, written out on TensorFlow (whose
-    ``dot_product_attention`` is two einsums) and on JAX on a CPU, where it runs faster.
+    ``dot_product_attention`` is two einsums) and on JAX on a CPU (the benchmark's
+    ``--fused-attention`` rows in docs/performance.md chose it).
     """
     if needs_weights:
         return False

@@ -65,6 +65,7 @@ def fetch(name, filename, missing_ok=False):
     """The local path of ``filename`` in the hub repository ``name``, from the shared cache
     (downloaded into it first if need be); None if the repository has no such file and
     ``missing_ok``."""
+    # Imported here: its HTTP stack is needed only once a hub file is asked for.
     import huggingface_hub
     from huggingface_hub import errors
 

@@ -3,4 +3,5 @@
 front door) calls them in turn."""
 
 from keras_vit.sources.builder import build, load_keras_file
-from keras_vit.sources.resolver import InvalidModelFileError, ModelSource, NoWeightsError, Weights, resolve
+from keras_vit.sources.description import InvalidModelFileError, ModelSource, NoWeightsError, Weights
+from keras_vit.sources.resolver import resolve

@@ -19,7 +19,7 @@ from keras_vit.models.deferred_init import deferred_initialization, initialize_u
 from keras_vit.models.rebuild import rebuild
 from keras_vit.models.registry import MODEL_ARGUMENTS
 from keras_vit.models.vit import VisionTransformer
-from keras_vit.sources.resolver import CHECKPOINT, InvalidModelFileError
+from keras_vit.sources.description import CHECKPOINT, InvalidModelFileError
 
 
 def build(source, image_size=None, num_classes=None, *, dtype=None, safe_mode=True, strict=False, **options):

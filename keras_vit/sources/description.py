@@ -1,0 +1,86 @@
+"""What a model source is, once resolved: a ``ModelSource`` (its kind, spec, weights,
+pre-processing and class names) and the ``Weights`` it points to. ``resolver`` makes them,
+``builder`` builds from them."""
+
+import dataclasses
+
+from keras_vit.models.spec import ViTSpec
+from keras_vit.presets import download, hub
+
+# The kinds of source (``ModelSource.kind``).
+VARIANT = "variant"  # a named architecture of keras-vit (``vit_b16``): weights drawn at random
+TIMM_ARCHITECTURE = "timm_architecture"  # one of timm's, by timm's name: weights drawn at random
+PRESET = "preset"  # a published checkpoint, ``<model>.<tag>``
+HUB = "hub"  # a repository on the Hugging Face hub, timm's or transformers', ``hf-hub:<org>/<name>``
+TIMM_FOLDER = "timm_folder"  # a folder holding a timm repository's files
+TRANSFORMERS_FOLDER = "transformers_folder"  # a folder of a transformers model (``save_pretrained``)
+LOCAL_PRESET = "local_preset"  # a folder written by ``keras_vit.save_preset``
+KERAS_FILE = "keras_file"  # a ``.keras`` model file
+CHECKPOINT = "checkpoint"  # a weights file (``.npz``, timm, HF, ``.weights.h5``) of a named architecture
+URL = "url"  # a checkpoint to download, of a named architecture
+
+
+class InvalidModelFileError(ValueError):
+    """The given path is not a model file keras-vit can load (checked before any work)."""
+
+
+class NoWeightsError(ValueError):
+    """An architecture's name where pre-trained weights were asked for."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Weights:
+    """Where a model's weights are: a local file (``path``), a file to download into the
+    cache (``url``, with the publisher's ``sha256`` and ``size`` where known) or a file of a
+    hub repository (``hub_name``, ``filename``). ``container`` is the local file's format,
+    as its first bytes say (``"keras"``, ``"keras_weights"``, ``"npz"``, ...)."""
+
+    path: str | None = None
+    url: str | None = None
+    sha256: str | None = None
+    size: int | None = None
+    hub_name: str | None = None
+    filename: str | None = None
+    container: str | None = None
+
+    def fetch(self):
+        """The local path of the weights file, downloaded (once, into the cache) if need be."""
+        if self.path is not None:
+            return self.path
+        if self.hub_name is not None:
+            return hub.fetch(self.hub_name, self.filename)
+        return download.download(self.url, sha256=self.sha256, size=self.size)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """What a model source names (``resolve``'s answer; ``keras_vit.sources.builder`` builds it).
+
+    Attributes:
+        kind: one of the kinds above (``PRESET``, ``HUB``, ``KERAS_FILE``, ...).
+        given: the source as given.
+        name: the model's name (the architecture's, or the preset's model); None for a
+            file that holds its own architecture.
+        spec: the ``ViTSpec`` to build, with the numerics its weights were trained with;
+            None where the file holds its own architecture (``.keras``, a local preset) or
+            a checkpoint was given without ``model_name``.
+        weights: where the weights are (``Weights``); None: drawn at random.
+        preprocessing: ``ImagePreprocessing`` arguments but the image size (the
+            checkpoint's evaluation), or None.
+        class_names: the class names of the checkpoint's classifier, or None.
+        num_classes: how many classes those names (and the checkpoint's head) have.
+    """
+
+    kind: str
+    given: str
+    name: str | None = None
+    spec: ViTSpec | None = None
+    weights: Weights | None = None
+    preprocessing: dict | None = None
+    class_names: tuple | None = None
+    num_classes: int | None = None
+
+    @property
+    def holds_architecture(self):
+        """Whether the source names its architecture itself (and so takes no ``model_name``)."""
+        return self.kind in (PRESET, HUB, TIMM_FOLDER, TRANSFORMERS_FOLDER, LOCAL_PRESET, KERAS_FILE)
