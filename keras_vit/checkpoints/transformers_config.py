@@ -7,7 +7,7 @@ checkpoint with a classifier (``...ForImageClassification``) keeps it; one witho
 as a backbone whose output is the upstream model's pooled output (``pooler_output``).
 """
 
-from keras_vit.checkpoints.layouts import spec_options_from_hf_config
+from keras_vit.checkpoints.layouts import LAYOUTS, spec_options_from_hf_config
 
 PROCESSOR_FILE = "preprocessor_config.json"  # the image processor's settings, beside config.json
 # PIL's resampling filters by the numbers the image processors store.
@@ -21,7 +21,7 @@ class UnsupportedModelTypeError(ValueError):
 def _vit(config):
     """``ViTModel`` / ``ViTForImageClassification``: the paper's ViT. ``ViTModel``'s pooler
     (a dense layer and tanh on the class token) is the paper's pre-logits layer."""
-    options = spec_options_from_hf_config({"hidden_act": "gelu", "layer_norm_eps": 1e-12, **config})
+    options = {**LAYOUTS["hf"].numerics, **spec_options_from_hf_config(config)}  # what a config leaves out
     options["qkv_bias"] = bool(config.get("qkv_bias", True))
     if is_classifier(config):
         return options
@@ -61,7 +61,7 @@ def _dinov2(config):
     """``Dinov2Model``: the ViT with LayerScale, the exact GELU and epsilon 1e-6, its MLP
     ``mlp_ratio`` times as wide; a backbone whose output is ``pooler_output`` (the class
     token after the final norm)."""
-    options = spec_options_from_hf_config({"hidden_act": "gelu", "layer_norm_eps": 1e-6, **config})
+    options = {**LAYOUTS["hf_dinov2"].numerics, **spec_options_from_hf_config(config)}
     if config.get("use_swiglu_ffn") or is_classifier(config):
         raise UnsupportedModelTypeError(
             "a dinov2 checkpoint with a SwiGLU MLP (giant) or Dinov2ForImageClassification's head (the class token "
