@@ -50,6 +50,7 @@ CASES = {
     "PatchTokens": (dict(num_prefix_tokens=1, grid_size=(2, 2)), (2, 5, 8)),
     "PositionEmbedding": (dict(grid_size=(2, 2), num_prefix_tokens=1), (2, 5, 8)),
     "RegisterTokens": (dict(count=2), (2, 4, 8)),
+    "RotaryEmbedding": (dict(grid_size=(2, 2), head_dim=4, num_prefix_tokens=1), (2, 5, 8)),
     # One group: the root's GroupNorm then has 2x2x4 values per group, not 2x2x1, whose
     # statistics would turn bfloat16 rounding into 8% output differences.
     "ResNetBackbone": (dict(block_units=(1,), width=4, num_groups=1), (2, 8, 8, 3)),
@@ -165,8 +166,10 @@ def test_layer_mixed_precision(name):
     layer(x)
     layer.set_weights(reference.get_weights())
     out = layer(x)
-    # Every layer here computes and returns the compute dtype; weights stay float32.
-    assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
+    # Every layer here computes and returns the compute dtype (the rotary table float32, the
+    # precision its angles need: the attention turns in float32, then casts back); weights
+    # stay float32.
+    assert keras.backend.standardize_dtype(out.dtype) == ("float32" if name == "RotaryEmbedding" else "bfloat16")
     assert {keras.backend.standardize_dtype(w.dtype) for w in layer.weights} <= {"float32"}
     # bfloat16 keeps 8 significant bits (relative rounding 2**-9 per operation) and a
     # layer chains a few dozen operations, normalisations amplifying the rounding: so the

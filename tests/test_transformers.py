@@ -132,7 +132,7 @@ def test_an_unknown_model_type_is_one_error_naming_those_built(mirror):
     os.makedirs(folder)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump({"model_type": "swin", "architectures": ["SwinModel"]}, f)
-    built = ["clip", "clip_vision_model", "deit", "dinov2", "dinov2_with_registers", "ijepa", "siglip",
+    built = ["clip", "clip_vision_model", "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "ijepa", "siglip",
              "siglip_vision_model", "vit", "vit_mae", "vit_msn"]  # fmt: skip
     with pytest.raises(UnsupportedModelTypeError, match=f"model_type 'swin': keras-vit builds {', '.join(built)} "):
         keras_vit.create_model("hf-hub:org/swin-test")

@@ -55,6 +55,11 @@ def _timm_structure(spec, arrays):
         if "blocks.0.norm1.weight" in arrays and "blocks.0.norm1.bias" not in arrays
         else "layernorm",
         "gated_mlp": "blocks.0.mlp.fc1_g.weight" in arrays or None,  # GluMlp's fused fc1: not told by its keys
+        "qkv_bias": "blocks.0.attn.qkv.bias" in arrays,
+        # A learned table, or none: a RoPE model's (a sincos2d one saves none either).
+        "position_embedding": "learned"
+        if "pos_embed" in arrays
+        else ("none" if spec.position_embedding == "learned" else None),
     }
     has = {
         "num_register_tokens": spec.num_register_tokens,
@@ -67,6 +72,8 @@ def _timm_structure(spec, arrays):
         "proj_bias": spec.proj_bias,
         "norm_type": spec.norm_type,
         "gated_mlp": spec.gated_mlp,
+        "qkv_bias": spec.qkv_bias,
+        "position_embedding": spec.position_embedding,
     }
     differ = [name for name in found if found[name] is not None and found[name] != has[name]]
     if differ:
@@ -94,7 +101,30 @@ def _timm_gated_mlps(arrays):
     return arrays
 
 
+_EVA_NAMES = re.compile(r"blocks\.(\d+)\.(gamma_[12]|attn\.[qv]_bias)")
+
+
+def _timm_eva_names(arrays):
+    """timm's ``Eva`` (DINOv3, EVA) names LayerScale ``gamma_1``/``gamma_2`` and keeps the
+    query and value biases apart (``q_bias``, ``v_bias``; the key has none, a zero buffer
+    it does not save): said in ``VisionTransformer``'s names, ``ls1.gamma`` and one
+    ``qkv.bias`` with zeros for the key's."""
+    if not any(_EVA_NAMES.match(k) for k in arrays):
+        return arrays
+    arrays = dict(arrays)
+    for key in [k for k in arrays if _EVA_NAMES.match(k)]:
+        block, what = _EVA_NAMES.match(key).groups()
+        if what.startswith("gamma_"):
+            arrays[f"blocks.{block}.ls{what[-1]}.gamma"] = arrays.pop(key)
+        elif what == "attn.q_bias":
+            query = np.asarray(arrays.pop(key))
+            value = np.asarray(arrays.pop(f"blocks.{block}.attn.v_bias"))
+            arrays[f"blocks.{block}.attn.qkv.bias"] = np.concatenate([query, np.zeros_like(query), value])
+    return arrays
+
+
 def _timm_prepare(spec, arrays):
+    arrays = _timm_eva_names(arrays)
     _timm_structure(spec, arrays)
     return _timm_final_norm(spec, _timm_gated_mlps(arrays))
 
@@ -120,6 +150,26 @@ def _hf_registers_prepare(spec, arrays):
     table = np.asarray(arrays[table_key])
     arrays[token_key] = np.asarray(arrays[token_key]) + table[:, :1]
     arrays[table_key] = table[:, 1:]
+    return arrays
+
+
+def _hf_dinov3_prepare(spec, arrays):
+    """DINOv3's attention has a bias on the query and value alone (by default): the key's is
+    zeros. Its MLP is ``up_proj`` then ``down_proj``, or gated, ``gate_proj`` beside
+    ``up_proj``: keras-vit's ``fc1`` (gate first) and ``fc2``."""
+    arrays = dict(arrays)
+    for key in [k for k in arrays if re.search(r"\.attention\.[qkv]_proj\.weight$", k)]:
+        bias = key[: -len("weight")] + "bias"
+        biases = [bias.replace(f".{key[-len('q_proj.weight')]}_proj.", f".{n}_proj.") for n in "qkv"]
+        if bias not in arrays and any(b in arrays for b in biases):
+            arrays[bias] = np.zeros(np.shape(arrays[key])[0], np.asarray(arrays[key]).dtype)
+    for key in [k for k in arrays if ".mlp.up_proj." in k]:
+        gate = key.replace(".up_proj.", ".gate_proj.")
+        value = np.asarray(arrays.pop(key))
+        fc1 = np.concatenate([np.asarray(arrays.pop(gate)), value]) if gate in arrays else value
+        arrays[key.replace(".up_proj.", ".fc1.")] = fc1
+    for key in [k for k in arrays if ".mlp.down_proj." in k]:
+        arrays[key.replace(".down_proj.", ".fc2.")] = arrays.pop(key)
     return arrays
 
 
@@ -292,6 +342,20 @@ LAYOUTS = {
             "embeddings.class_embedding",
             resampling=("bicubic", False),  # interpolate_pos_encoding
             ignorable=("text_model.", "text_projection.", "logit_scale"),  # a whole CLIPModel's
+        ),
+        # Before "hf_dinov2_registers": its files have that layout's signature too.
+        Layout(
+            "hf_dinov3",
+            "embeddings.patch_embeddings.weight",
+            ("",),
+            table.HF_DINOV3,
+            "embeddings.cls_token",
+            resampling=("bicubic", False),  # no table to resample: rotary embeddings fit any grid
+            numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-5},
+            ignorable=("embeddings.mask_token",),
+            prepare=_hf_dinov3_prepare,
+            file_numerics=_hf_config_numerics,
+            file_grid=_hf_grid,
         ),
         # Before "hf_dinov2" and "hf": its files have their signatures too.
         Layout(

@@ -16,7 +16,8 @@ recognised, how its peer resamples, the numerics it was trained with) is its rec
 - ``"hf"``: HF transformers ``ViTModel`` / ``ViTForImageClassification`` files as the hub
   has them (``vit.`` prefix optional), and DeiT's (``deit.``; its teacher model's two heads).
 - ``"hf_dinov2"``, ``"hf_dinov2_registers"``: HF transformers ``Dinov2Model`` and
-  ``Dinov2WithRegistersModel`` files (``HF_DINOV2``, rows of their own); ``"hf_clip"``:
+  ``Dinov2WithRegistersModel`` files (``HF_DINOV2``, rows of their own); ``"hf_dinov3"``:
+  its ``DINOv3ViTModel`` (``HF_DINOV3``; rotary embeddings, no position table); ``"hf_clip"``:
   its CLIP vision tower (``HF_CLIP``); ``"hf_siglip"``: its SigLIP vision tower (``HF_SIGLIP``).
 - ``"keras"``: keras-vit's own variable paths (a ``.keras`` file), identity.
 """
@@ -232,6 +233,28 @@ HF_DINOV2 = [
     (_B + r"mlp/(fc[12])/bias", same(_D + "mlp.{1}.bias")),
     (r"encoder_norm/gamma", same("layernorm.weight")),
     (r"encoder_norm/beta", same("layernorm.bias")),
+]
+
+# HF transformers' DINOv3 (DINOv3ViTModel): no position table (rotary embeddings), separate
+# q/k/v (the layout's prepare fills the biases it leaves out with zeros and names the MLP's
+# projections fc1 and fc2, a gated one's gate and value in one fc1).
+_V = "layer.{0}."  # as the files name them (the module nests them under model.)
+HF_DINOV3 = [
+    (r"patch_embedding/kernel", conv("embeddings.patch_embeddings.weight")),
+    (r"patch_embedding/bias", same("embeddings.patch_embeddings.bias")),
+    (r"class_token/token", same("embeddings.cls_token")),
+    (r"register_tokens/tokens", same("embeddings.register_tokens")),
+    (_B + r"norm([12])/gamma", same(_V + "norm{1}.weight")),
+    (_B + r"norm([12])/beta", same(_V + "norm{1}.bias")),
+    (_B + r"attention/qkv/kernel", linear(*(_V + f"attention.{n}_proj.weight" for n in "qkv"))),
+    (_B + r"attention/qkv/bias", concat(*(_V + f"attention.{n}_proj.bias" for n in "qkv"))),
+    (_B + r"attention/out/kernel", linear(_V + "attention.o_proj.weight")),
+    (_B + r"attention/out/bias", same(_V + "attention.o_proj.bias")),
+    (_B + r"layer_scale([12])/gamma", same(_V + "layer_scale{1}.lambda1")),
+    (_B + r"mlp/(fc[12])/kernel", linear(_V + "mlp.{1}.weight")),
+    (_B + r"mlp/(fc[12])/bias", same(_V + "mlp.{1}.bias")),
+    (r"encoder_norm/gamma", same("norm.weight")),
+    (r"encoder_norm/beta", same("norm.bias")),
 ]
 
 # HF transformers' CLIP vision tower (CLIPVisionModel[WithProjection], CLIPModel's

@@ -3,10 +3,12 @@
 timm's hub folders (``timm/<architecture>.<tag>`` on the Hugging Face hub, or what
 ``timm.models.push_to_hf_hub`` / ``save_for_hf`` write) hold a ``config.json``: the
 ``architecture`` (a name in ``timm_architectures.ARCHITECTURES``, whose row holds the
-arguments timm's factory passes to its ``VisionTransformer``), the ``model_args`` the folder
-was made with on top of those (``num_classes``, ``img_size``, ``depth``, ...), and the
-``pretrained_cfg`` with the pre-processing it was evaluated with. ``spec_options`` turns the
-arguments into ``ViTSpec`` fields, or names what keras-vit does not build yet.
+arguments timm's factory passes to its ``VisionTransformer``, or to its ``Eva`` for the
+rows marked ``'module': 'eva'``), the ``model_args`` the folder was made with on top of
+those (``num_classes``, ``img_size``, ``depth``, ...), and the ``pretrained_cfg`` with the
+pre-processing it was evaluated with. ``spec_options`` turns the arguments into ``ViTSpec``
+fields, or names what keras-vit does not build yet; an ``Eva``'s arguments are first said
+as a ``VisionTransformer``'s (``eva_as_vision_transformer``).
 """
 
 import difflib
@@ -22,7 +24,7 @@ _DEFAULTS = dict(
     num_heads=12, mlp_ratio=4.0, qkv_bias=True, qk_norm=False, proj_bias=True, init_values=None, class_token=True,
     pos_embed="learn", no_embed_class=False, reg_tokens=0, pre_norm=False, final_norm=True, fc_norm=None,
     dynamic_img_size=False, act_layer="gelu", norm_layer="layernorm:1e-06", embed_norm_layer=None, mlp_layer="mlp",
-    distilled=False,
+    distilled=False, rope=None, rope_temperature=100.0,
 )  # fmt: skip
 # Arguments that change nothing keras-vit builds (drop rates are the recipe's).
 _IGNORED = ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
@@ -50,6 +52,88 @@ _NOT_YET = {
     "qk_norm": "query/key norm",
     "pos_embed": "position embeddings other than timm's learned table",
 }
+_POSITION_EMBEDDINGS = {"learn": "learned", "none": "none"}  # timm's pos_embed: the spec's
+
+# timm's Eva defaults for the arguments read here (its norm_layer: timm's LayerNorm, eps 1e-6).
+_EVA_DEFAULTS = dict(
+    img_size=224, patch_size=16, in_chans=3, num_classes=1000, global_pool="avg", embed_dim=768, depth=12,
+    num_heads=12, num_kv_heads=None, qkv_bias=True, qkv_fused=True, qk_norm=False, mlp_ratio=4.0, swiglu_mlp=False,
+    swiglu_align_to=0, scale_mlp=False, scale_attn_inner=False, attn_type="eva", norm_layer="layernorm:1e-06",
+    init_values=None, attn_only_layer_scale=False, class_token=True, num_reg_tokens=0, no_embed_class=False,
+    use_abs_pos_emb=True, use_rot_pos_emb=False, rope_type="cat", rope_grid_offset=0.0, rope_grid_indexing="ij",
+    rope_temperature=10000.0, rope_rotate_half=False, rope_mrope_section=None, ref_feat_shape=None,
+    use_post_norm=False, use_pre_transformer_norm=False, use_post_transformer_norm=None, use_fc_norm=None,
+    attn_pool_num_heads=None, attn_pool_mlp_ratio=None, dynamic_img_size=False,
+)  # fmt: skip
+# Eva arguments that change nothing keras-vit computes at inference: the drop rates (the
+# recipe's), the head's initial scale, and DINOv3's training-time jitter of the rotary
+# coordinates (keras-vit's training leaves the coordinates as they are).
+_EVA_IGNORED = _IGNORED + ("head_init_scale", "rope_shift_coords", "rope_jitter_coords", "rope_rescale_coords")
+# What keras-vit does not build yet of an Eva, by argument and the value it builds.
+_EVA_NOT_YET = {
+    "num_kv_heads": (None, "grouped-query attention"),
+    "qkv_fused": (True, "separate query, key and value projections (EVA-02's)"),
+    "qk_norm": (False, "query/key norm"),
+    "scale_mlp": (False, "a norm inside the MLP (EVA-02's)"),
+    "scale_attn_inner": (False, "a norm inside the attention"),
+    "attn_type": ("eva", "this attention"),
+    "attn_only_layer_scale": (False, "LayerScale on the attention alone"),
+    "use_post_norm": (False, "residual post-norm blocks"),
+    "rope_grid_offset": (0.0, "an offset rotary grid"),
+    "rope_grid_indexing": ("ij", "an xy rotary grid"),
+    "rope_mrope_section": (None, "multimodal rotary embeddings"),
+    "ref_feat_shape": (None, "rotary embeddings scaled to a reference grid (EVA-02's)"),
+    "attn_pool_num_heads": (None, "Eva's attention pooling (Perception Encoder's)"),
+    "attn_pool_mlp_ratio": (None, "Eva's attention pooling (Perception Encoder's)"),
+}
+
+
+def eva_as_vision_transformer(args):
+    """An ``Eva``'s arguments (an ``eva`` row of the table) as ``VisionTransformer``'s, plus
+    the rotary embeddings' (``rope``, ``rope_temperature``); what keras-vit does not build
+    yet raises ``UnsupportedArchitectureError``.
+
+    >>> vit = eva_as_vision_transformer(architecture_args("vit_small_patch16_dinov3"))
+    >>> vit["rope"], vit["pos_embed"], vit["reg_tokens"], vit["global_pool"], vit["fc_norm"]
+    ('dinov3', 'none', 4, 'avg', False)
+    """
+    args = {**_EVA_DEFAULTS, **{k: v for k, v in args.items() if k not in _EVA_IGNORED and k != "module"}}
+    unknown = sorted(set(args) - set(_EVA_DEFAULTS))
+    if unknown:
+        raise UnsupportedArchitectureError(f"timm Eva arguments keras-vit does not know: {', '.join(unknown)}.")
+    problems = [f"{k}={args[k]!r} ({why})" for k, (built, why) in _EVA_NOT_YET.items() if args[k] != built]
+    rope = None
+    if args["use_rot_pos_emb"]:
+        if args["rope_type"] != "dinov3":
+            problems.append(f"rope_type={args['rope_type']!r} (rotary embeddings of timm's {args['rope_type']} form)")
+        elif not args["rope_rotate_half"]:
+            problems.append("rope_rotate_half=False (DINOv3's rotary embeddings in the interleaved layout)")
+        rope = "dinov3"
+    if problems:
+        raise UnsupportedArchitectureError(f"keras-vit does not build these timm options yet: {'; '.join(problems)}.")
+    fc_norm = args["global_pool"] == "avg" if args["use_fc_norm"] is None else bool(args["use_fc_norm"])
+    final_norm = not fc_norm if args["use_post_transformer_norm"] is None else bool(args["use_post_transformer_norm"])
+    hidden = int(args["embed_dim"] * args["mlp_ratio"])
+    if args["swiglu_mlp"] and args["swiglu_align_to"]:
+        hidden += -hidden % args["swiglu_align_to"]
+    vit = {k: args[k] for k in ("img_size", "patch_size", "in_chans", "num_classes", "global_pool", "embed_dim",
+                                "depth", "num_heads", "qkv_bias", "init_values", "class_token", "no_embed_class",
+                                "norm_layer", "dynamic_img_size")}  # fmt: skip
+    return dict(
+        vit,
+        mlp_ratio=hidden / args["embed_dim"],
+        reg_tokens=args["num_reg_tokens"],
+        pos_embed="learn" if args["use_abs_pos_emb"] else "none",
+        pre_norm=args["use_pre_transformer_norm"],
+        fc_norm=fc_norm,
+        # fc_norm is the final norm where there is one; with neither, timm's final_norm=False.
+        final_norm=final_norm or fc_norm,
+        # Eva's SwiGLU keeps the gate and value apart (SwiGLU) or packs them (GluMlp): keras-vit's gated MLP either way.
+        mlp_layer="swiglu" if args["swiglu_mlp"] else "mlp",
+        act_layer="silu" if args["swiglu_mlp"] else "gelu",
+        rope=rope,
+        rope_temperature=float(args["rope_temperature"]) if rope else 100.0,
+    )
 
 
 class UnsupportedArchitectureError(ValueError):
@@ -86,6 +170,8 @@ def spec_options(args):
     >>> options["num_register_tokens"], options["embed_prefix_tokens"], options["layer_scale_init"]
     (4, False, 1e-05)
     """
+    if args.get("module") == "eva":
+        args = eva_as_vision_transformer(args)
     args = {**_DEFAULTS, **{k: v for k, v in args.items() if k not in _IGNORED}}
     problems = [k for k in args if k not in _DEFAULTS and k in _NOT_YET]
     unknown = sorted(k for k in args if k not in _DEFAULTS and k not in _NOT_YET)
@@ -98,7 +184,7 @@ def spec_options(args):
         "embed_norm_layer": args["embed_norm_layer"] in (None, args["norm_layer"]),
         "mlp_layer": args["mlp_layer"] in _MLPS,
         "qk_norm": not args["qk_norm"],
-        "pos_embed": args["pos_embed"] == "learn",
+        "pos_embed": args["pos_embed"] in _POSITION_EMBEDDINGS,
     }
     problems += [k for k, fine in checks.items() if not fine]
     if problems:
@@ -123,6 +209,9 @@ def spec_options(args):
         num_register_tokens=int(args["reg_tokens"]),
         distillation_token=bool(args["distilled"]),
         embed_prefix_tokens=not args["no_embed_class"],
+        position_embedding=_POSITION_EMBEDDINGS[args["pos_embed"]],
+        rope=args["rope"],
+        rope_temperature=float(args["rope_temperature"]),
         pre_norm=bool(args["pre_norm"]),
         patch_bias=not args["pre_norm"],  # timm's VisionTransformer ties the two
         layer_scale_init=args["init_values"],

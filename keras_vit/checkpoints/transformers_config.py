@@ -86,6 +86,39 @@ def _dinov2_with_registers(config):
     )
 
 
+def _dinov3_vit(config):
+    """``DINOv3ViTModel``: rotary embeddings (DINOv3's, ``rope_theta`` their period) and no
+    position table, register tokens, LayerScale, a plain or gated (SwiGLU) MLP; a backbone
+    whose output is ``pooler_output`` (the class token after the final norm). Its rotary
+    coordinates' training-time jitter (``pos_embed_*``) changes nothing at inference."""
+    options = {**LAYOUTS["hf_dinov3"].numerics, **spec_options_from_hf_config(config)}
+    options.pop("num_classes", None)
+    act = config.get("hidden_act", "gelu")
+    gated = bool(config.get("use_gated_mlp", False))
+    biases = [bool(config.get(name, default)) for name, default in (("proj_bias", True), ("mlp_bias", True))]
+    if act not in ("gelu", "silu") or biases[0] != biases[1]:
+        raise UnsupportedModelTypeError(
+            f"a dinov3_vit checkpoint with hidden_act={act!r}, proj_bias={biases[0]}, mlp_bias={biases[1]}: "
+            "keras-vit builds the exact GELU or SiLU, with the projections' biases both on or both off."
+        )
+    qkv_bias = any(config.get(name, default) for name, default in (("query_bias", True), ("key_bias", False),
+                                                                  ("value_bias", True)))  # fmt: skip
+    return dict(
+        options,
+        mlp_activation="silu" if act == "silu" else "gelu",
+        gated_mlp=gated,
+        qkv_bias=qkv_bias,
+        proj_bias=biases[0],
+        layer_scale_init=float(config.get("layerscale_value", 1.0)),
+        num_register_tokens=int(config.get("num_register_tokens", 0)),
+        position_embedding="none",
+        rope="dinov3",
+        rope_temperature=float(config.get("rope_theta", 100.0)),
+        dynamic_image_size=True,
+        include_top=False,
+    )
+
+
 _ACTIVATIONS = {
     "quick_gelu": dict(mlp_activation="quick_gelu"),
     "gelu": dict(gelu_approximate=False),
@@ -136,6 +169,7 @@ MODEL_TYPES = {
     "deit": _deit,
     "dinov2": _dinov2,
     "dinov2_with_registers": _dinov2_with_registers,
+    "dinov3_vit": _dinov3_vit,
     "ijepa": _ijepa,
     "siglip": _siglip,
     "siglip_vision_model": _siglip,

@@ -19,6 +19,7 @@ from keras_vit.layers.resnet import (
     resnet_feature_stride,
     resnet_out_channels,
 )
+from keras_vit.layers.rotary import RotaryEmbedding, rotate
 from keras_vit.layers.stochastic_depth import DropPath
 from keras_vit.layers.tokens import (
     ClassToken,

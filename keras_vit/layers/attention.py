@@ -19,6 +19,7 @@ from keras import ops
 from keras_vit.layers.dense import Dense
 from keras_vit.layers.initializers import deferrable
 from keras_vit.layers.inline import call_inline, composite_config, sublayer_policy
+from keras_vit.layers.rotary import rotate
 
 FUSED_ATTENTION_ENV = "KERAS_VIT_FUSED_ATTN"
 _override = []  # set_fused_attention's value, when set
@@ -110,7 +111,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         out_bias: add a bias to the output projection (AIMv2's has none).
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
-    Call with ``as_rows=True`` for the output as the ``(batch * tokens, width)`` rows that the
+    Call with ``rope=`` a ``RotaryEmbedding``'s table to turn the queries and keys by it
+    (rotary position embeddings), and with ``as_rows=True`` for the output as the ``(batch * tokens, width)`` rows that the
     output projection computes, as ``EncoderBlock`` adds them to its residual stream.
 
     Examples:
@@ -146,9 +148,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # Built although it has no weights: see `call_inline`.
         self.attention_dropout.build((None, self.num_heads, input_shape[1], input_shape[1]))
 
-    def call(self, tokens, return_attention_scores=False, training=None, as_rows=False):
+    def call(self, tokens, return_attention_scores=False, training=None, as_rows=False, rope=None):
         length, width = ops.shape(tokens)[1], tokens.shape[2]  # length: a tensor where the graph has none
         qkv = self._qkv(tokens, length, width)
+        if rope is not None:
+            query, key, value = ops.unstack(qkv, 3, axis=2)
+            qkv = ops.stack([rotate(query, rope), rotate(key, rope), value], axis=2)
         dropout = bool(training) and self.attention_dropout_rate > 0
         if use_fused_attention(needs_weights=return_attention_scores or dropout):
             out, weights = self._fused_attention(qkv, training), None

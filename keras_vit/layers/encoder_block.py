@@ -135,7 +135,8 @@ class EncoderBlock(keras.layers.Layer):
             recomputed in the backward pass instead of kept; the same function.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
-    Call with ``return_attention_scores=True`` to also get ``(batch, heads, tokens, tokens)``
+    Call with ``rope=`` a ``RotaryEmbedding``'s table for rotary position embeddings (see
+    ``MultiHeadSelfAttention``), and with ``return_attention_scores=True`` to also get ``(batch, heads, tokens, tokens)``
     attention weights. Sublayer paths follow the checkpoints: ``norm1``,
     ``attention/qkv``, ``attention/out``, ``norm2``, ``mlp/fc1``, ``mlp/fc2``. Its four
     ``Dense`` layers can be quantized, and a quantized block saves and reloads.
@@ -217,7 +218,7 @@ class EncoderBlock(keras.layers.Layer):
         for layer in (self.norm1, self.attention, self.norm2, self.mlp, self.dropout, self.drop_path):
             layer.build(input_shape)
 
-    def call(self, x, return_attention_scores=False, training=None):
+    def call(self, x, return_attention_scores=False, training=None, rope=None):
         if self.remat and not return_attention_scores:
             # The tokens alone go through keras.remat: the flags stay Python values (traced
             # arguments, as Keras' RematScope passes them, break the branches on them), and
@@ -226,10 +227,10 @@ class EncoderBlock(keras.layers.Layer):
             generators = (
                 [g for g in (getattr(layer, "seed_generator", None) for layer in randoms) if g] if training else []
             )
-            return rematerialised(lambda tokens: self._forward(tokens, False, training), x, generators)
-        return self._forward(x, return_attention_scores, training)
+            return rematerialised(lambda tokens: self._forward(tokens, False, training, rope), x, generators)
+        return self._forward(x, return_attention_scores, training, rope)
 
-    def _forward(self, x, return_attention_scores, training):
+    def _forward(self, x, return_attention_scores, training, rope=None):
         # The residual stream stays on the 2-D token rows that the attention's output
         # projection and fc2 compute, so that TensorFlow can fuse each add into that matmul.
         rows = ops.reshape(x, (-1, x.shape[-1]))
@@ -239,6 +240,7 @@ class EncoderBlock(keras.layers.Layer):
             return_attention_scores=return_attention_scores,
             training=training,
             as_rows=True,
+            rope=rope,
         )
         y, weights = y if return_attention_scores else (y, None)
         rows = rows + self._residual(y, x, training, self.layer_scale1)

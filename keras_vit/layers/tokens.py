@@ -7,7 +7,9 @@ from keras import ops
 from keras_vit.layers.initializers import deferrable_weight
 from keras_vit.resampling import axis_weights
 
-POSITION_EMBEDDINGS = ("learned", "sincos2d")
+POSITION_TABLES = ("learned", "sincos2d")  # what PositionEmbedding adds
+# The spec's choices: "none" is a model without a table (one with rotary embeddings).
+POSITION_EMBEDDINGS = (*POSITION_TABLES, "none")
 # Resamplings of a learned table to another grid: antialiased as torch's (= PIL's).
 POSITION_INTERPOLATIONS = ("bicubic", "bilinear")
 
@@ -170,8 +172,8 @@ class PositionEmbedding(keras.layers.Layer):
 
     def __init__(self, grid_size, num_prefix_tokens=1, kind="learned", interpolation="bicubic", **kwargs):
         super().__init__(**kwargs)
-        if kind not in POSITION_EMBEDDINGS:
-            raise ValueError(f"position_embedding must be one of {POSITION_EMBEDDINGS}, got {kind!r}.")
+        if kind not in POSITION_TABLES:
+            raise ValueError(f"position_embedding must be one of {POSITION_TABLES}, got {kind!r}.")
         if interpolation not in POSITION_INTERPOLATIONS:
             raise ValueError(f"interpolation must be one of {POSITION_INTERPOLATIONS}, got {interpolation!r}.")
         self.grid_size = tuple(int(s) for s in grid_size)

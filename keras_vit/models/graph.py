@@ -17,6 +17,7 @@ from keras_vit.layers.initializers import deferrable
 from keras_vit.layers.layer_norm import make_norm
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.resnet import ResNetBackbone
+from keras_vit.layers.rotary import RotaryEmbedding
 from keras_vit.layers.tokens import ClassToken, DistillationToken, PositionEmbedding, RegisterTokens
 
 # The task's own layers (by weight path prefix): a new task's start fresh, and fine-tuning
@@ -94,8 +95,21 @@ def make_layers(spec, dtype_for):
         ),
         class_token=make("class_token", ClassToken) if spec.has_class_token else None,
         distillation_token=make("distillation_token", DistillationToken) if distilled else None,
-        position_embedding=make(
-            "position_embedding", PositionEmbedding, spec.grid_size, spec.position_prefix_rows, spec.position_embedding
+        position_embedding=(
+            make(
+                "position_embedding", PositionEmbedding, spec.grid_size, spec.position_prefix_rows,
+                spec.position_embedding,
+            )  # fmt: skip
+            if spec.position_embedding != "none"
+            else None
+        ),
+        rotary_embedding=(
+            make(
+                "rotary_embedding", RotaryEmbedding, spec.grid_size, spec.head_dim, spec.num_prefix_tokens, spec.rope,
+                spec.rope_temperature,
+            )  # fmt: skip
+            if spec.rope
+            else None
         ),
         embedding_dropout=make("embedding_dropout", keras.layers.Dropout, spec.dropout_rate),
         pre_norm=norm("pre_norm") if spec.pre_norm else None,
@@ -171,9 +185,11 @@ def embed(layers, x):
     position = layers["position_embedding"]
 
     def add_position(tokens):
+        if position is None:  # no table (a RoPE model)
+            return tokens
         return position(tokens) if patch_map is None else position(tokens, patch_map)
 
-    prefix_rows = position.num_prefix_tokens
+    prefix_rows = 0 if position is None else position.num_prefix_tokens
     if not prefix_rows:
         x = add_position(x)
     for name in ("register_tokens", "distillation_token", "class_token"):  # each prepends: the class token ends first
@@ -187,17 +203,32 @@ def embed(layers, x):
     return x, patch_map
 
 
+def rotary_table(layers, tokens, patch_map):
+    """The rotary embeddings' table for these tokens (a dynamic model's from its patch
+    map), None for a model without them; each block takes it as ``rope=``."""
+    rotary = layers["rotary_embedding"]
+    if rotary is None:
+        return None
+    return rotary(tokens) if patch_map is None else rotary(tokens, patch_map)
+
+
+def call_block(block, x, rope, **kwargs):
+    """One encoder block on the tokens, with the rotary table where the model has one."""
+    return block(x, **kwargs) if rope is None else block(x, rope=rope, **kwargs)
+
+
 def encode(layers, images, return_attention_scores=False):
     """Images -> final tokens before the encoder norm (and the attention weights)."""
     x = images if layers["stem"] is None else layers["stem"](images)
-    x, _ = embed(layers, x)
+    x, patch_map = embed(layers, x)
+    rope = rotary_table(layers, x, patch_map)
     attention = []
     for block in layers["blocks"]:
         if return_attention_scores:
-            x, weights = block(x, return_attention_scores=True)
+            x, weights = call_block(block, x, rope, return_attention_scores=True)
             attention.append(weights)
         else:
-            x = block(x)
+            x = call_block(block, x, rope)
     return x, attention
 
 

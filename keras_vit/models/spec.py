@@ -22,6 +22,7 @@ from keras_vit.layers.activations import MLP_ACTIVATIONS
 from keras_vit.layers.attention_pooling import ATTENTION_POOLING
 from keras_vit.layers.heads import POOLINGS
 from keras_vit.layers.layer_norm import NORM_TYPES
+from keras_vit.layers.rotary import ROPE_FORMS
 from keras_vit.layers.resnet import check_block_units, resnet_feature_stride, resnet_out_channels
 from keras_vit.layers.std_conv import check_std_conv_form
 from keras_vit.layers.tokens import POSITION_EMBEDDINGS
@@ -139,7 +140,14 @@ class ViTSpec(_Spec):
             attention"; timm's ``distilled``), read by a second classifier ``head_dist``:
             the logits are the mean of the two heads', the pooled features the mean of the
             two tokens, as timm's inference. Needs ``pooling="token"``.
-        position_embedding: ``"learned"`` (the paper's) or ``"sincos2d"`` (fixed).
+        position_embedding: ``"learned"`` (the paper's), ``"sincos2d"`` (fixed) or
+            ``"none"`` (no table: a model with rotary embeddings, ``rope``).
+        rope: rotary position embeddings on every attention's queries and keys
+            (``keras_vit.layers.RotaryEmbedding``): ``"dinov3"`` (DINOv3's; timm's
+            ``rope_type="dinov3"``), or None for none. They have no weights and fit any
+            grid, so a RoPE model takes other image sizes as it is.
+        rope_temperature: the rotary embeddings' longest period (DINOv3: 100; timm's
+            ``rope_temperature``, transformers' ``rope_theta``).
         embed_prefix_tokens: the learned table has a row for each prefix token (class and
             register tokens), added after they are prepended (the paper's); False: it
             covers the patch grid alone, added before (timm's ``no_embed_class=True``:
@@ -217,7 +225,11 @@ class ViTSpec(_Spec):
     class_token: bool | None = _field(None, "prepend a class token; none: one unless --pooling gap")
     num_register_tokens: int = _field(0, "learned tokens after the class token that no output reads (register tokens)")
     distillation_token: bool = _field(False, "DeiT's distillation token, read by a second head (needs --pooling token)")
-    position_embedding: str = _field("learned", "learned position embeddings (the paper's) or fixed sincos2d ones")
+    position_embedding: str = _field(
+        "learned", "learned position embeddings (the paper's), fixed sincos2d ones, or none (a RoPE model's)"
+    )
+    rope: str | None = _field(None, "rotary position embeddings on the queries and keys: dinov3; none: off")
+    rope_temperature: float = _field(100.0, "the rotary embeddings' longest period (DINOv3's 100)")
     embed_prefix_tokens: bool = _field(
         True, "give the class and register tokens position embeddings too (the paper's); false: patches only"
     )
@@ -297,6 +309,13 @@ class ViTSpec(_Spec):
                 raise ValueError(f"{name} must be a rate in [0, 1); got {rate!r}.")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}.")
+        if self.rope is not None:
+            _one_of(self.rope, ROPE_FORMS, "rope")
+            if (self.hidden_size // self.num_heads) % 4:
+                raise ValueError(
+                    f"rope={self.rope!r} needs a head width divisible by 4 (two axes, pairs of channels); "
+                    f"hidden_size {self.hidden_size} / num_heads {self.num_heads} is {self.head_dim}."
+                )
         for side in self.image_size:
             if side % self.stride:
                 what = (
@@ -354,6 +373,11 @@ class ViTSpec(_Spec):
     def stride(self):
         """Pixels per token side: the patch, times the ResNet's stride for hybrids."""
         return self.patch_size * (self.resnet.stride if self.resnet else 1)
+
+    @property
+    def head_dim(self):
+        """Channels per attention head."""
+        return self.hidden_size // self.num_heads
 
     @property
     def grid_size(self):

@@ -8,7 +8,17 @@ from keras_vit.internals import set_untracked, sublayers
 from keras_vit.labels import label_set_name, resolve_class_names
 from keras_vit.layers.inline import own_policy
 from keras_vit.layers.tokens import PatchTokens
-from keras_vit.models.graph import block_indices, embed, encode, final_norm, forward, layer_dtypes, make_layers
+from keras_vit.models.graph import (
+    block_indices,
+    call_block,
+    embed,
+    encode,
+    final_norm,
+    forward,
+    layer_dtypes,
+    make_layers,
+    rotary_table,
+)
 from keras_vit.models.inputs import check_data, check_images, input_shape
 from keras_vit.models.spec import ViTSpec
 
@@ -213,12 +223,13 @@ class VisionTransformer(keras.Model):
         elif layers["stem"] is not None:
             x = layers["stem"](x)
         x, patch_map = embed(layers, x)
+        rope = rotary_table(layers, x, patch_map)
 
         def to_output(tokens):  # a dynamic model's grid is its patch map's
             return patch_tokens(tokens, patch_map) if nhwc and patch_map is not None else patch_tokens(tokens)
 
         for i, block in enumerate(layers["blocks"][: max(indices) + 1]):  # later blocks are not needed
-            x = block(x)
+            x = call_block(block, x, rope)
             if i in indices:
                 outputs[f"block_{i}"] = to_output(final_norm(layers, x) if norm else x)
         return keras.Model(inputs, outputs, name=f"{self.name}_intermediates")
@@ -279,8 +290,10 @@ class _CallWith(keras.layers.Layer):
         self.layer = layer
         self.call_kwargs = call_kwargs
 
-    def call(self, x, **kwargs):
-        return self.layer(x, **self.call_kwargs, **{k: v for k, v in kwargs.items() if k not in self.call_kwargs})
+    def call(self, x, rope=None, **flags):
+        # rope: an encoder block's rotary table, a tensor kept apart from the Python flags.
+        flags = {k: v for k, v in flags.items() if k not in self.call_kwargs}
+        return self.layer(x, **self.call_kwargs, **flags, **({} if rope is None else {"rope": rope}))
 
 
 def resized_preprocessing(preprocessing, image_size):
