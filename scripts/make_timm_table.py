@@ -8,8 +8,9 @@ is a factory function that passes its architecture arguments (``embed_dim``, ``r
 constructor replaced by one that records the arguments and builds nothing, and writes
 them as data: one row per architecture, classes and partials written as names
 (``"layernorm:1e-05"``, ``"swiglu"``); an ``eva`` architecture's row says
-``'module': 'eva'`` (its constructor, ``Eva``, names its arguments its own way). ``keras_vit.checkpoints.timm_config`` turns a row,
-plus a ``config.json``'s own ``model_args``, into a ``ViTSpec``.
+``'module': 'eva'`` (its constructor, ``Eva``, names its arguments its own way).
+``keras_vit.checkpoints.timm_config`` turns a row, plus a ``config.json``'s own
+``model_args``, into a ``ViTSpec``.
 
     .venv/bin/python scripts/make_timm_table.py
 """

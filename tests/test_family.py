@@ -47,6 +47,9 @@ DINOV2_REGISTERS = "vit_small_patch14_reg4_dinov2"
 DEIT_DISTILLED = "deit_tiny_distilled_patch16_224"
 # Attention pooling, no class token.
 SIGLIP = "vit_base_patch16_siglip_224"
+# DINOv3 (timm's eva module): rotary embeddings and no position table, registers, a SwiGLU
+# MLP, query and value biases apart (the key's none).
+DINOV3 = "vit_small_plus_patch16_dinov3_qkvb"
 # Attention weights (in [0, 1]) against timm's explicit softmax: float32 rounding.
 ATTENTION_ATOL = 1e-5
 # bfloat16 activations (8 significant bits) and int8 weights against float32, on the
@@ -123,6 +126,31 @@ def test_dinov2_with_registers_loads_by_hub_name_at_timms_logits_intermediates_a
     assert_attention_is_timms(model, peer, x)
 
 
+def test_dinov3_loads_by_hub_name_at_timms_outputs_features_and_attention_at_any_size(timm, mirror):
+    import torch
+
+    _, model, peer, x = assert_loads_by_hub_name_at_timms_logits(timm, mirror, DINOV3)
+    assert model.spec.rope == "dinov3" and model.spec.position_embedding == "none" and model.spec.gated_mlp
+    assert "position_embedding" not in [layer.name for layer in model.layers]
+    assert_intermediates_are_timms(model, peer, x)
+    assert_attention_is_timms(model, peer, x)
+    # Two images, at sizes it was not built for: no table to resample, the rotary angles
+    # computed for each grid as timm's dynamic_img_size does.
+    for size in ((64, 80), (32, 112)):
+        images = to_numpy(keras.ops.image.resize(np.concatenate([x, x[:, :, ::-1]]), size))
+        with torch.no_grad():
+            expected = peer(torch.from_numpy(images.transpose(0, 3, 1, 2))).numpy()
+        assert_close_to_scale(logits(model, images), expected, RTOL, f"at {size}")
+    # The bound sees the rotary frequencies: another period moves the outputs past it.
+    wrong = keras_vit.create_model(mirror_name(DINOV3), rope_temperature=10_000.0)
+    with pytest.raises(AssertionError):
+        assert_close_to_scale(logits(wrong, x), torch_logits(peer, x), RTOL)
+
+
+def mirror_name(architecture, tag="random"):
+    return f"hf-hub:timm/{architecture}.{tag}"
+
+
 # The preset folder's model, on the next backend of helpers.BACKEND_CYCLE.
 NEXT_BACKEND_PRESET = textwrap.dedent("""
     import sys, numpy as np, keras, keras_vit
@@ -170,14 +198,14 @@ def test_siglip_intermediates_are_timms(timm, mirror):
 # backend built it: the layers' conversion is one, and each backend's export path is
 # test_export's.
 @once_on("tensorflow", "the converters see the layers as TensorFlow rebuilds them, whichever backend built them")
-@pytest.mark.parametrize("architecture", [DINOV2_REGISTERS, SIGLIP])
+@pytest.mark.parametrize("architecture", [DINOV2_REGISTERS, SIGLIP, DINOV3])
 def test_savedmodel_litert_and_onnx_exports_give_the_models_outputs(timm, mirror, architecture, tmp_path, rng):
     from keras_vit.export import export_model
     from keras_vit.export.runtime import load_exported
 
     name, _ = serve_timm_model(timm, mirror, architecture, num_classes=10)  # a classifier, as exports take
     model = keras_vit.create_model(name)
-    images = rng.integers(0, 256, (3, *model.input_shape[1:]), dtype=np.uint8)
+    images = rng.integers(0, 256, (3, *model.spec.image_size, 3), dtype=np.uint8)  # a dynamic model: its size
     result = export_model(model, tmp_path / "export", formats="savedmodel,tflite_float32,onnx")
     # What the exports run: the model's own pre-processing, then the model, then a softmax.
     expected = log_softmax(logits(model, to_numpy(model.preprocessing(images))))

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 import skimage.data
-from helpers import assert_close_to_scale, randomize_torch, to_numpy
+from helpers import assert_close_to_scale, randomize_torch, to_numpy, write_photos
 
 import keras_vit
 from keras_vit.checkpoints.transformers_config import UnsupportedModelTypeError
@@ -164,6 +164,48 @@ def test_dinov2_with_registers_loads_its_registers_outside_the_position_table(mi
     assert_as_transformers(model, bit_processor(), lambda pixels: peer(pixel_values=pixels).pooler_output, False)
 
 
+def dinov3_processor():
+    """DINOv3's processor settings (each side to 48, bilinear, ImageNet's mean and std), on
+    ``ViTImageProcessor``'s PIL backend: transformers' DINOv3 processor runs on torchvision
+    alone, and its file holds these same settings (``serve_dinov3`` writes its type name)."""
+    return pil_processor("ViTImageProcessor")(size={"height": 48, "width": 48}, resample=2, **IMAGENET)
+
+
+def serve_dinov3(mirror, repo, model):
+    """``serve``, with the processor's file as DINOv3's names itself."""
+    name = serve(mirror, repo, model, dinov3_processor())
+    path = os.path.join(mirror.root, repo, "resolve", "main", "preprocessor_config.json")
+    with open(path) as f:
+        settings = json.load(f)
+    with open(path, "w") as f:
+        json.dump({**settings, "image_processor_type": "DINOv3ViTImageProcessor"}, f)
+    return name
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["mlp", "swiglu"])
+def test_dinov3_loads_with_rotary_embeddings_at_transformers_pooled_output_at_any_size(mirror, gated):
+    import torch
+
+    # Registers, LayerScale; the SwiGLU one with SiLU and a key bias too (the others' default none).
+    extra = dict(use_gated_mlp=True, hidden_act="silu", key_bias=True) if gated else {}
+    peer = upstream_model("DINOv3ViTModel", **SMALL, num_register_tokens=4, layerscale_value=0.5, **extra)
+    model = keras_vit.load_model(serve_dinov3(mirror, "facebook/dinov3-vits16-test", peer))
+    spec = model.spec
+    assert (spec.rope, spec.position_embedding, spec.num_register_tokens, spec.gated_mlp) == (
+        "dinov3",
+        "none",
+        4,
+        gated,
+    )
+    assert spec.layer_norm_epsilon == 1e-5 and spec.dynamic_image_size and not spec.include_top
+    assert_as_transformers(model, dinov3_processor(), lambda pixels: peer(pixel_values=pixels).pooler_output)
+    # Other sizes as they are: the rotary angles computed for each grid, as transformers does.
+    images = np.random.default_rng(0).normal(size=(2, 64, 80, 3)).astype("float32")
+    with torch.no_grad():
+        expected = peer(pixel_values=torch.from_numpy(images.transpose(0, 3, 1, 2))).pooler_output.numpy()
+    assert_close_to_scale(to_numpy(model(images)), expected, RTOL)
+
+
 def test_clip_loads_as_its_vision_tower_with_and_without_the_projection(mirror):
     import transformers
 
@@ -218,3 +260,25 @@ def test_the_mae_msn_and_ijepa_encoders_load_at_transformers_outputs(mirror):
     assert not model.spec.class_token and model.spec.pooling == "gap"
     upstream = lambda pixels: ijepa(pixel_values=pixels).last_hidden_state.mean(1)
     assert_as_transformers(model, vit_processor(), upstream, False)
+
+
+def test_finetune_from_a_dinov3_repository_classifies_the_folders_classes_by_name(mirror, tmp_path, capsys):
+    from keras_vit.commands import classify, finetune
+
+    write_photos(tmp_path / "photos", mirrored=True)  # classes a and b, eight photos each
+    peer = upstream_model("DINOv3ViTModel", **SMALL, num_register_tokens=4)
+    name = serve_dinov3(mirror, "facebook/dinov3-vits16-finetune-test", peer)
+    result = finetune.main(["--init-from", name, "--dataset", str(tmp_path / "photos"), "--epochs", "1",
+                            "--batch-size", "4", "--warmup-steps", "1", "--progress", "0",
+                            "--output-dir", str(tmp_path / "runs")])  # fmt: skip
+    model = result.model
+    assert model.spec.rope == "dinov3" and model.class_names == ("a", "b") and model.output_shape == (None, 2)
+    # The repository's backbone under the new head: its register tokens as transformers has them.
+    saved = os.path.join(result.run_dir, "model.keras")
+    registers = {v.path: to_numpy(v) for v in keras_vit.load_model(saved).weights}["register_tokens/tokens"]
+    np.testing.assert_array_equal(registers, peer.embeddings.register_tokens.detach().numpy())
+    capsys.readouterr()
+    classify.main([saved, str(tmp_path / "photos" / "a"), "--top", "1"])
+    # Lines "  1.  51.20%  a (0)": rank, probability, the folder's class name, its index.
+    named = [line.split()[-2] for line in capsys.readouterr().out.splitlines() if line.strip()[:1].isdigit()]
+    assert len(named) == 8 and set(named) <= {"a", "b"}, named

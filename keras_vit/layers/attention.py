@@ -112,8 +112,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Call with ``rope=`` a ``RotaryEmbedding``'s table to turn the queries and keys by it
-    (rotary position embeddings), and with ``as_rows=True`` for the output as the ``(batch * tokens, width)`` rows that the
-    output projection computes, as ``EncoderBlock`` adds them to its residual stream.
+    (rotary position embeddings), and with ``as_rows=True`` for the output as the
+    ``(batch * tokens, width)`` rows that the output projection computes, as
+    ``EncoderBlock`` adds them to its residual stream.
 
     Examples:
         >>> import numpy as np

@@ -136,8 +136,8 @@ class EncoderBlock(keras.layers.Layer):
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Call with ``rope=`` a ``RotaryEmbedding``'s table for rotary position embeddings (see
-    ``MultiHeadSelfAttention``), and with ``return_attention_scores=True`` to also get ``(batch, heads, tokens, tokens)``
-    attention weights. Sublayer paths follow the checkpoints: ``norm1``,
+    ``MultiHeadSelfAttention``), and with ``return_attention_scores=True`` to also get
+    ``(batch, heads, tokens, tokens)`` attention weights. Sublayer paths follow the checkpoints: ``norm1``,
     ``attention/qkv``, ``attention/out``, ``norm2``, ``mlp/fc1``, ``mlp/fc2``. Its four
     ``Dense`` layers can be quantized, and a quantized block saves and reloads.
 

@@ -96,7 +96,9 @@ class RotaryEmbedding(keras.layers.Layer):
         if form not in ROPE_FORMS:
             raise ValueError(f"rope must be one of {ROPE_FORMS} or None, got {form!r}.")
         if head_dim % 4:
-            raise ValueError(f"rotary embeddings need a head width divisible by 4 (two axes, channel pairs); got {head_dim}.")
+            raise ValueError(
+                f"rotary embeddings need a head width divisible by 4 (two axes, channel pairs); got {head_dim}."
+            )
         self.grid_size = tuple(int(s) for s in grid_size)
         self.head_dim = int(head_dim)
         self.num_prefix_tokens = int(num_prefix_tokens)

@@ -97,7 +97,10 @@ def make_layers(spec, dtype_for):
         distillation_token=make("distillation_token", DistillationToken) if distilled else None,
         position_embedding=(
             make(
-                "position_embedding", PositionEmbedding, spec.grid_size, spec.position_prefix_rows,
+                "position_embedding",
+                PositionEmbedding,
+                spec.grid_size,
+                spec.position_prefix_rows,
                 spec.position_embedding,
             )  # fmt: skip
             if spec.position_embedding != "none"
@@ -105,7 +108,12 @@ def make_layers(spec, dtype_for):
         ),
         rotary_embedding=(
             make(
-                "rotary_embedding", RotaryEmbedding, spec.grid_size, spec.head_dim, spec.num_prefix_tokens, spec.rope,
+                "rotary_embedding",
+                RotaryEmbedding,
+                spec.grid_size,
+                spec.head_dim,
+                spec.num_prefix_tokens,
+                spec.rope,
                 spec.rope_temperature,
             )  # fmt: skip
             if spec.rope

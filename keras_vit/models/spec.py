@@ -22,8 +22,8 @@ from keras_vit.layers.activations import MLP_ACTIVATIONS
 from keras_vit.layers.attention_pooling import ATTENTION_POOLING
 from keras_vit.layers.heads import POOLINGS
 from keras_vit.layers.layer_norm import NORM_TYPES
-from keras_vit.layers.rotary import ROPE_FORMS
 from keras_vit.layers.resnet import check_block_units, resnet_feature_stride, resnet_out_channels
+from keras_vit.layers.rotary import ROPE_FORMS
 from keras_vit.layers.std_conv import check_std_conv_form
 from keras_vit.layers.tokens import POSITION_EMBEDDINGS
 

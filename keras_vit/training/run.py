@@ -375,7 +375,7 @@ def _fit(config, recipe, extra_callbacks):
         checks = {}
         if recipe == "finetune" and processes.count() == 1:  # the checks predict in one process
             images = np.concatenate([keras.ops.convert_to_numpy(x) for x, *_ in validation])
-            size = tuple(pretrained.input_shape[1:3]) if pretrained is not None else None
+            size = tuple(pretrained.spec.image_size) if pretrained is not None else None  # (a dynamic one has none)
             checks = start_checks(model, pretrained, images, size)
         epochs = EpochTimes()  # last: each epoch's steps, validation and file writes
         with _finite_evaluation():

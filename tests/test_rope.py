@@ -1,0 +1,87 @@
+"""Rotary position embeddings (``keras_vit/layers/rotary.py``) against timm's and
+transformers' own: the table of sines and cosines for a grid, the turn of the queries and
+keys, the prefix tokens left alone, and a grid known only at run time.
+
+The models that use them (DINOv3 by both hubs) are checked whole in test_family.py and
+test_transformers.py.
+"""
+
+import keras
+import numpy as np
+import pytest
+from helpers import to_numpy
+
+from keras_vit.layers import RotaryEmbedding, rotate
+
+GRID, HEAD_DIM, PREFIX = (3, 5), 16, 2
+# Angles up to 2 pi x 2 in float32 (theirs) against float64 cast to float32 (the table's).
+ATOL = 2e-6
+
+
+def table(**kwargs):
+    layer = RotaryEmbedding(GRID, HEAD_DIM, PREFIX, **kwargs)
+    return to_numpy(layer(np.zeros((1, PREFIX + GRID[0] * GRID[1], 8), "float32")))
+
+
+def test_the_table_is_timms_and_transformers_dinov3_table_and_turns_no_prefix_token(timm):
+    import torch
+    from timm.layers.pos_embed_sincos import RotaryEmbeddingDinoV3
+    from transformers.models.dinov3_vit import modeling_dinov3_vit as dinov3
+
+    ours = table(temperature=100.0)
+    assert ours.shape == (2, PREFIX + 15, HEAD_DIM)
+    # Prefix rows: sine 0, cosine 1, exactly (the class token and registers are not turned).
+    np.testing.assert_array_equal(ours[0, :PREFIX], 0.0)
+    np.testing.assert_array_equal(ours[1, :PREFIX], 1.0)
+    sin, cos = ours[:, PREFIX:]
+    timms = RotaryEmbeddingDinoV3(HEAD_DIM, temperature=100.0, rotate_half=True).get_embed(GRID).numpy()
+    np.testing.assert_allclose(sin, timms[:, :HEAD_DIM], atol=ATOL)
+    np.testing.assert_allclose(cos, timms[:, HEAD_DIM:], atol=ATOL)
+    config = dinov3.DINOv3ViTConfig(hidden_size=HEAD_DIM * 2, num_attention_heads=2, patch_size=1, rope_theta=100.0)
+    theirs_cos, theirs_sin = dinov3.DINOv3ViTRopePositionEmbedding(config).eval()(torch.zeros(1, 3, *GRID))
+    np.testing.assert_allclose(sin, theirs_sin.numpy(), atol=ATOL)
+    np.testing.assert_allclose(cos, theirs_cos.numpy(), atol=ATOL)
+    # The temperature is DINOv3's period: another is another table.
+    assert np.abs(table(temperature=10_000.0) - ours).max() > 0.1
+
+
+def test_a_grid_known_at_run_time_gives_the_built_grids_table():
+    layer = RotaryEmbedding((2, 2), HEAD_DIM, PREFIX)  # built for another grid
+    tokens = np.zeros((1, PREFIX + 15, 8), "float32")
+    patch_map = np.zeros((1, *GRID, 8), "float32")
+    np.testing.assert_allclose(to_numpy(layer(tokens, patch_map)), table(), atol=ATOL)
+    # In a model with unknown sides, the same.
+    inputs = keras.Input((None, 8)), keras.Input((None, None, 8))
+    graph = keras.Model(inputs, layer(*inputs))
+    np.testing.assert_allclose(to_numpy(graph([tokens, patch_map])), table(), atol=ATOL)
+
+
+def test_rotate_is_timms_turn_of_the_patch_tokens(timm):
+    import torch
+    from timm.layers.pos_embed_sincos import apply_rot_embed_cat
+
+    x = (
+        np.random.default_rng(0).normal(size=(2, PREFIX + 15, 3, HEAD_DIM)).astype("float32")
+    )  # (batch, tokens, heads, dim)
+    ours = to_numpy(rotate(x, table()))
+    np.testing.assert_array_equal(ours[:, :PREFIX], x[:, :PREFIX])
+    sin_cos = torch.from_numpy(np.concatenate(table()[:, PREFIX:], axis=-1))
+    patches = torch.from_numpy(x[:, PREFIX:].transpose(0, 2, 1, 3))  # timm's (batch, heads, tokens, dim)
+    theirs = apply_rot_embed_cat(patches, sin_cos, half=True).numpy().transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(ours[:, PREFIX:], theirs, atol=1e-6)
+    # A rotation: each pair of channels keeps its length.
+    pairs = lambda a: np.hypot(a[..., : HEAD_DIM // 2], a[..., HEAD_DIM // 2 :])  # noqa: E731
+    np.testing.assert_allclose(pairs(ours), pairs(x), rtol=1e-5)
+
+
+def test_bad_rotary_options_are_clear_errors():
+    with pytest.raises(ValueError, match=r"rope must be one of \('dinov3',\) or None, got 'axial'"):
+        RotaryEmbedding(GRID, HEAD_DIM, form="axial")
+    with pytest.raises(ValueError, match="head width divisible by 4"):
+        RotaryEmbedding(GRID, 6)
+    from keras_vit.models.spec import ViTSpec
+
+    with pytest.raises(ValueError, match=r"rope='dinov3' needs a head width divisible by 4.*is 6"):
+        ViTSpec(hidden_size=36, num_heads=6, rope="dinov3")
+    with pytest.raises(ValueError, match="rope must be one of"):
+        ViTSpec(rope="cat")
