@@ -157,6 +157,16 @@ def test_a_dinov2_backbone_loads_at_another_size_at_transformers_pooled_output(m
     assert_as_transformers(model, bit_processor(), lambda pixels: peer(pixel_values=pixels).pooler_output)
 
 
+@pytest.mark.parametrize("cls", ["Dinov2ForImageClassification", "Dinov2WithRegistersForImageClassification"])
+def test_a_dinov2_classifier_reads_the_class_token_beside_the_patch_tokens_mean(mirror, cls):
+    registers = dict(num_register_tokens=4) if "Registers" in cls else {}
+    peer = upstream_model(cls, **DINOV2, **registers, id2label={0: "cat", 1: "coffee", 2: "other"})
+    model = keras_vit.load_model(serve(mirror, f"facebook/{cls.lower()}-test", peer, bit_processor()))
+    assert model.spec.pooling == "token_gap" and model.class_names == ("cat", "coffee", "other")
+    assert model.get_layer("head").kernel.shape == (2 * DINOV2["hidden_size"], 3)
+    assert_as_transformers(model, bit_processor(), lambda pixels: peer(pixel_values=pixels).logits)
+
+
 def test_dinov2_with_registers_loads_its_registers_outside_the_position_table(mirror):
     peer = upstream_model("Dinov2WithRegistersModel", **DINOV2, num_register_tokens=4)
     model = keras_vit.load_model(serve(mirror, "facebook/dinov2-with-registers-small-test", peer, bit_processor()))

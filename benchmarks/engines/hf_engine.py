@@ -14,6 +14,9 @@ backend = torch_steps.backend
 def model(arch):
     import transformers
 
+    if arch.family != "vit":
+        raise NotImplementedError(f"this engine builds transformers' ViT, not {arch.family}")
+
     from keras_vit.checkpoints.layouts import HF_CONFIG_NAMES
 
     fields = dict(dataclasses.asdict(arch), layer_norm_epsilon=1e-6)

@@ -16,7 +16,7 @@ import engines as registry
 from harness.attention import attention_kernels
 from harness.device import device_kind, framework_peaks
 from harness.memory import device_peak_mb, peak_rss_mb, reset_device_peak, reset_peak_rss, rss_mb
-from harness.models import architectures
+from harness.models import architectures, spec
 from harness.timing import interleaved_timings
 
 # The benchmark's modes: (what a step does, the batch size).
@@ -67,7 +67,7 @@ def run_engines(engines, models, precisions, modes, quick, min_seconds=2.0, repe
         peak = peaks["float32" if precision == "float32" else "bfloat16"]
         for key in models:
             arch = arches[key]
-            flops = keras_vit.inspect.count_flops(arch.name, image_size=arch.image_size, depth=arch.depth)
+            flops = keras_vit.inspect.count_flops(spec(arch.name, arch.image_size, depth=arch.depth))
             for mode in modes:
                 kind, batch = MODES[mode]
                 rows, steps, held = {}, {}, []

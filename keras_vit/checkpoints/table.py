@@ -233,6 +233,9 @@ HF_DINOV2 = [
     (_B + r"mlp/(fc[12])/bias", same(_D + "mlp.{1}.bias")),
     (r"encoder_norm/gamma", same("layernorm.weight")),
     (r"encoder_norm/beta", same("layernorm.bias")),
+    # Dinov2ForImageClassification's linear head, on the class token beside the patches' mean.
+    (r"head/kernel", linear("classifier.weight")),
+    (r"head/bias", same("classifier.bias")),
 ]
 
 # HF transformers' DINOv3 (DINOv3ViTModel): no position table (rotary embeddings), separate

@@ -60,22 +60,24 @@ def _deit(config):
 def _dinov2(config):
     """``Dinov2Model``: the ViT with LayerScale, the exact GELU and epsilon 1e-6, its MLP
     ``mlp_ratio`` times as wide; a backbone whose output is ``pooler_output`` (the class
-    token after the final norm)."""
+    token after the final norm). ``Dinov2ForImageClassification``'s head reads the class
+    token beside the patch tokens' mean (``pooling="token_gap"``)."""
     options = {**LAYOUTS["hf_dinov2"].numerics, **spec_options_from_hf_config(config)}
-    if config.get("use_swiglu_ffn") or is_classifier(config):
+    if config.get("use_swiglu_ffn"):
         raise UnsupportedModelTypeError(
-            "a dinov2 checkpoint with a SwiGLU MLP (giant) or Dinov2ForImageClassification's head (the class token "
-            "beside the patch tokens' mean): keras-vit builds Dinov2Model (timm's vit_*_dinov2 load by hub name)."
+            "a dinov2 checkpoint with a SwiGLU MLP (giant): keras-vit builds the others (timm's "
+            "vit_giant_patch14_dinov2 loads by hub name)."
         )
-    options.pop("num_classes", None)
     hidden = options.get("hidden_size", 768)
-    return dict(
-        options,
+    options.update(
         mlp_dim=int(hidden * config.get("mlp_ratio", 4)),
         qkv_bias=bool(config.get("qkv_bias", True)),
         layer_scale_init=float(config.get("layerscale_value", 1.0)),
-        include_top=False,
     )
+    if is_classifier(config):
+        return dict(options, pooling="token_gap")
+    options.pop("num_classes", None)
+    return dict(options, include_top=False)
 
 
 def _dinov2_with_registers(config):
@@ -179,6 +181,29 @@ MODEL_TYPES = {
 }
 
 
+# What each model type loads as (the docs' family table reads these).
+MODEL_CLASSES = {
+    "clip": "CLIPModel's vision tower and projection",
+    "clip_vision_model": "CLIPVisionModel, CLIPVisionModelWithProjection",
+    "deit": "DeiTForImageClassificationWithTeacher",
+    "dinov2": "Dinov2Model, Dinov2ForImageClassification",
+    "dinov2_with_registers": "Dinov2WithRegistersModel, Dinov2WithRegistersForImageClassification",
+    "dinov3_vit": "DINOv3ViTModel",
+    "ijepa": "IJepaModel",
+    "siglip": "SiglipModel's vision tower",
+    "siglip_vision_model": "SiglipVisionModel",
+    "vit": "ViTModel, ViTForImageClassification",
+    "vit_mae": "ViTMAEModel (the encoder)",
+    "vit_msn": "ViTMSNModel",
+}
+# ViT model types of transformers keras-vit does not build yet, and why.
+NOT_YET = {
+    "beit": "relative position bias",
+    "data2vec-vision": "relative position bias (BEiT's)",
+    "siglip2_vision_model": "NaFlex's variable patch grids",
+}
+
+
 def is_classifier(config):
     return any("ForImageClassification" in name for name in config.get("architectures") or ())
 
@@ -193,8 +218,9 @@ def spec_options(config):
     """
     model_type = config.get("model_type")
     if model_type not in MODEL_TYPES:
+        why = f", which needs {NOT_YET[model_type]} (not built yet)" if model_type in NOT_YET else ""
         raise UnsupportedModelTypeError(
-            f"transformers model_type {model_type!r}: keras-vit builds {', '.join(sorted(MODEL_TYPES))} "
+            f"transformers model_type {model_type!r}{why}: keras-vit builds {', '.join(sorted(MODEL_TYPES))} "
             "(docs/guide/timm-architectures.md lists what is built and what is not yet)."
         )
     return MODEL_TYPES[model_type](config)

@@ -114,7 +114,7 @@ def count_flops(name_or_model, **options):
     if spec.pooling == ATTENTION_POOLING:  # over the patch tokens: it leaves the prefix out
         flops += attention_pooling_flops(grid_h * grid_w, spec.hidden_size, spec.mlp_dim)
     if spec.include_top:
-        features = spec.hidden_size
+        features = spec.hidden_size * (2 if spec.pooling == "token_gap" else 1)
         if spec.representation_size:
             flops += _dense(1, spec.hidden_size, spec.representation_size)
             features = spec.representation_size

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-POOLINGS = ("token", "gap")
+POOLINGS = ("token", "gap", "token_gap")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -12,8 +12,10 @@ class TokenPooling(keras.layers.Layer):
 
     Args:
         mode: ``"token"`` takes the class token (the paper's default), ``"gap"`` averages
-            the patch tokens (the paper's global-average-pooling ablation).
-        num_prefix_tokens: tokens before the patch grid, left out of ``"gap"``.
+            the patch tokens (the paper's global-average-pooling ablation),
+            ``"token_gap"`` puts the two side by side, ``(batch, 2 * width)`` (what
+            DINOv2's linear classifiers read).
+        num_prefix_tokens: tokens before the patch grid, left out of the average.
         index: the prefix token ``"token"`` takes: 0, the class token, or 1, DeiT's
             distillation token.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
@@ -28,9 +30,9 @@ class TokenPooling(keras.layers.Layer):
         super().__init__(**kwargs)
         if mode not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {mode!r}.")
-        if mode == "token" and not 0 <= index < num_prefix_tokens:
+        if mode != "gap" and not 0 <= index < num_prefix_tokens:
             raise ValueError(
-                f"pooling='token' takes prefix token {index}: expected more than {index} prefix tokens (a class "
+                f"pooling={mode!r} takes prefix token {index}: expected more than {index} prefix tokens (a class "
                 f"token first); got num_prefix_tokens={num_prefix_tokens}."
             )
         self.mode = mode
@@ -40,10 +42,11 @@ class TokenPooling(keras.layers.Layer):
     def call(self, tokens):
         if self.mode == "token":
             return tokens[:, self.index]
-        return ops.mean(tokens[:, self.num_prefix_tokens :], axis=1)
+        mean = ops.mean(tokens[:, self.num_prefix_tokens :], axis=1)
+        return mean if self.mode == "gap" else ops.concatenate([tokens[:, self.index], mean], axis=-1)
 
     def compute_output_shape(self, input_shape):
-        return (input_shape[0], input_shape[-1])
+        return (input_shape[0], input_shape[-1] * (2 if self.mode == "token_gap" else 1))
 
     def get_config(self):
         config = super().get_config()

@@ -128,7 +128,8 @@ class ViTSpec(_Spec):
             blocks, heads and MLP width (the paper's Table 1).
         num_channels: input channels.
         pooling: ``"token"`` (the class token, the paper's default), ``"gap"`` (mean of
-            the patch tokens), ``"map"`` (multi-head attention pooling, SigLIP's head:
+            the patch tokens), ``"token_gap"`` (the two side by side, twice the width:
+            DINOv2's classifiers), ``"map"`` (multi-head attention pooling, SigLIP's head:
             ``keras_vit.layers.AttentionPooling``) or ``None`` (no pooling, only with
             ``include_top=False``).
         class_token: prepend a class token; defaults to ``pooling != "gap"``, as in the
@@ -220,7 +221,9 @@ class ViTSpec(_Spec):
     mlp_dim: int = _field(3072, "hidden width of each block's MLP")
     num_channels: int = _field(3, "channels of the input images (3 for RGB)")
     pooling: str | None = _field(
-        "token", "what the head reads: token (the class token), gap (the patch tokens' mean) or map (attention pooling)"
+        "token",
+        "what the head reads: token (the class token), gap (the patch tokens' mean), token_gap (both side by side) "
+        "or map (attention pooling)",
     )
     class_token: bool | None = _field(None, "prepend a class token; none: one unless --pooling gap")
     num_register_tokens: int = _field(0, "learned tokens after the class token that no output reads (register tokens)")
@@ -291,8 +294,10 @@ class ViTSpec(_Spec):
             raise ValueError("pooling=None is only possible with include_top=False.")
         if self.pooling is not None:
             _one_of(self.pooling, (*POOLINGS, ATTENTION_POOLING), "pooling")
-        if self.pooling == "token" and not self.has_class_token:
-            raise ValueError("pooling='token' needs class_token=True.")
+        if self.pooling in ("token", "token_gap") and not self.has_class_token:
+            raise ValueError(f"pooling={self.pooling!r} needs class_token=True.")
+        if self.pooling == "token_gap" and self.norm_after_pool:
+            raise ValueError("pooling='token_gap' reads the normed tokens: it needs norm_after_pool=False.")
         _one_of(self.position_embedding, POSITION_EMBEDDINGS, "position_embedding")
         _one_of(self.mlp_activation, MLP_ACTIVATIONS, "mlp_activation")
         _one_of(self.norm_type, NORM_TYPES, "norm_type")
