@@ -197,7 +197,9 @@ def _fed_to_the_model(model, images):
 @pytest.mark.parametrize(
     "preprocessing",
     [
-        pytest.param(dict(crop_fraction=0.875, interpolation="bicubic", mean=IMAGENET_MEAN, std=IMAGENET_STD), id="preset"),
+        pytest.param(
+            dict(crop_fraction=0.875, interpolation="bicubic", mean=IMAGENET_MEAN, std=IMAGENET_STD), id="preset"
+        ),
         pytest.param(dict(crop_mode="squash", interpolation="bilinear", antialias=False), id="recipe"),
     ],
 )

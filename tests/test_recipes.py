@@ -286,13 +286,14 @@ DIGITS_FINETUNE_AS_RUN = dict(
     dataset="digits", crop_area_min=0.8, horizontal_flip=False, label_smoothing=0.1, inception_crop=False,
     optimizer="sgd", momentum=0.9, weight_decay=0.0, learning_rate=0.03, batch_size=64, warmup_steps=20,
     decay="cosine", global_clipnorm=1.0, epochs=20,
-)
+)  # fmt: skip
 
 
 def test_fine_tuning_the_digits_keeps_the_recipe_tuned_for_them():
     from keras_vit.commands.recipe_flags import parse_args
 
-    config = parse_args(["--run-name", "main-finetune", "--init-from", "x.keras", "--image-size", "24"], "digits_finetune")
+    main_job = ["--run-name", "main-finetune", "--init-from", "x.keras", "--image-size", "24"]
+    config = parse_args(main_job, "digits_finetune")
     assert config.recipe_name == "digits_finetune"
     assert {k: getattr(config, k) for k in DIGITS_FINETUNE_AS_RUN} == DIGITS_FINETUNE_AS_RUN
     assert config.model_options == {"dropout_rate": 0.1, "representation_size": None}

@@ -16,7 +16,14 @@ from keras_vit import commands
 from keras_vit.checks import flag
 from keras_vit.commands.parser import shown
 from keras_vit.training.config import (
-    CHOICES, FIELDS, GROUPS, MODEL_OPTIONS, PRESETS, default_recipe, make_config, unknown_keys_message,
+    CHOICES,
+    FIELDS,
+    GROUPS,
+    MODEL_OPTIONS,
+    PRESETS,
+    default_recipe,
+    make_config,
+    unknown_keys_message,
 )  # fmt: skip
 from keras_vit.training.errors import RecipeInputError
 
