@@ -157,7 +157,7 @@ def test_the_error_classes_table_states_each_errors_real_bases():
     import builtins
     import importlib
 
-    with open(os.path.join(DOCS, "guide", "reliability.md")) as f:
+    with open(os.path.join(DOCS, "guide", "errors.md")) as f:
         rows = ERROR_ROW.findall(f.read())
     stated = {}
     for path, bases in rows:
@@ -165,7 +165,7 @@ def test_the_error_classes_table_states_each_errors_real_bases():
         error = getattr(importlib.import_module(module), name)
         # Every class it is, its own and the built-in ones, up to (not with) Exception.
         real = [c.__name__ for c in error.__mro__[1:] if c not in (Exception, BaseException, object)]
-        assert re.findall(r"`(\w+)`", bases) == real, f"reliability.md says {name} is a {bases.strip()}; it is {real}"
+        assert re.findall(r"`(\w+)`", bases) == real, f"errors.md says {name} is a {bases.strip()}; it is {real}"
         assert all(hasattr(builtins, c) or c in stated for c in real), (name, real)
         stated[name] = path
     defined = set()
@@ -175,4 +175,17 @@ def test_the_error_classes_table_states_each_errors_real_bases():
                 with open(os.path.join(folder, n)) as f:
                     defined.update(re.findall(r"^class (\w+Error)\(", f.read(), flags=re.M))
     missing = defined - set(stated) - INTERNAL_ERRORS
-    assert not missing, f"error classes missing from reliability.md's table: {sorted(missing)}"
+    assert not missing, f"error classes missing from errors.md's table: {sorted(missing)}"
+
+
+def test_the_command_line_reference_is_what_the_parsers_print():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_cli_reference", os.path.join(ROOT, "scripts", "make_cli_reference.py")
+    )
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    with open(generator.PAGE) as f:
+        written = f.read()
+    assert written == generator.page(), "docs/guide/cli-reference.md is stale: python scripts/make_cli_reference.py"
