@@ -17,6 +17,7 @@ from keras_vit.checks import flag
 from keras_vit.commands.parser import shown
 from keras_vit.training.config import (
     CHOICES,
+    DEFAULT_RECIPES,
     FIELDS,
     GROUPS,
     MODEL_OPTIONS,
@@ -35,9 +36,6 @@ RECIPE_HELP = (
     "the recipe whose values are the defaults below: digits_* train on the embedded digits in minutes on a CPU, "
     "paper_* are the paper's ImageNet-scale recipes (default: %s)"
 )
-# What the default recipe is, where --dataset decides it.
-DEFAULT_RECIPE = {"digits_finetune": "digits_finetune on the embedded digits; on any other --dataset paper_finetune, "
-                  "its learning rate scaled to --batch-size"}  # fmt: skip
 
 
 def build_parser(command, default_preset, doc=None):
@@ -51,7 +49,7 @@ def build_parser(command, default_preset, doc=None):
     True
     """
     parser = commands.parser(command, (doc or "A keras-vit recipe.").strip().split("\n\n")[0] + EVERY_FIELD)
-    shown_default = DEFAULT_RECIPE.get(default_preset, default_preset).replace("%", "%%")
+    shown_default = DEFAULT_RECIPES.get(default_preset, default_preset).replace("%", "%%")
     parser.add_argument("--recipe", default=None, choices=sorted(PRESETS), help=RECIPE_HELP % shown_default)
     parser.add_argument("--preset", dest="old_recipe", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     defaults = make_config(default_preset)

@@ -314,6 +314,11 @@ def _scaled_to_batch(preset, overrides):
     return {"learning_rate": recipe["learning_rate"] * overrides["batch_size"] / recipe["batch_size"]}
 
 
+# default_recipe's rule in words, for --recipe's help: the commands whose recipe --dataset decides.
+DEFAULT_RECIPES = {"digits_finetune": "digits_finetune on the embedded digits; on any other --dataset paper_finetune, "
+                   "its learning rate scaled to --batch-size"}  # fmt: skip
+
+
 def default_recipe(command_recipe, dataset):
     """The recipe a training command runs without ``--recipe``: its own, tuned on the embedded
     digits; fine-tuning any other dataset starts from the paper's fine-tuning recipe.
