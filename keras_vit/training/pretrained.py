@@ -73,7 +73,8 @@ def resolved(config, recipe, pretrained):
         raise RecipeInputError(f"The model takes {spec.image_size} images; give a square --image-size to train at.")
     own = {"image_size": spec.image_size[0], "normalization": own_normalization}
     taken = {k: v for k, v in own.items() if getattr(config, k) is None}
-    return dataclasses.replace(config, **taken, defaults={**config.defaults, **dict.fromkeys(taken, "the model's")})
+    source = "the model's" if pretrained is not None else "a new model's"
+    return dataclasses.replace(config, **taken, defaults={**config.defaults, **dict.fromkeys(taken, source)})
 
 
 def _normalization_of(preprocessing):
