@@ -542,7 +542,7 @@ def _(tmp):
 
 
 @case("a dataset folder too small to validate on", SystemExit, "The validation split(s) of", "are empty",
-      "5 images or more per class")  # fmt: skip
+      "6 images or more per class")  # fmt: skip
 def _(tmp):
     (tmp / "photos").mkdir()
     _image_folder(tmp / "photos", {"cats": 3, "dogs": 3})

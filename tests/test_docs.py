@@ -146,3 +146,46 @@ def test_every_test_file_is_in_the_contributing_pages_index():
         page = f.read()
     files = sorted(n for n in os.listdir(os.path.join(ROOT, "tests")) if n.startswith("test_") and n.endswith(".py"))
     assert files and [n for n in files if f"`{n}`" not in page] == []
+
+
+ERROR_ROW = re.compile(r"^\| `(keras_vit\.[\w.]+)` \| ([^|]+) \|", flags=re.M)
+# Raised inside the download and caught there: a user meets the DownloadError it becomes.
+INTERNAL_ERRORS = {"FetchError"}
+
+
+def test_the_error_classes_table_states_each_errors_real_bases():
+    import builtins
+    import importlib
+
+    with open(os.path.join(DOCS, "guide", "errors.md")) as f:
+        rows = ERROR_ROW.findall(f.read())
+    stated = {}
+    for path, bases in rows:
+        module, _, name = path.rpartition(".")
+        error = getattr(importlib.import_module(module), name)
+        # Every class it is, its own and the built-in ones, up to (not with) Exception.
+        real = [c.__name__ for c in error.__mro__[1:] if c not in (Exception, BaseException, object)]
+        assert re.findall(r"`(\w+)`", bases) == real, f"errors.md says {name} is a {bases.strip()}; it is {real}"
+        assert all(hasattr(builtins, c) or c in stated for c in real), (name, real)
+        stated[name] = path
+    defined = set()
+    for folder, _, names in os.walk(os.path.join(ROOT, "keras_vit")):
+        for n in names:
+            if n.endswith(".py"):
+                with open(os.path.join(folder, n)) as f:
+                    defined.update(re.findall(r"^class (\w+Error)\(", f.read(), flags=re.M))
+    missing = defined - set(stated) - INTERNAL_ERRORS
+    assert not missing, f"error classes missing from errors.md's table: {sorted(missing)}"
+
+
+def test_the_command_line_reference_is_what_the_parsers_print():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_cli_reference", os.path.join(ROOT, "scripts", "make_cli_reference.py")
+    )
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    with open(generator.PAGE) as f:
+        written = f.read()
+    assert written == generator.page(), "docs/guide/cli-reference.md is stale: python scripts/make_cli_reference.py"

@@ -180,3 +180,59 @@ def test_bad_inputs_name_the_shape():
         layer(np.zeros((8, 8), np.uint8))
     with pytest.raises(ValueError, match=r"Expected images with 3 channels .*got shape \(1, 8, 8, 4\)"):
         layer(np.zeros((1, 8, 8, 4), np.uint8))
+
+
+def _fed_to_the_model(model, images):
+    """What ``model.classify`` passes to ``model.predict``."""
+    fed = []
+    predict = model.predict
+    model.predict = lambda batch, **kwargs: fed.append(to_numpy(batch)) or predict(batch, **kwargs)
+    try:
+        model.classify(images)
+    finally:
+        del model.predict
+    return fed[0]
+
+
+@pytest.mark.parametrize(
+    "preprocessing",
+    [
+        pytest.param(
+            dict(crop_fraction=0.875, interpolation="bicubic", mean=IMAGENET_MEAN, std=IMAGENET_STD), id="preset"
+        ),
+        pytest.param(dict(crop_mode="squash", interpolation="bilinear", antialias=False), id="recipe"),
+    ],
+)
+def test_resize_for_model_is_what_classify_feeds_the_model_before_its_mean_and_std(photo, preprocessing):
+    import keras_vit
+    from keras_vit.images import resize_for_model
+
+    layer = ImagePreprocessing(24, **preprocessing)
+    model = keras_vit.create_model("vit_ti16", image_size=24, patch_size=8, depth=1, num_classes=3, preprocessing=layer)
+    images = [photo[:200, :300], photo[100:140, 200:260]]  # two sizes, downsampled and upsampled
+    pixels = resize_for_model(images, model)
+    assert pixels.shape == (2, 24, 24, 3) and pixels.dtype == np.uint8
+    fed = _fed_to_the_model(model, images)
+    # The same pixels, but for their rounding to whole levels.
+    np.testing.assert_allclose(pixels, levels(fed, layer.mean, layer.std), atol=0.5 + 1e-3)
+    np.testing.assert_array_equal(resize_for_model(images[1], model), pixels[1])  # one image alone
+
+
+def test_resize_for_model_then_the_models_own_preprocessing_is_classify_for_a_whole_image_model(photo):
+    # A model the recipes train keeps the whole image (crop_fraction 1): on pixels at its size
+    # its pre-processing only normalises, so an export's uint8 input answers as classify does.
+    from keras_vit.images import resize_for_model
+
+    layer = ImagePreprocessing.from_normalization("vit", 24)
+    got = to_numpy(layer(resize_for_model(photo, layer)[None]))
+    expected = to_numpy(layer(photo[None]))
+    np.testing.assert_allclose(got, expected, atol=0.5 / 127.5 + 1e-5)
+
+
+def test_resize_for_model_refuses_a_model_without_preprocessing():
+    import keras_vit
+    from keras_vit.images import resize_for_model
+
+    model = keras_vit.create_model("vit_ti16", image_size=16, depth=1, num_classes=3)
+    with pytest.raises(ValueError, match="Expected a keras-vit model with its pre-processing.*preprocessing is None"):
+        resize_for_model(np.zeros((16, 16, 3), np.uint8), model)

@@ -281,6 +281,47 @@ def photos(tmp_path_factory):
     return root  # 8 a class: 5 to train on, 1 to validate, 2 to test
 
 
+# The digits fine-tuning recipe as the main job has always run it (scripts/main.sh's second phase).
+DIGITS_FINETUNE_AS_RUN = dict(
+    dataset="digits", crop_area_min=0.8, horizontal_flip=False, label_smoothing=0.1, inception_crop=False,
+    optimizer="sgd", momentum=0.9, weight_decay=0.0, learning_rate=0.03, batch_size=64, warmup_steps=20,
+    decay="cosine", global_clipnorm=1.0, epochs=20,
+)  # fmt: skip
+
+
+def test_fine_tuning_the_digits_keeps_the_recipe_tuned_for_them():
+    from keras_vit.commands.recipe_flags import parse_args
+
+    main_job = ["--run-name", "main-finetune", "--init-from", "x.keras", "--image-size", "24"]
+    config = parse_args(main_job, "digits_finetune")
+    assert config.recipe_name == "digits_finetune"
+    assert {k: getattr(config, k) for k in DIGITS_FINETUNE_AS_RUN} == DIGITS_FINETUNE_AS_RUN
+    assert config.model_options == {"dropout_rate": 0.1, "representation_size": None}
+    # The digits' data settings are the dataset's, whichever recipe trains on them.
+    paper = make_config("paper_finetune")
+    assert (paper.crop_area_min, paper.horizontal_flip, paper.label_smoothing) == (0.8, False, 0.1)
+    assert paper.defaults["horizontal_flip"] == "dataset digits"
+
+
+def test_fine_tuning_another_dataset_starts_from_the_papers_recipe_scaled_to_the_batch_with_its_flips():
+    from keras_vit.commands.recipe_flags import parse_args
+    from keras_vit.data.splits import DatasetInfo
+    from keras_vit.training.config import PAPER_FINETUNE, with_dataset_defaults
+
+    config = parse_args(["--init-from", "x.keras", "--dataset", "photos/", "--batch-size", "32"], "digits_finetune")
+    folder = DatasetInfo("photos/", 2, ("a", "b"), (None, None, 3))  # a folder's: flips keep its labels
+    config = with_dataset_defaults(config, folder)
+    assert config.recipe_name == "paper_finetune"
+    schedule = ("optimizer", "momentum", "weight_decay", "warmup_steps", "decay", "global_clipnorm", "epochs")
+    assert {k: getattr(config, k) for k in schedule} == {k: PAPER_FINETUNE[k] for k in schedule}
+    assert config.learning_rate == PAPER_FINETUNE["learning_rate"] * 32 / PAPER_FINETUNE["batch_size"]
+    assert (config.horizontal_flip, config.crop_area_min, config.label_smoothing) == (True, 0.08, 0.0)
+    assert config.defaults["horizontal_flip"] == "dataset photos/" and "batch_size" not in config.defaults
+    # What the user gives wins: a rate, a recipe.
+    assert parse_args(["--dataset", "photos/", "--learning-rate", "0.1"], "digits_finetune").learning_rate == 0.1
+    assert parse_args(["--dataset", "photos/", "--recipe", "digits_finetune"], "digits_finetune").learning_rate == 0.03
+
+
 def finetune_command(*args):
     from keras_vit.commands import finetune as command
 
@@ -303,6 +344,10 @@ def test_finetune_from_a_preset_folder_takes_its_model_and_writes_a_new_run_fold
     assert not [w for w in recwarn if "ran out of data" in str(w.message)]  # the splits end by design
     out = capsys.readouterr().out
     assert f"validation accuracy best {max(first.history['val_accuracy']):.4f} (epoch 1)" in out, out
+    # A photo folder is not the digits: the paper's fine-tuning, its rate scaled to the batch, with
+    # the folder's flips, said first and recorded with where each value came from.
+    assert out.startswith("recipe paper_finetune:"), out[:300]
+    assert "horizontal_flip True [dataset " in out and "learning_rate 7.8125e-05 [recipe paper_finetune, scaled" in out
     # The model's size, normalisation and weights (the features at the start equal the preset's).
     assert first.model.input_shape == (None, 16, 16, 3)
     assert first.checks["feature_cosine_similarity"] > 0.9999, first.checks
@@ -310,6 +355,10 @@ def test_finetune_from_a_preset_folder_takes_its_model_and_writes_a_new_run_fold
         recorded = json.load(f)
     assert recorded["recipe"] == "finetune" and recorded["config"]["image_size"] == 16
     assert recorded["config"]["normalization"] == "imagenet" and recorded["config"]["init_from"].endswith("preset")
+    ran = recorded["config"]
+    assert (ran["recipe_name"], ran["horizontal_flip"], ran["label_smoothing"]) == ("paper_finetune", True, 0.0)
+    assert (ran["optimizer"], ran["decay"], ran["learning_rate"]) == ("sgd", "cosine", 0.01 * 4 / 512)
+    assert ran["defaults"]["horizontal_flip"] == f"dataset {photos}" and "batch_size" not in ran["defaults"]
     saved = keras_vit.load_model(os.path.join(first.run_dir, "model.keras"))
     assert saved.class_names == ("a", "b") and saved.preprocessing.mean == preprocessing.mean
     capsys.readouterr()

@@ -15,7 +15,17 @@ import typing
 from keras_vit import commands
 from keras_vit.checks import flag
 from keras_vit.commands.parser import shown
-from keras_vit.training.config import CHOICES, FIELDS, GROUPS, MODEL_OPTIONS, PRESETS, make_config, unknown_keys_message
+from keras_vit.training.config import (
+    CHOICES,
+    DEFAULT_RECIPES,
+    FIELDS,
+    GROUPS,
+    MODEL_OPTIONS,
+    PRESETS,
+    default_recipe,
+    make_config,
+    unknown_keys_message,
+)  # fmt: skip
 from keras_vit.training.errors import RecipeInputError
 
 EVERY_FIELD = (
@@ -24,7 +34,7 @@ EVERY_FIELD = (
 )
 RECIPE_HELP = (
     "the recipe whose values are the defaults below: digits_* train on the embedded digits in minutes on a CPU, "
-    "paper_* are the paper's ImageNet-scale recipes"
+    "paper_* are the paper's ImageNet-scale recipes (default: %s)"
 )
 
 
@@ -39,7 +49,8 @@ def build_parser(command, default_preset, doc=None):
     True
     """
     parser = commands.parser(command, (doc or "A keras-vit recipe.").strip().split("\n\n")[0] + EVERY_FIELD)
-    parser.add_argument("--recipe", default=default_preset, choices=sorted(PRESETS), help=RECIPE_HELP)
+    shown_default = DEFAULT_RECIPES.get(default_preset, default_preset).replace("%", "%%")
+    parser.add_argument("--recipe", default=None, choices=sorted(PRESETS), help=RECIPE_HELP % shown_default)
     parser.add_argument("--preset", dest="old_recipe", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     defaults = make_config(default_preset)
     for title, names in GROUPS.items():
@@ -96,7 +107,7 @@ def _value(text, field):
 
 
 def _recipe(args):
-    """The recipe asked for: ``--recipe``, or the old ``--preset`` with a warning."""
+    """The recipe asked for: ``--recipe``, or the old ``--preset`` with a warning; None if neither."""
     old = getattr(args, "old_recipe", None)
     if old is None:
         return args.recipe
@@ -128,7 +139,8 @@ def parse_args(argv, default_preset, command=None, doc=None):
         for name, text in vars(args).items()
         if name not in ("recipe", "old_recipe", "verbose")
     }
-    return make_config(_recipe(args), **overrides)
+    recipe = _recipe(args) or default_recipe(default_preset, overrides.get("dataset"))
+    return make_config(recipe, **overrides)
 
 
 def run_command_line(recipe, argv, default_preset, command=None, doc=None):

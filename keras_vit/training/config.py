@@ -50,7 +50,7 @@ class RecipeConfig:
     inception_crop: bool = _flag(True, "train on random resized crops (the paper's pre-training); false: on whole "
                                  "resized images (its fine-tuning)")
     crop_area_min: float | None = _flag(None, "smallest share of the image a random crop keeps, in (0, 1]; none: the "
-                                        "dataset's own (0.08; 0.5 for the embedded digits)")
+                                        "dataset's own (0.8 for the embedded digits, else 0.08)")
     horizontal_flip: bool | None = _flag(None, "flip training images left-right at random; none: the dataset's own "
                                          "(on, but off for digits and characters, which a mirror changes)")
     rand_augment: bool = _flag(False, "apply Keras' RandAugment to the training images (2 operations, strength 0.5)")
@@ -82,7 +82,8 @@ class RecipeConfig:
     warmup_steps: int = _flag(10_000, "updates over which the learning rate rises linearly from 0 to its peak")
     decay: str = _flag("linear", "how the learning rate falls to 0 after the warm-up: linear (the paper's "
                        "pre-training) or cosine (its fine-tuning)")
-    label_smoothing: float = _flag(0.0, "share of each label spread evenly over all classes, in [0, 1); 0: none")
+    label_smoothing: float = _flag(0.0, "share of each label spread evenly over all classes, in [0, 1); 0: none "
+                                   "(the embedded digits' own: 0.1)")
     # evaluation during training: few-shot linear accuracy (keras_vit.evaluation) of the
     # representation, shots from the training split, measured on the validation split
     fewshot_every: int = _flag(0, "every this many epochs, log the representation's few-shot linear accuracy on the "
@@ -131,6 +132,11 @@ class RecipeConfig:
     seed: int = _flag(0, "seeds the initial weights, the data's splits and shuffling, and the augmentations")
     progress: int = _flag(1, "what training prints: 1 progress bars, 2 one line per epoch, 0 nothing")
     # fmt: on
+    # Not flags: the recipe preset the values start from, and where each value the user did
+    # not give came from (the recipe, the dataset, the model, the field's default), which the
+    # run prints first and records in recipe.json.
+    recipe_name: str | None = None
+    defaults: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         # Numbers out of range are refused here, before any data is read or any step taken.
@@ -195,16 +201,21 @@ PAPER_FINETUNE = dict(
 # main command on a CPU. Tuned on the validation split: a milder crop than ImageNet's (8x8
 # digits lose their identity in small crops), a higher peak learning rate for the short
 # schedule, label smoothing 0.1 and 50 + 20 epochs, each kept for a higher mean fine-tuned
-# accuracy over seeds and backends.
-_DIGITS_DATA = dict(dataset="digits", crop_area_min=0.8, horizontal_flip=False, label_smoothing=0.1)
+# accuracy over seeds and backends. The data settings are the digits' own (DATASET_DEFAULTS),
+# which any recipe on the digits takes and no other dataset does.
 DIGITS_PRETRAIN = dict(
-    PAPER_PRETRAIN, **_DIGITS_DATA, model="vit_ti16", patch_size=4, hidden_size=128, depth=4, num_heads=4,
+    PAPER_PRETRAIN, dataset="digits", model="vit_ti16", patch_size=4, hidden_size=128, depth=4, num_heads=4,
     mlp_dim=256, image_size=16, batch_size=64, epochs=50, learning_rate=2e-3, warmup_steps=100,
     representation_size=128, weight_decay=0.1,
 )
 DIGITS_FINETUNE = dict(
-    PAPER_FINETUNE, **_DIGITS_DATA, batch_size=64, epochs=20, learning_rate=0.03, warmup_steps=20,
+    PAPER_FINETUNE, dataset="digits", batch_size=64, epochs=20, learning_rate=0.03, warmup_steps=20,
 )
+# What suits a dataset's images where neither the recipe nor the user sets it: the embedded
+# digits' values, tuned with the digits recipes (a mirrored digit is another symbol or none; an
+# 8x8 digit loses its identity in a small crop). Any other dataset's flip and crop area are its
+# own (DatasetInfo: with_dataset_defaults), with no label smoothing.
+DATASET_DEFAULTS = {"digits": dict(crop_area_min=0.8, horizontal_flip=False, label_smoothing=0.1)}
 # fmt: on
 PRESETS = {
     "paper_pretrain": PAPER_PRETRAIN,
@@ -214,7 +225,7 @@ PRESETS = {
 }
 OBJECTIVES = ("classification", "masked_patch_prediction")
 FREEZE = ("backbone",)
-FIELDS = {f.name: f for f in dataclasses.fields(RecipeConfig) if f.name != "model_options"}
+FIELDS = {f.name: f for f in dataclasses.fields(RecipeConfig) if "help" in f.metadata}
 # The spec's options that a recipe may set: all but the task's size and classes (the
 # recipe's image_size and the dataset's) and the nested ResNet stem (a named model's).
 MODEL_OPTIONS = {
@@ -258,17 +269,93 @@ _ARCHITECTURE = {"image_size", *(n for n in ViTSpec.fields_with_role(ARCHITECTUR
 def make_config(preset, **overrides):
     """A ``RecipeConfig`` from a preset name plus overrides; unknown keys are errors.
 
+    What the overrides leave comes from the preset, then the dataset's own values
+    (``DATASET_DEFAULTS``), then the field's default; ``config.defaults`` says which, for each.
+    A preset of ``SCALED_TO_BATCH`` given another batch size scales its learning rate with it.
+
     >>> make_config("digits_pretrain", epochs=2).epochs
     2
+    >>> config = make_config("paper_finetune", dataset="photos/", batch_size=64)
+    >>> config.learning_rate, config.defaults["learning_rate"]
+    (0.00125, 'recipe paper_finetune, scaled to batch 64')
     """
     if preset not in PRESETS:
         raise ValueError(f"Unknown preset {preset!r}; expected one of {sorted(PRESETS)}.")
-    values = {**_for_the_named_model(PRESETS[preset], overrides), **overrides}
+    recipe = _for_the_named_model(PRESETS[preset], overrides)
+    dataset = overrides.get("dataset", recipe.get("dataset", FIELDS["dataset"].default))
+    data = {k: v for k, v in DATASET_DEFAULTS.get(dataset, {}).items() if k not in recipe}
+    scaled = _scaled_to_batch(preset, overrides)
+    values = {**recipe, **data, **scaled, **overrides}
     unknown = [k for k in values if k not in FIELDS and k not in MODEL_OPTIONS]
     if unknown:
         raise ValueError(unknown_keys_message(unknown))
+    sources = {
+        **{k: "field default" for k in FIELDS},
+        **{k: f"recipe {preset}" for k in recipe},
+        **{k: f"dataset {dataset}" for k in data},
+        **{k: f"recipe {preset}, scaled to batch {values['batch_size']}" for k in scaled},
+    }
     options = {k: values.pop(k) for k in list(values) if k in MODEL_OPTIONS}
-    return RecipeConfig(**values, model_options=options)
+    defaults = {k: source for k, source in sources.items() if k not in overrides}
+    return RecipeConfig(**values, model_options=options, recipe_name=preset, defaults=defaults)
+
+
+# The recipes whose learning rate follows their batch: SGD's linear scaling rule (Goyal et
+# al., 2017), from the batch the paper fine-tuned with, so a machine's smaller batch takes
+# proportionally smaller steps.
+SCALED_TO_BATCH = ("paper_finetune",)
+
+
+def _scaled_to_batch(preset, overrides):
+    """``{"learning_rate": ...}`` scaled to the overrides' batch size, where it applies."""
+    if preset not in SCALED_TO_BATCH or "batch_size" not in overrides or "learning_rate" in overrides:
+        return {}
+    recipe = PRESETS[preset]
+    return {"learning_rate": recipe["learning_rate"] * overrides["batch_size"] / recipe["batch_size"]}
+
+
+# default_recipe's rule in words, for --recipe's help: the commands whose recipe --dataset decides.
+DEFAULT_RECIPES = {"digits_finetune": "digits_finetune on the embedded digits; on any other --dataset paper_finetune, "
+                   "its learning rate scaled to --batch-size"}  # fmt: skip
+
+
+def default_recipe(command_recipe, dataset):
+    """The recipe a training command runs without ``--recipe``: its own, tuned on the embedded
+    digits; fine-tuning any other dataset starts from the paper's fine-tuning recipe.
+
+    >>> default_recipe("digits_finetune", "photos/"), default_recipe("digits_finetune", None)
+    ('paper_finetune', 'digits_finetune')
+    """
+    if command_recipe == "digits_finetune" and (dataset or DIGITS_FINETUNE["dataset"]) != DIGITS_FINETUNE["dataset"]:
+        return "paper_finetune"
+    return command_recipe
+
+
+def with_dataset_defaults(config, info):
+    """``config`` with what it leaves to the dataset (``None``) taken from the loaded dataset's
+    ``DatasetInfo``: whether a flip keeps its labels, and the crop area that suits its images."""
+    own = {"horizontal_flip": info.horizontal_flip, "crop_area_min": info.crop_area_range[0]}
+    filled = {k: v for k, v in own.items() if getattr(config, k) is None}
+    sources = {k: f"dataset {info.name}" for k in filled}
+    return dataclasses.replace(config, **filled, defaults={**config.defaults, **sources})
+
+
+def describe(config):
+    """The lines a run prints first: the recipe and the values it trains with, each value the
+    user did not give followed by where it came from.
+
+    >>> print(describe(make_config("digits_finetune", epochs=3)).splitlines()[0])
+    recipe digits_finetune: the values not given on the command line are followed by [where they came from]
+    """
+    lines = [f"recipe {config.recipe_name}: the values not given on the command line are followed by "
+             "[where they came from]"]  # fmt: skip
+    for group in ("data", "augmentation", "optimisation"):
+        shown = [
+            f"{name} {getattr(config, name)}" + (f" [{config.defaults[name]}]" if name in config.defaults else "")
+            for name in GROUPS[group]
+        ]
+        lines.append(f"  {group}: {', '.join(shown)}")
+    return "\n".join(lines)
 
 
 def _for_the_named_model(preset, overrides):

@@ -71,11 +71,10 @@ def resolved(config, recipe, pretrained):
             )
     if config.image_size is None and spec.image_size[0] != spec.image_size[1]:
         raise RecipeInputError(f"The model takes {spec.image_size} images; give a square --image-size to train at.")
-    return dataclasses.replace(
-        config,
-        image_size=config.image_size or spec.image_size[0],
-        normalization=config.normalization or own_normalization,
-    )
+    own = {"image_size": spec.image_size[0], "normalization": own_normalization}
+    taken = {k: v for k, v in own.items() if getattr(config, k) is None}
+    source = "the model's" if pretrained is not None else "a new model's"
+    return dataclasses.replace(config, **taken, defaults={**config.defaults, **dict.fromkeys(taken, source)})
 
 
 def _normalization_of(preprocessing):

@@ -30,7 +30,7 @@ from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 from keras_vit.models.vit import VisionTransformer
 from keras_vit.training import processes
 from keras_vit.training.checkpointing import BestModel, RunBackup, read_state
-from keras_vit.training.config import FREEZE, OBJECTIVES
+from keras_vit.training.config import FREEZE, OBJECTIVES, describe, with_dataset_defaults
 from keras_vit.training.distribution import check_strategy, distribution_scope
 from keras_vit.training.epoch_times import EpochTimes
 from keras_vit.training.errors import RecipeInputError
@@ -110,7 +110,8 @@ def _check_splits(config, splits):
     if empty:
         raise RecipeInputError(
             f"The {' and '.join(empty)} split(s) of {config.dataset} are empty: expected enough images of each "
-            "class for every split (a tenth of a class validates, a fifth tests: 5 images or more per class), "
+            "class for every split (a tenth of each class validates and a fifth tests, rounded: 6 images or more per "
+            "class, as a tenth of 5 rounds to none), "
             "or train/, validation/ and test/ folders."
         )
 
@@ -347,6 +348,9 @@ def _fit(config, recipe, extra_callbacks):
         pretrained = load_pretrained(config) if recipe == "finetune" else None
         config = resolved(config, recipe, pretrained)
         splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
+        config = with_dataset_defaults(config, splits.info)
+        if processes.is_writer():  # the recipe as it will train, before anything long
+            print(describe(config), flush=True)
         _check_splits(config, splits)
         fewshot = _fewshot_callback(config, splits)
         # Their errors before the run folder is made.

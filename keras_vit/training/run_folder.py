@@ -83,6 +83,8 @@ CONFIG_FILE = "recipe.json"  # the run's whole configuration, beside its model
 # What may differ between the processes of a run and between its launches: how it reports
 # and where its processes meet, not what it trains.
 PER_LAUNCH = ("resume", "progress", "coordinator_address", "num_processes", "process_id", "coordinator_timeout")
+# Nor where the values came from (a value given again on the command line is the same value).
+PROVENANCE = ("recipe_name", "defaults")
 
 
 def record_config(run_dir, config, recipe, resumed):
@@ -93,7 +95,7 @@ def record_config(run_dir, config, recipe, resumed):
         with open(path) as f:
             began = json.load(f)
         # Resuming may change only how the run reports; everything else is the run's own.
-        began["config"].update({k: record["config"][k] for k in PER_LAUNCH})
+        began["config"].update({k: record["config"][k] for k in (*PER_LAUNCH, *PROVENANCE)})
         differ = sorted(k for k in record["config"] if began["config"].get(k) != record["config"][k])
         if began["recipe"] != recipe or differ:
             changes = ", ".join(f"{flag(k)} {began['config'].get(k)!r} -> {record['config'][k]!r}" for k in differ)
