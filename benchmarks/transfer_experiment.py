@@ -80,10 +80,13 @@ def main(argv=None):
     import keras
 
     from keras_vit.training import make_config, pretrain
+    from keras_vit.training.config import DATASET_DEFAULTS
 
+    # Folders of digit images: the digits' own data settings, which a folder does not get by default.
+    digits = DATASET_DEFAULTS["digits"]
     pre, fine = write_folders(os.path.join(args.output_dir, "data"))
     base = pretrain(make_config("digits_pretrain", dataset=pre, epochs=args.pretrain_epochs, progress=0,
-                                output_dir=args.output_dir, run_name="pretrain-0-4"))  # fmt: skip
+                                output_dir=args.output_dir, run_name="pretrain-0-4", **digits))  # fmt: skip
     init = os.path.join(base.run_dir, "model.keras")
     print(f"pre-trained on 0-4: test accuracy {base.test_accuracy:.4f} -> {init}", flush=True)
     rows = []
@@ -92,7 +95,7 @@ def main(argv=None):
         for seed in range(args.seeds):
             runs_dir = os.path.join(args.output_dir, "runs")
             config = dict(init_from=init, dataset=fine, epochs=args.epochs, batch_size=16, warmup_steps=5,
-                          seed=seed, progress=0, output_dir=runs_dir, **options)  # fmt: skip
+                          seed=seed, progress=0, output_dir=runs_dir, **digits, **options)  # fmt: skip
             out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(config)], capture_output=True, text=True,
                                  cwd=REPO)  # fmt: skip
             line = [text for text in out.stdout.splitlines() if text.startswith("RESULT ")]
