@@ -50,6 +50,9 @@ SIGLIP = "vit_base_patch16_siglip_224"
 # DINOv3 (timm's eva module): rotary embeddings and no position table, registers, a SwiGLU
 # MLP, query and value biases apart (the key's none).
 DINOV3 = "vit_small_plus_patch16_dinov3_qkvb"
+# BEiT (timm's beit module): a relative position bias in each block, no position table,
+# LayerScale, query and value biases apart, the final norm after average pooling.
+BEIT = "beit_base_patch16_224"
 # Attention weights (in [0, 1]) against timm's explicit softmax: float32 rounding.
 ATTENTION_ATOL = 1e-5
 # bfloat16 activations (8 significant bits) and int8 weights against float32, on the
@@ -78,16 +81,17 @@ def assert_loads_by_hub_name_at_timms_logits(timm, mirror, architecture):
     return name, model, peer, x
 
 
-def assert_intermediates_are_timms(model, peer, x):
-    """Every block's normed tokens as timm's ``forward_intermediates``: the patch grid (NHWC
-    here, NCHW there) and, apart, the prefix tokens (class, distillation, registers)."""
+def assert_intermediates_are_timms(model, peer, x, norm=True):
+    """Every block's tokens (normed, where the final norm is the tokens') as timm's
+    ``forward_intermediates``: the patch grid (NHWC here, NCHW there) and, apart, the prefix
+    tokens (class, distillation, registers)."""
     import torch
 
     with torch.no_grad():
         images = torch.from_numpy(x.transpose(0, 3, 1, 2))
-        theirs = peer.forward_intermediates(images, norm=True, return_prefix_tokens=True, intermediates_only=True)
-    grids = model.intermediate_model(norm=True).predict_on_batch(x)
-    tokens = model.intermediate_model(output_format="tokens", norm=True, include_prefix=True).predict_on_batch(x)
+        theirs = peer.forward_intermediates(images, norm=norm, return_prefix_tokens=True, intermediates_only=True)
+    grids = model.intermediate_model(norm=norm).predict_on_batch(x)
+    tokens = model.intermediate_model(output_format="tokens", norm=norm, include_prefix=True).predict_on_batch(x)
     prefix = model.spec.num_prefix_tokens
     assert len(theirs) == len(grids) == model.spec.depth and prefix == peer.num_prefix_tokens
     for i, theirs_i in enumerate(theirs):
@@ -145,6 +149,21 @@ def test_dinov3_loads_by_hub_name_at_timms_outputs_features_and_attention_at_any
     wrong = keras_vit.create_model(mirror_name(DINOV3), rope_temperature=10_000.0)
     with pytest.raises(AssertionError):
         assert_close_to_scale(logits(wrong, x), torch_logits(peer, x), RTOL)
+
+
+def test_beit_loads_by_hub_name_at_timms_logits_features_and_attention(timm, mirror):
+    _, model, peer, x = assert_loads_by_hub_name_at_timms_logits(timm, mirror, BEIT)
+    spec = model.spec
+    assert spec.relative_position_bias and spec.position_embedding == "none" and spec.norm_after_pool
+    two = np.concatenate([x, x[:, :, ::-1]])  # two images: nothing may mix them
+    assert_close_to_scale(logits(model, two), torch_logits(peer, two), RTOL)
+    assert_intermediates_are_timms(model, peer, x, norm=False)  # its final norm follows the pooling
+    assert_attention_is_timms(model, peer, x)
+    # The tables are the grid's: another size is refused, naming why, not computed wrong.
+    with pytest.raises(ValueError, match=r"relative position bias tables for its \(3, 3\) grid"):
+        keras_vit.resize(model, 64)
+    with pytest.raises(ValueError, match="relative_position_bias=True needs .* got dynamic_image_size=True"):
+        keras_vit.create_model(mirror_name(BEIT), dynamic_image_size=True)
 
 
 def mirror_name(architecture, tag="random"):

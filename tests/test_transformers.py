@@ -132,10 +132,17 @@ def test_an_unknown_model_type_is_one_error_naming_those_built(mirror):
     os.makedirs(folder)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump({"model_type": "swin", "architectures": ["SwinModel"]}, f)
-    built = ["clip", "clip_vision_model", "deit", "dinov2", "dinov2_with_registers", "dinov3_vit", "ijepa", "siglip",
-             "siglip_vision_model", "vit", "vit_mae", "vit_msn"]  # fmt: skip
+    built = ["beit", "clip", "clip_vision_model", "data2vec-vision", "deit", "dinov2", "dinov2_with_registers",
+             "dinov3_vit", "ijepa", "siglip", "siglip_vision_model", "vit", "vit_mae", "vit_msn"]  # fmt: skip
     with pytest.raises(UnsupportedModelTypeError, match=f"model_type 'swin': keras-vit builds {', '.join(built)} "):
         keras_vit.create_model("hf-hub:org/swin-test")
+    # A ViT keras-vit does not build yet says what it needs.
+    folder = os.path.join(mirror.root, "org", "siglip2-test", "resolve", "main")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"model_type": "siglip2_vision_model"}, f)
+    with pytest.raises(UnsupportedModelTypeError, match="'siglip2_vision_model', which needs NaFlex's variable patch"):
+        keras_vit.create_model("hf-hub:org/siglip2-test")
 
 
 def test_a_distilled_deit_loads_with_its_two_heads_at_transformers_logits(mirror):
@@ -214,6 +221,28 @@ def test_dinov3_loads_with_rotary_embeddings_at_transformers_pooled_output_at_an
     with torch.no_grad():
         expected = peer(pixel_values=torch.from_numpy(images.transpose(0, 3, 1, 2))).pooler_output.numpy()
     assert_close_to_scale(to_numpy(model(images)), expected, RTOL)
+
+
+@pytest.mark.parametrize(
+    "cls, mean_pooling",
+    [("BeitForImageClassification", True), ("BeitModel", False), ("Data2VecVisionForImageClassification", True)],
+)
+def test_beit_and_data2vec_load_with_their_relative_position_bias(mirror, cls, mean_pooling):
+    # A relative position bias in each block, LayerScale, the key without a bias; mean
+    # pooling normed after it, or the class token after the final norm.
+    labels = dict(id2label={0: "cat", 1: "coffee", 2: "other"}) if "Classification" in cls else {}
+    peer = upstream_model(cls, **SMALL, use_relative_position_bias=True, use_mean_pooling=mean_pooling,
+                          layer_scale_init_value=0.1, **labels)  # fmt: skip
+    processor = pil_processor("BeitImageProcessor")(
+        size={"height": 48, "width": 48}, do_center_crop=False, resample=BICUBIC, **IMAGENET
+    )
+    model = keras_vit.load_model(serve(mirror, f"microsoft/{cls.lower()}-test", peer, processor))
+    spec = model.spec
+    assert spec.relative_position_bias and spec.position_embedding == "none" and spec.layer_scale_init == 0.1
+    assert spec.pooling == ("gap" if mean_pooling else "token") and spec.norm_after_pool == mean_pooling
+    assert model.class_names == (("cat", "coffee", "other") if labels else None)
+    outputs = "logits" if labels else "pooler_output"
+    assert_as_transformers(model, processor, lambda pixels: getattr(peer(pixel_values=pixels), outputs))
 
 
 def test_clip_loads_as_its_vision_tower_with_and_without_the_projection(mirror):

@@ -153,16 +153,42 @@ def _hf_registers_prepare(spec, arrays):
     return arrays
 
 
+def _zero_biases(arrays, names):
+    """Where some of an attention's query, key and value projections have a bias and others
+    none (BEiT's and DINOv3's key), the missing ones as zeros. ``names``: the three
+    projections' names (``("query", "key", "value")``), each followed by ``.weight``."""
+    arrays = dict(arrays)
+    pattern = re.compile(rf"(.*\.)({'|'.join(names)})\.weight$")
+    for key in list(arrays):
+        match = pattern.match(key)
+        if not match:
+            continue
+        biases = [f"{match.group(1)}{name}.bias" for name in names]
+        mine = f"{match.group(1)}{match.group(2)}.bias"
+        if mine not in arrays and any(b in arrays for b in biases):
+            arrays[mine] = np.zeros(np.shape(arrays[key])[0], np.asarray(arrays[key]).dtype)
+    return arrays
+
+
+def _hf_beit_prepare(spec, arrays):
+    """BEiT's key has no bias (zeros), and with mean pooling its final norm follows the
+    pooling (``pooler.layernorm``, timm's ``fc_norm``)."""
+    arrays = _zero_biases(_hf_prepare(spec, arrays), ("query", "key", "value"))
+    after = "pooler.layernorm.weight" in arrays
+    if spec is not None and after != spec.norm_after_pool:
+        raise ValueError(
+            f"The BEiT checkpoint applies its final LayerNorm {'after' if after else 'before'} pooling but the model "
+            f"has norm_after_pool={spec.norm_after_pool}: build it with norm_after_pool={after}."
+        )
+    return {("layernorm." + k[len("pooler.layernorm.") :] if k.startswith("pooler.layernorm.") else k): v
+            for k, v in arrays.items()}  # fmt: skip
+
+
 def _hf_dinov3_prepare(spec, arrays):
     """DINOv3's attention has a bias on the query and value alone (by default): the key's is
     zeros. Its MLP is ``up_proj`` then ``down_proj``, or gated, ``gate_proj`` beside
     ``up_proj``: keras-vit's ``fc1`` (gate first) and ``fc2``."""
-    arrays = dict(arrays)
-    for key in [k for k in arrays if re.search(r"\.attention\.[qkv]_proj\.weight$", k)]:
-        bias = key[: -len("weight")] + "bias"
-        biases = [bias.replace(f".{key[-len('q_proj.weight')]}_proj.", f".{n}_proj.") for n in "qkv"]
-        if bias not in arrays and any(b in arrays for b in biases):
-            arrays[bias] = np.zeros(np.shape(arrays[key])[0], np.asarray(arrays[key]).dtype)
+    arrays = _zero_biases(arrays, ("q_proj", "k_proj", "v_proj"))
     for key in [k for k in arrays if ".mlp.up_proj." in k]:
         gate = key.replace(".up_proj.", ".gate_proj.")
         value = np.asarray(arrays.pop(key))
@@ -381,6 +407,20 @@ LAYOUTS = {
             resampling=("bicubic", False),  # interpolate_pos_encoding
             numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-6},
             ignorable=("embeddings.mask_token",),
+            file_numerics=_hf_config_numerics,
+            file_grid=_hf_grid,
+        ),
+        # Before "hf": BeitModel's files (without a prefix) have its signature too.
+        Layout(
+            "hf_beit",
+            "encoder.layer.0.lambda_1",
+            ("beit.", "data2vec_vision.", ""),
+            [*_column(3), *table.HF_BEIT],
+            "embeddings.cls_token",
+            resampling=("bicubic", False),
+            numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-12},
+            ignorable=("embeddings.mask_token",),
+            prepare=_hf_beit_prepare,
             file_numerics=_hf_config_numerics,
             file_grid=_hf_grid,
         ),

@@ -14,7 +14,8 @@ recognised, how its peer resamples, the numerics it was trained with) is its rec
   weights, OIHW convs, fused ``qkv``; hybrids keep the ResNet under
   ``patch_embed.backbone.``, its stages and blocks numbered from 0).
 - ``"hf"``: HF transformers ``ViTModel`` / ``ViTForImageClassification`` files as the hub
-  has them (``vit.`` prefix optional), and DeiT's (``deit.``; its teacher model's two heads).
+  has them (``vit.`` prefix optional), and DeiT's (``deit.``; its teacher model's two heads);
+  ``"hf_beit"``: BEiT's and data2vec-vision's, the same names plus LayerScale (``HF_BEIT``).
 - ``"hf_dinov2"``, ``"hf_dinov2_registers"``: HF transformers ``Dinov2Model`` and
   ``Dinov2WithRegistersModel`` files (``HF_DINOV2``, rows of their own); ``"hf_dinov3"``:
   its ``DINOv3ViTModel`` (``HF_DINOV3``; rotary embeddings, no position table); ``"hf_clip"``:
@@ -170,6 +171,10 @@ VIT = [
         concat(*(_MHA + f"{n}/bias" for n in _QKV)),
         same("blocks.{0}.attn.qkv.bias"),
         concat(*(_HF_ATTN + f"attention.{n}.bias" for n in _QKV))),
+    # BEiT's relative position bias (timm's Beit, transformers' BeitModel).
+    (_B + r"attention/relative_position_bias",
+        None, same("blocks.{0}.attn.relative_position_bias_table"),
+        same(_HF_ATTN + "attention.relative_position_bias.relative_position_bias_table")),
     (_B + r"attention/out/kernel",
         heads_out(_MHA + "out/kernel"), linear("blocks.{0}.attn.proj.weight"),
         linear(_HF_ATTN + "output.dense.weight")),
@@ -237,6 +242,9 @@ HF_DINOV2 = [
     (r"head/kernel", linear("classifier.weight")),
     (r"head/bias", same("classifier.bias")),
 ]
+
+# HF transformers' BEiT and data2vec-vision beyond the ViT's names: LayerScale.
+HF_BEIT = [(_B + r"layer_scale([12])/gamma", same(_HF + "lambda_{1}"))]
 
 # HF transformers' DINOv3 (DINOv3ViTModel): no position table (rotary embeddings), separate
 # q/k/v (the layout's prepare fills the biases it leaves out with zeros and names the MLP's

@@ -24,7 +24,7 @@ _DEFAULTS = dict(
     num_heads=12, mlp_ratio=4.0, qkv_bias=True, qk_norm=False, proj_bias=True, init_values=None, class_token=True,
     pos_embed="learn", no_embed_class=False, reg_tokens=0, pre_norm=False, final_norm=True, fc_norm=None,
     dynamic_img_size=False, act_layer="gelu", norm_layer="layernorm:1e-06", embed_norm_layer=None, mlp_layer="mlp",
-    distilled=False, rope=None, rope_temperature=100.0,
+    distilled=False, rope=None, rope_temperature=100.0, relative_position_bias=False,
 )  # fmt: skip
 # Arguments that change nothing keras-vit builds (drop rates are the recipe's).
 _IGNORED = ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
@@ -86,6 +86,49 @@ _EVA_NOT_YET = {
     "attn_pool_num_heads": (None, "Eva's attention pooling (Perception Encoder's)"),
     "attn_pool_mlp_ratio": (None, "Eva's attention pooling (Perception Encoder's)"),
 }
+
+
+# timm's Beit defaults for the arguments read here (its norm_layer: timm's LayerNorm, eps 1e-6).
+_BEIT_DEFAULTS = dict(
+    img_size=224, patch_size=16, in_chans=3, num_classes=1000, global_pool="avg", embed_dim=768, depth=12,
+    num_heads=12, qkv_bias=True, mlp_ratio=4.0, swiglu_mlp=False, scale_mlp=False, norm_layer="layernorm:1e-06",
+    init_values=None, use_abs_pos_emb=True, use_rel_pos_bias=False, use_shared_rel_pos_bias=False, use_fc_norm=None,
+)  # fmt: skip
+_BEIT_NOT_YET = {
+    "scale_mlp": (False, "a norm inside the MLP"),
+    "use_shared_rel_pos_bias": (False, "one relative position bias shared by the blocks (BEiT's pre-training)"),
+}
+
+
+def beit_as_vision_transformer(args):
+    """A ``Beit``'s arguments (a ``beit`` row of the table) as ``VisionTransformer``'s, plus
+    ``relative_position_bias``; what keras-vit does not build yet raises
+    ``UnsupportedArchitectureError``.
+
+    >>> vit = beit_as_vision_transformer(architecture_args("beitv2_base_patch16_224"))
+    >>> vit["relative_position_bias"], vit["pos_embed"], vit["global_pool"], vit["fc_norm"]
+    (True, 'none', 'avg', True)
+    """
+    ignored = _IGNORED + ("head_init_scale",)
+    args = {**_BEIT_DEFAULTS, **{k: v for k, v in args.items() if k not in ignored and k != "module"}}
+    unknown = sorted(set(args) - set(_BEIT_DEFAULTS))
+    if unknown:
+        raise UnsupportedArchitectureError(f"timm Beit arguments keras-vit does not know: {', '.join(unknown)}.")
+    problems = [f"{k}={args[k]!r} ({why})" for k, (built, why) in _BEIT_NOT_YET.items() if args[k] != built]
+    if problems:
+        raise UnsupportedArchitectureError(f"keras-vit does not build these timm options yet: {'; '.join(problems)}.")
+    fc_norm = args["global_pool"] == "avg" if args["use_fc_norm"] is None else bool(args["use_fc_norm"])
+    vit = {k: args[k] for k in ("img_size", "patch_size", "in_chans", "num_classes", "global_pool", "embed_dim",
+                                "depth", "num_heads", "qkv_bias", "mlp_ratio", "init_values", "norm_layer")}  # fmt: skip
+    return dict(
+        vit,
+        init_values=args["init_values"] or None,  # Beit: 0 is none
+        pos_embed="learn" if args["use_abs_pos_emb"] else "none",
+        fc_norm=fc_norm,
+        mlp_layer="swiglu" if args["swiglu_mlp"] else "mlp",
+        act_layer="silu" if args["swiglu_mlp"] else "gelu",
+        relative_position_bias=bool(args["use_rel_pos_bias"]),
+    )
 
 
 def eva_as_vision_transformer(args):
@@ -170,8 +213,8 @@ def spec_options(args):
     >>> options["num_register_tokens"], options["embed_prefix_tokens"], options["layer_scale_init"]
     (4, False, 1e-05)
     """
-    if args.get("module") == "eva":
-        args = eva_as_vision_transformer(args)
+    if args.get("module") in _MODULES:
+        args = _MODULES[args["module"]](args)
     args = {**_DEFAULTS, **{k: v for k, v in args.items() if k not in _IGNORED}}
     problems = [k for k in args if k not in _DEFAULTS and k in _NOT_YET]
     unknown = sorted(k for k in args if k not in _DEFAULTS and k not in _NOT_YET)
@@ -212,6 +255,7 @@ def spec_options(args):
         position_embedding=_POSITION_EMBEDDINGS[args["pos_embed"]],
         rope=args["rope"],
         rope_temperature=float(args["rope_temperature"]),
+        relative_position_bias=bool(args["relative_position_bias"]),
         pre_norm=bool(args["pre_norm"]),
         patch_bias=not args["pre_norm"],  # timm's VisionTransformer ties the two
         layer_scale_init=args["init_values"],
@@ -228,6 +272,10 @@ def spec_options(args):
         num_classes=args["num_classes"] or 1000,
         include_top=bool(args["num_classes"]),
     )
+
+
+# The other constructors' arguments, said as VisionTransformer's (the table's 'module').
+_MODULES = {"eva": eva_as_vision_transformer, "beit": beit_as_vision_transformer}
 
 
 def support(name):

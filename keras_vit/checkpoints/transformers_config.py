@@ -121,6 +121,34 @@ def _dinov3_vit(config):
     )
 
 
+def _beit(config):
+    """``BeitModel`` / ``BeitForImageClassification`` (and data2vec-vision's, the same
+    network): a class token, LayerScale, a relative position bias in each block's attention
+    (or a learned table), the query and value biases (the key's zeros); with mean pooling
+    (its default) the patch tokens' mean normed after pooling, else the class token after
+    the final norm (``pooler_output`` either way)."""
+    if config.get("use_shared_relative_position_bias"):
+        raise UnsupportedModelTypeError(
+            f"a {config.get('model_type')} checkpoint with one relative position bias shared by the blocks "
+            "(BEiT's pre-training): keras-vit builds the per-block bias of its fine-tuned checkpoints."
+        )
+    options = {**LAYOUTS["hf_beit"].numerics, **spec_options_from_hf_config(config)}
+    mean_pooling = bool(config.get("use_mean_pooling", True))
+    layer_scale = float(config.get("layer_scale_init_value", 0.1))
+    options.update(
+        class_token=True,
+        pooling="gap" if mean_pooling else "token",
+        norm_after_pool=mean_pooling,
+        layer_scale_init=layer_scale if layer_scale > 0 else None,
+        position_embedding="learned" if config.get("use_absolute_position_embeddings") else "none",
+        relative_position_bias=bool(config.get("use_relative_position_bias", False)),
+    )
+    if is_classifier(config):
+        return options
+    options.pop("num_classes", None)
+    return dict(options, include_top=False)
+
+
 _ACTIVATIONS = {
     "quick_gelu": dict(mlp_activation="quick_gelu"),
     "gelu": dict(gelu_approximate=False),
@@ -166,8 +194,10 @@ def _siglip(config):
 
 
 MODEL_TYPES = {
+    "beit": _beit,
     "clip": _clip,
     "clip_vision_model": _clip,
+    "data2vec-vision": _beit,
     "deit": _deit,
     "dinov2": _dinov2,
     "dinov2_with_registers": _dinov2_with_registers,
@@ -183,8 +213,10 @@ MODEL_TYPES = {
 
 # What each model type loads as (the docs' family table reads these).
 MODEL_CLASSES = {
+    "beit": "BeitModel, BeitForImageClassification",
     "clip": "CLIPModel's vision tower and projection",
     "clip_vision_model": "CLIPVisionModel, CLIPVisionModelWithProjection",
+    "data2vec-vision": "Data2VecVisionModel, Data2VecVisionForImageClassification",
     "deit": "DeiTForImageClassificationWithTeacher",
     "dinov2": "Dinov2Model, Dinov2ForImageClassification",
     "dinov2_with_registers": "Dinov2WithRegistersModel, Dinov2WithRegistersForImageClassification",
@@ -197,11 +229,7 @@ MODEL_CLASSES = {
     "vit_msn": "ViTMSNModel",
 }
 # ViT model types of transformers keras-vit does not build yet, and why.
-NOT_YET = {
-    "beit": "relative position bias",
-    "data2vec-vision": "relative position bias (BEiT's)",
-    "siglip2_vision_model": "NaFlex's variable patch grids",
-}
+NOT_YET = {"siglip2_vision_model": "NaFlex's variable patch grids"}
 
 
 def is_classifier(config):

@@ -14,6 +14,7 @@ import math
 import os
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_vit.layers.dense import Dense
@@ -89,6 +90,25 @@ def _jax_platform():
     return keras.distribution.list_devices()[0].split(":")[0].lower()
 
 
+def relative_position_index(grid_size):
+    """BEiT's index into a relative position bias table, ``(tokens, tokens)`` for a class
+    token then a ``(rows, cols)`` grid: each pair of patches by their offset (one of
+    ``(2 rows - 1) (2 cols - 1)``), then the three rows of the class token's pairs (class to
+    patch, patch to class, class to class).
+
+    >>> relative_position_index((2, 2)).shape, int(relative_position_index((2, 2)).max())
+    ((5, 5), 11)
+    """
+    rows, cols = grid_size
+    y, x = np.divmod(np.arange(rows * cols), cols)
+    offsets = (y[:, None] - y[None, :] + rows - 1) * (2 * cols - 1) + (x[:, None] - x[None, :] + cols - 1)
+    distances = (2 * rows - 1) * (2 * cols - 1)
+    index = np.empty((rows * cols + 1,) * 2, "int32")
+    index[1:, 1:] = offsets
+    index[0, :], index[:, 0], index[0, 0] = distances, distances + 1, distances + 2
+    return index
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Scaled dot-product self-attention over all tokens.
@@ -109,6 +129,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qkv_bias: add a bias to the query, key and value projections (the paper's and
             timm's default; some timm models have none).
         out_bias: add a bias to the output projection (AIMv2's has none).
+        relative_position_grid: ``(rows, cols)`` of the patch grid for a learned bias on the
+            attention logits by the two tokens' relative position (BEiT's; weight
+            ``relative_position_bias``, one value per head and offset, read through
+            ``relative_position_index``; the tokens must be a class token then that grid);
+            None for none.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Call with ``rope=`` a ``RotaryEmbedding``'s table to turn the queries and keys by it
@@ -124,8 +149,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         ((1, 5, 8), (1, 2, 5, 5))
     """
 
-    def __init__(self, num_heads, attention_dropout_rate=0.0, qkv_bias=True, out_bias=True, **kwargs):
+    def __init__(
+        self, num_heads, attention_dropout_rate=0.0, qkv_bias=True, out_bias=True, relative_position_grid=None, **kwargs
+    ):
         super().__init__(**kwargs)
+        grid = relative_position_grid
+        self.relative_position_grid = None if grid is None else tuple(int(side) for side in grid)
         self.out_bias = bool(out_bias)
         self.num_heads = int(num_heads)
         self.attention_dropout_rate = float(attention_dropout_rate)
@@ -148,6 +177,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         )
         # Built although it has no weights: see `call_inline`.
         self.attention_dropout.build((None, self.num_heads, input_shape[1], input_shape[1]))
+        self._relative_index = None
+        if self.relative_position_grid is not None:
+            self._relative_index = relative_position_index(self.relative_position_grid)
+            self.relative_position_bias = self.add_weight(
+                name="relative_position_bias",
+                shape=(int(self._relative_index.max()) + 1, self.num_heads),
+                initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+            )
 
     def call(self, tokens, return_attention_scores=False, training=None, as_rows=False, rope=None):
         length, width = ops.shape(tokens)[1], tokens.shape[2]  # length: a tensor where the graph has none
@@ -169,11 +206,22 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         rows = ops.reshape(tokens, (-1, width))
         return ops.reshape(call_inline(self.qkv, rows), (-1, length, 3, self.num_heads, self.head_dim))
 
+    def _logit_bias(self, dtype):
+        """The relative position bias, ``(1, heads, tokens, tokens)``; None without one."""
+        if self._relative_index is None:
+            return None
+        length = self._relative_index.shape[0]
+        table = ops.take(ops.cast(self.relative_position_bias, dtype), self._relative_index.reshape(-1), axis=0)
+        return ops.expand_dims(ops.transpose(ops.reshape(table, (length, length, self.num_heads)), (2, 0, 1)), 0)
+
     def _fused_attention(self, qkv, training):
         # Unstacked, not sliced: the gradient of an unstack is one stack, where three
         # slices each write a zero-filled gradient of the whole qkv tensor, then summed.
         query, key, value = ops.unstack(qkv, 3, axis=2)  # (batch, length, heads, dim)
         flash = _flash_attention(query.shape[1], training)
+        bias = self._logit_bias(query.dtype)
+        if bias is not None:
+            return ops.dot_product_attention(query, key, value, bias=bias, flash_attention=False)
         return ops.dot_product_attention(query, key, value, flash_attention=flash)
 
     def _project_out(self, heads, length, width, as_rows):
@@ -194,6 +242,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             logits = ops.cast(ops.matmul(query * ops.cast(scale, query.dtype), key_t), "float32")
         else:
             logits = ops.cast(ops.matmul(query, key_t), "float32") * scale
+        bias = self._logit_bias("float32")
+        if bias is not None:
+            logits = logits + bias
         weights = ops.cast(ops.softmax(logits, axis=-1), query.dtype)
         dropped = call_inline(self.attention_dropout, weights, training=training)
         return ops.transpose(ops.matmul(dropped, value), (0, 2, 1, 3)), weights

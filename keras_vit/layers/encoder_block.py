@@ -131,6 +131,8 @@ class EncoderBlock(keras.layers.Layer):
         norm_type: ``"layernorm"`` or ``"rmsnorm"`` (``keras_vit.layers.layer_norm.make_norm``).
         layer_scale_init: scale each residual branch by a ``LayerScale`` starting at this
             value (sublayers ``layer_scale1`` and ``layer_scale2``); None for none.
+        relative_position_grid: the patch grid of the attention's relative position bias
+            (see ``MultiHeadSelfAttention``); None for none.
         remat: rematerialise the block in training (``keras.remat``): its activations are
             recomputed in the backward pass instead of kept; the same function.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
@@ -166,9 +168,12 @@ class EncoderBlock(keras.layers.Layer):
         proj_bias=True,
         norm_type="layernorm",
         remat=False,
+        relative_position_grid=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        grid = relative_position_grid
+        self.relative_position_grid = None if grid is None else tuple(int(side) for side in grid)
         self.remat = bool(remat)
         self.gated_mlp = bool(gated_mlp)
         self.proj_bias = bool(proj_bias)
@@ -197,8 +202,8 @@ class EncoderBlock(keras.layers.Layer):
 
         self.norm1 = norm("norm1")
         self.attention = MultiHeadSelfAttention(
-            self.num_heads, self.attention_dropout_rate, self.qkv_bias, self.proj_bias, name="attention",
-            dtype=self.dtype_policy,
+            self.num_heads, self.attention_dropout_rate, self.qkv_bias, self.proj_bias, self.relative_position_grid,
+            name="attention", dtype=self.dtype_policy,
         )  # fmt: skip
         self.norm2 = norm("norm2")
         self.mlp = MlpBlock(

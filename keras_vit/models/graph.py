@@ -64,6 +64,7 @@ def make_layers(spec, dtype_for):
             layer_norm_epsilon=spec.layer_norm_epsilon, gelu_approximate=spec.gelu_approximate,
             qkv_bias=spec.qkv_bias, mlp_activation=spec.mlp_activation, layer_scale_init=spec.layer_scale_init,
             gated_mlp=spec.gated_mlp, proj_bias=spec.proj_bias, norm_type=spec.norm_type, remat=spec.remat,
+            relative_position_grid=spec.grid_size if spec.relative_position_bias else None,
         )  # fmt: skip
 
     def norm(name):

@@ -33,6 +33,11 @@ def resize(model, image_size, method="bicubic", antialias=True):
     if any(getattr(layer, "quantization_mode", None) for layer in sublayers(model)):
         raise ValueError("Expected a float model: resize it before quantizing it (model.quantize).")
     spec = model.spec.replace(image_size=image_size)
+    if model.spec.relative_position_bias and spec.grid_size != model.spec.grid_size:
+        raise ValueError(
+            f"This model's attention has relative position bias tables for its {model.spec.grid_size} grid; "
+            f"resampling them to {spec.grid_size} is not built yet."
+        )
     resized = rebuild(model, spec)
     copy_weights(model, resized, method=method, antialias=antialias)
     return resized

@@ -147,6 +147,10 @@ class ViTSpec(_Spec):
             (``keras_vit.layers.RotaryEmbedding``): ``"dinov3"`` (DINOv3's; timm's
             ``rope_type="dinov3"``), or None for none. They have no weights and fit any
             grid, so a RoPE model takes other image sizes as it is.
+        relative_position_bias: a learned bias on each block's attention logits by the two
+            tokens' relative position on the grid (BEiT's; timm's ``use_rel_pos_bias``,
+            transformers' ``use_relative_position_bias``). Needs a class token and no other
+            prefix token, and a fixed image size (the tables are the grid's).
         rope_temperature: the rotary embeddings' longest period (DINOv3: 100; timm's
             ``rope_temperature``, transformers' ``rope_theta``).
         embed_prefix_tokens: the learned table has a row for each prefix token (class and
@@ -233,6 +237,9 @@ class ViTSpec(_Spec):
     )
     rope: str | None = _field(None, "rotary position embeddings on the queries and keys: dinov3; none: off")
     rope_temperature: float = _field(100.0, "the rotary embeddings' longest period (DINOv3's 100)")
+    relative_position_bias: bool = _field(
+        False, "a learned bias on each block's attention logits by the tokens' relative position (BEiT's)"
+    )
     embed_prefix_tokens: bool = _field(
         True, "give the class and register tokens position embeddings too (the paper's); false: patches only"
     )
@@ -321,6 +328,8 @@ class ViTSpec(_Spec):
                     f"rope={self.rope!r} needs a head width divisible by 4 (two axes, pairs of channels); "
                     f"hidden_size {self.hidden_size} / num_heads {self.num_heads} is {self.head_dim}."
                 )
+        if self.relative_position_bias:
+            self._check_relative_position_bias()
         for side in self.image_size:
             if side % self.stride:
                 what = (
@@ -329,6 +338,24 @@ class ViTSpec(_Spec):
                     else (f"the ResNet stride x patch size = {self.stride}")
                 )
                 raise ValueError(f"image size {self.image_size} is not divisible by {what}.")
+
+    def _check_relative_position_bias(self):
+        # BEiT's index has one row for a class token before the grid, and a table per grid.
+        conflicts = [
+            f"{name}={getattr(self, name)!r}"
+            for name, fine in (
+                ("class_token", self.has_class_token),
+                ("num_register_tokens", not self.num_register_tokens),
+                ("distillation_token", not self.distillation_token),
+                ("dynamic_image_size", not self.dynamic_image_size),
+            )
+            if not fine
+        ]
+        if conflicts:
+            raise ValueError(
+                "relative_position_bias=True needs a class token and no other prefix token, and a fixed image size "
+                f"(its tables are the grid's); got {', '.join(conflicts)}."
+            )
 
     def _check_distillation(self):
         # What timm's distilled model allows: its two heads read the first two tokens.
