@@ -118,8 +118,9 @@ def beit_as_vision_transformer(args):
     if problems:
         raise UnsupportedArchitectureError(f"keras-vit does not build these timm options yet: {'; '.join(problems)}.")
     fc_norm = args["global_pool"] == "avg" if args["use_fc_norm"] is None else bool(args["use_fc_norm"])
-    vit = {k: args[k] for k in ("img_size", "patch_size", "in_chans", "num_classes", "global_pool", "embed_dim",
-                                "depth", "num_heads", "qkv_bias", "mlp_ratio", "init_values", "norm_layer")}  # fmt: skip
+    same = ("img_size", "patch_size", "in_chans", "num_classes", "global_pool", "embed_dim", "depth", "num_heads",
+            "qkv_bias", "mlp_ratio", "norm_layer")  # fmt: skip
+    vit = {k: args[k] for k in same}
     return dict(
         vit,
         init_values=args["init_values"] or None,  # Beit: 0 is none
