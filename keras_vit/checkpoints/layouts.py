@@ -437,6 +437,16 @@ LAYOUTS = {
             file_numerics=_hf_config_numerics,
             file_grid=_hf_grid,
         ),
+        # keras-hub's ViT preset folders (keras_hub_config.read_weights).
+        Layout(
+            "keras_hub_vit",
+            "vit_patching_and_embedding/patch_embedding/kernel",
+            ("",),
+            table.KERAS_HUB_VIT,
+            "vit_patching_and_embedding/class_token",
+            resampling=("bicubic", False),
+            numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-6},
+        ),
         # keras-vit's own .keras files: the identity.
         Layout(
             "keras",

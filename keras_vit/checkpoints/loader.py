@@ -8,7 +8,7 @@ import warnings
 import keras
 import numpy as np
 
-from keras_vit.checkpoints import layouts, readers
+from keras_vit.checkpoints import keras_hub_config, layouts, readers
 from keras_vit.checkpoints.resample import resample_position_embedding
 from keras_vit.checks import pair as checks_pair
 from keras_vit.models.graph import TASK_LAYERS
@@ -84,13 +84,15 @@ def load_weights(
         ['position_embedding/embedding']
     """
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"No checkpoint file at {path!r}.")
-    container = readers.sniff_container(path)
-    if container == "keras_weights":
+    if keras_hub_config.is_preset_folder(path):
+        container, arrays = "keras_hub", keras_hub_config.read_weights(path)
+    elif not os.path.isfile(path):
+        raise FileNotFoundError(f"No checkpoint file at {path!r} (nor a keras-hub preset folder).")
+    elif readers.sniff_container(path) == "keras_weights":
         model.load_weights(path)  # same architecture only; Keras names the mismatch
-        return LoadReport(container, "keras", [v.path for v in model.weights], {}, {}, [])
-    container, arrays = readers.read_arrays(path, safe_mode=safe_mode)
+        return LoadReport("keras_weights", "keras", [v.path for v in model.weights], {}, {}, [])
+    else:
+        container, arrays = readers.read_arrays(path, safe_mode=safe_mode)
     layout, arrays = layouts.detect_layout(arrays)
     arrays = _check_architecture(model, layout, arrays)
     method, antialias = layout.resampling

@@ -20,6 +20,7 @@ recognised, how its peer resamples, the numerics it was trained with) is its rec
   ``Dinov2WithRegistersModel`` files (``HF_DINOV2``, rows of their own); ``"hf_dinov3"``:
   its ``DINOv3ViTModel`` (``HF_DINOV3``; rotary embeddings, no position table); ``"hf_clip"``:
   its CLIP vision tower (``HF_CLIP``); ``"hf_siglip"``: its SigLIP vision tower (``HF_SIGLIP``).
+- ``"keras_hub_vit"``: a keras-hub ViT preset folder's variable paths (``KERAS_HUB_VIT``).
 - ``"keras"``: keras-vit's own variable paths (a ``.keras`` file), identity.
 """
 
@@ -315,6 +316,24 @@ HF_SIGLIP = [
     (r"pooling/norm/beta", same(_H + "layernorm.bias")),
     (r"pooling/mlp/(fc[12])/kernel", linear(_H + "mlp.{0}.weight")),
     (r"pooling/mlp/(fc[12])/bias", same(_H + "mlp.{0}.bias")),
+]
+
+# keras-hub's ViTBackbone and ViTImageClassifier (a preset folder's variables, by path): Keras'
+# MultiHeadAttention kernels split per head (as the original .npz), the blocks counted from 1.
+_KH = "vit_encoder/transformer_block_{0}/"
+KERAS_HUB_VIT = [
+    (r"patch_embedding/(kernel|bias)", same("vit_patching_and_embedding/patch_embedding/{0}")),
+    (r"class_token/token", same("vit_patching_and_embedding/class_token")),
+    (r"position_embedding/embedding", batched("vit_patching_and_embedding/position_embedding/embeddings")),
+    (_B + r"norm([12])/(gamma|beta)", Shifted(same(_KH + "ln_{1}/{2}"), count=1)),
+    (_B + r"attention/qkv/kernel", Shifted(heads_in(*(_KH + f"mha/{n}/kernel" for n in _QKV)), count=1)),
+    (_B + r"attention/qkv/bias", Shifted(concat(*(_KH + f"mha/{n}/bias" for n in _QKV)), count=1)),
+    (_B + r"attention/out/kernel", Shifted(heads_out(_KH + "mha/attention_output/kernel"), count=1)),
+    (_B + r"attention/out/bias", Shifted(same(_KH + "mha/attention_output/bias"), count=1)),
+    (_B + r"mlp/fc([12])/(kernel|bias)", Shifted(same(_KH + "mlp/dense_{1}/{2}"), count=1)),
+    (r"encoder_norm/(gamma|beta)", same("vit_encoder/ln/{0}")),
+    (r"pre_logits/(kernel|bias)", same("pre_logits/{0}")),
+    (r"head/(kernel|bias)", same("predictions/{0}")),
 ]
 
 # The hybrids' BiT ResNet: the npz keeps the ResNet's own names (GroupNorm scale/bias =

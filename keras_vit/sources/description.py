@@ -14,6 +14,7 @@ PRESET = "preset"  # a published checkpoint, ``<model>.<tag>``
 HUB = "hub"  # a repository on the Hugging Face hub, timm's or transformers', ``hf-hub:<org>/<name>``
 TIMM_FOLDER = "timm_folder"  # a folder holding a timm repository's files
 TRANSFORMERS_FOLDER = "transformers_folder"  # a folder of a transformers model (``save_pretrained``)
+KERAS_HUB_FOLDER = "keras_hub_folder"  # a folder keras-hub's ``save_to_preset`` wrote
 LOCAL_PRESET = "local_preset"  # a folder written by ``keras_vit.save_preset``
 KERAS_FILE = "keras_file"  # a ``.keras`` model file
 CHECKPOINT = "checkpoint"  # a weights file (``.npz``, timm, HF, ``.weights.h5``) of a named architecture

@@ -21,7 +21,7 @@ import difflib
 import json
 import os
 
-from keras_vit.checkpoints import timm_config, transformers_config
+from keras_vit.checkpoints import keras_hub_config, timm_config, transformers_config
 from keras_vit.checkpoints.loader import trained_numerics
 from keras_vit.checkpoints.readers import sniff_container
 from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
@@ -34,6 +34,7 @@ from keras_vit.sources.description import (
     CHECKPOINT,
     HUB,
     KERAS_FILE,
+    KERAS_HUB_FOLDER,
     LOCAL_PRESET,
     PRESET,
     TIMM_ARCHITECTURE,
@@ -213,6 +214,22 @@ def _repository_file(given, filename, missing_ok=False):
     raise FileNotFoundError(f"{given}: a model's folder holds config.json and {WEIGHTS_FILE}; {path} is missing.")
 
 
+def _keras_hub_folder(folder, **_):
+    """A keras-hub preset folder: its backbone's (and task's) arguments as a spec, the
+    weights keras-hub loads from it, its image converter as the pre-processing."""
+    options, preprocessing = keras_hub_config.from_preset_folder(folder)
+    spec = ViTSpec(**options)
+    return ModelSource(
+        KERAS_HUB_FOLDER,
+        folder,
+        name=os.path.basename(os.path.normpath(folder)),
+        spec=spec,
+        weights=Weights(path=folder, container="keras_hub"),
+        preprocessing=preprocessing,
+        num_classes=spec.num_classes if spec.include_top else None,
+    )
+
+
 def _local_preset(folder, **_):
     local.read_card(folder)  # the model file checked against its card
     path = os.path.join(folder, local.MODEL_FILE)
@@ -285,6 +302,7 @@ ENTRIES = (
     (HUB, hub.is_hub_name, _repository),
     (URL, is_url, _url),
     (LOCAL_PRESET, _is_local_preset, _local_preset),
+    (KERAS_HUB_FOLDER, keras_hub_config.is_preset_folder, _keras_hub_folder),
     ("repository_folder", is_repository_folder, _repository),
     ("folder", os.path.isdir, _other_folder),
     (KERAS_FILE, _is_keras_path, _keras_file),

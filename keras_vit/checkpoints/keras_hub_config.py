@@ -1,0 +1,148 @@
+"""keras-hub preset folders (what ``save_to_preset`` writes) as keras-vit specs.
+
+A keras-hub preset folder holds the backbone's ``config.json`` (its class, registered as
+``keras_hub><Class>``, and its arguments), its weights (``model.weights.h5``), and for a
+task its ``task.json`` (the classifier's arguments) and ``preprocessor.json``. ``BACKBONES``
+maps a backbone class keras-vit builds to the function that reads its arguments; the
+weights are read by keras-hub itself (``read_weights``), by their variable paths, which the
+``keras_hub_vit`` column of ``table.py`` maps.
+"""
+
+import json
+import os
+
+CONFIG_FILE, TASK_FILE, PREPROCESSOR_FILE = "config.json", "task.json", "preprocessor.json"
+WEIGHTS_FILE = "model.weights.h5"
+
+
+class UnsupportedKerasHubModelError(ValueError):
+    """A keras-hub model keras-vit does not build (yet)."""
+
+
+def is_keras_hub_config(config):
+    """Whether a ``config.json`` (as a dict) is a keras-hub backbone's."""
+    return isinstance(config, dict) and str(config.get("registered_name", "")).startswith("keras_hub>")
+
+
+def _pair(value):
+    return tuple(value) if isinstance(value, (list, tuple)) else (value, value)
+
+
+def _vit(config, task):
+    """``ViTBackbone`` (and a ``ViTImageClassifier`` on it): the paper's ViT with the exact
+    GELU; the classifier reads the class token (``pooling="token"``), or without one the
+    tokens' mean, through an optional pre-logits layer (``intermediate_dim``, tanh)."""
+    patch = _pair(config["patch_size"])
+    if patch[0] != patch[1] or config.get("use_mha_bias", True) != config.get("use_mlp_bias", True):
+        raise UnsupportedKerasHubModelError(
+            f"a ViTBackbone with patch_size={config['patch_size']}, use_mha_bias={config.get('use_mha_bias')} and "
+            f"use_mlp_bias={config.get('use_mlp_bias')}: keras-vit builds square patches, the biases all on or off."
+        )
+    class_token = bool(config.get("use_class_token", True))
+    options = dict(
+        image_size=tuple(config["image_shape"][:2]),
+        num_channels=int(config["image_shape"][2]),
+        patch_size=patch[0],
+        hidden_size=config["hidden_dim"],
+        depth=config["num_layers"],
+        num_heads=config["num_heads"],
+        mlp_dim=config["mlp_dim"],
+        layer_norm_epsilon=float(config.get("layer_norm_epsilon", 1e-6)),
+        gelu_approximate=False,
+        qkv_bias=bool(config.get("use_mha_bias", True)),
+        proj_bias=bool(config.get("use_mha_bias", True)),
+        patch_bias=bool(config.get("use_patch_bias", True)),
+        class_token=class_token,
+        pooling="token" if class_token else "gap",
+    )
+    if task is None:
+        return dict(options, include_top=False, pooling=None)
+    pooling = task.get("pooling", "token")
+    if pooling == "gap" and class_token:
+        raise UnsupportedKerasHubModelError(
+            "a ViTImageClassifier with pooling='gap' over a class token: its mean takes the class token in, "
+            "keras-vit's average pooling leaves it out."
+        )
+    return dict(
+        options,
+        num_classes=int(task["num_classes"]),
+        representation_size=task.get("intermediate_dim"),
+        classifier_activation=task.get("activation"),
+    )
+
+
+BACKBONES = {"ViTBackbone": _vit}
+
+
+def _read_json(folder, filename):
+    path = os.path.join(folder, filename)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except ValueError:
+        return None
+
+
+def from_preset_folder(folder):
+    """``(ViTSpec options, ImagePreprocessing arguments but the size, or None)`` of a keras-hub
+    preset folder (the converter resizes to the backbone's size)."""
+    config = _read_json(folder, CONFIG_FILE)
+    name = str(config.get("registered_name", "")).removeprefix("keras_hub>")
+    if name not in BACKBONES:
+        raise UnsupportedKerasHubModelError(
+            f"{folder}: a keras-hub {name}; keras-vit builds {', '.join(sorted(BACKBONES))}."
+        )
+    task = _read_json(folder, TASK_FILE)
+    options = BACKBONES[name](config["config"], None if task is None else task["config"])
+    return options, _preprocessing(_read_json(folder, PREPROCESSOR_FILE))
+
+
+def _per_channel(value, default):
+    value = default if value is None else value
+    return tuple(float(v) for v in value) if isinstance(value, (list, tuple)) else (float(value),) * 3
+
+
+def _preprocessing(preprocessor):
+    """The image converter's resize and ``x * scale + offset`` (on 0-255 pixels) as keras-vit's
+    ``(x / 255 - mean) / std``; None where the folder has no preprocessor or converter."""
+    converter = ((preprocessor or {}).get("config", {}).get("image_converter") or {}).get("config", {})
+    if converter.get("scale") is None:
+        return None
+    std = tuple(1.0 / (255.0 * s) for s in _per_channel(converter["scale"], None))
+    mean = tuple(-o * s for o, s in zip(_per_channel(converter.get("offset"), 0.0), std))
+    return dict(
+        mean=mean,
+        std=std,
+        interpolation=converter.get("interpolation", "bilinear"),
+        antialias=bool(converter.get("antialias", False)),
+        crop_fraction=1.0,
+        crop_mode="center" if converter.get("crop_to_aspect_ratio", True) else "squash",
+    )
+
+
+def is_preset_folder(path):
+    """Whether ``path`` is a folder keras-hub's ``save_to_preset`` wrote."""
+    config = _read_json(path, CONFIG_FILE) if os.path.isdir(path) else None
+    return is_keras_hub_config(config) and os.path.isfile(os.path.join(path, WEIGHTS_FILE))
+
+
+def read_weights(folder):
+    """``{variable path: array}`` of a keras-hub preset folder's model, as keras-hub loads it
+    (its task's, head included, where the folder has one)."""
+    try:
+        import keras_hub  # registers its classes, which the folder's files name
+    except ImportError as error:
+        from keras_vit.dependencies import MissingDependencyError
+
+        raise MissingDependencyError(
+            f"{folder} is a keras-hub preset folder, which keras-hub reads: pip install keras-hub."
+        ) from error
+    import keras
+
+    task = _read_json(folder, TASK_FILE)
+    # The task's own class loads it (keras-hub's Task refuses to guess one); else the backbone.
+    loader = keras_hub.models.Backbone if task is None else keras.saving.get_registered_object(task["registered_name"])
+    model = loader.from_preset(folder)
+    return {variable.path: keras.ops.convert_to_numpy(variable) for variable in model.weights}

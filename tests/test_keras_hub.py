@@ -1,0 +1,99 @@
+"""keras-hub preset folders (``save_to_preset``) by their path: a small random keras-hub ViT,
+written by keras-hub itself, loads with keras-hub's outputs on two images, and its image
+converter is the model's pre-processing (``keras_vit/checkpoints/keras_hub_config.py``).
+"""
+
+import os
+
+import numpy as np
+import pytest
+from helpers import assert_close_to_scale, cat_photo, to_numpy
+
+import keras_vit
+from keras_vit.checkpoints.keras_hub_config import UnsupportedKerasHubModelError
+
+keras_hub = pytest.importorskip("keras_hub")
+
+RTOL = 2e-5
+# keras-hub's converter and the model's layer resize a square photo alike (bilinear, no
+# antialiasing), in float32. (On another aspect ratio keras-hub crops the centre, then resizes;
+# the layer resizes, then crops: the same region, sampled at places a fraction of a pixel apart.)
+PREPROCESSING_ATOL = 1e-4
+SIZE = dict(image_shape=(48, 48, 3), patch_size=16, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32)
+
+
+def randomized(model, seed=0):
+    """``model`` with every weight drawn at unit scale (LayerNorm scales near one), so that a
+    wrong epsilon, GELU form or transposed kernel moves the outputs past the bound."""
+    rng = np.random.default_rng(seed)
+    for variable in model.weights:
+        shape = tuple(variable.shape)
+        if "gamma" in variable.path:
+            value = 1.0 + 0.1 * rng.normal(size=shape)
+        elif len(shape) > 1:
+            value = rng.normal(size=shape) / np.sqrt(max(1, np.prod(shape[:-1])))
+        else:
+            value = 0.05 * rng.normal(size=shape)
+        variable.assign(value.astype("float32"))
+    return model
+
+
+def classifier(folder, use_class_token=True, intermediate_dim=None):
+    backbone = keras_hub.models.ViTBackbone(**SIZE, use_class_token=use_class_token)
+    converter = keras_hub.layers.ViTImageConverter(image_size=(48, 48), scale=1 / 127.5, offset=-1.0)
+    task = keras_hub.models.ViTImageClassifier(
+        backbone=backbone,
+        num_classes=3,
+        pooling="token" if use_class_token else "gap",
+        intermediate_dim=intermediate_dim,
+        preprocessor=keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter),
+    )
+    randomized(task).save_to_preset(folder)
+    return task, converter
+
+
+def images():
+    return np.random.default_rng(1).normal(size=(2, 48, 48, 3)).astype("float32")
+
+
+@pytest.mark.parametrize(
+    "use_class_token, intermediate_dim", [(True, None), (True, 24), (False, None)], ids=["token", "pre_logits", "gap"]
+)
+def test_a_keras_hub_vit_classifier_folder_loads_at_keras_hubs_outputs(tmp_path, use_class_token, intermediate_dim):
+    task, converter = classifier(str(tmp_path / "preset"), use_class_token, intermediate_dim)
+    model = keras_vit.load_model(str(tmp_path / "preset"))
+    assert model.output_shape == (None, 3) and model.spec.representation_size == intermediate_dim
+    assert model.spec.pooling == ("token" if use_class_token else "gap") and not model.spec.gelu_approximate
+    x = images()
+    assert_close_to_scale(to_numpy(model(x)), to_numpy(task(x)), RTOL)  # the network, without pre-processing
+    # Its converter (x * scale + offset, resized) is the model's pre-processing.
+    photo = cat_photo()[None, :, :300].astype("float32")  # 300 x 300
+    theirs = to_numpy(converter(photo))
+    ours = to_numpy(model.preprocessing(photo))
+    np.testing.assert_allclose(ours, theirs, atol=PREPROCESSING_ATOL)
+
+
+def test_a_keras_hub_backbone_folder_loads_as_the_tokens_keras_hub_outputs(tmp_path):
+    backbone = randomized(keras_hub.models.ViTBackbone(**SIZE))
+    backbone.save_to_preset(str(tmp_path / "backbone"))
+    model = keras_vit.load_model(str(tmp_path / "backbone"))
+    assert model.spec.pooling is None and not model.spec.include_top and model.preprocessing is None
+    x = images()
+    assert_close_to_scale(to_numpy(model(x)), to_numpy(backbone(x)), RTOL)
+    # As the backbone of a task of one's own: a head on the class token.
+    tuned = keras_vit.create_model(str(tmp_path / "backbone"), pooling="token", include_top=True, num_classes=5)
+    assert tuned.output_shape == (None, 5)
+
+
+def test_a_keras_hub_model_keras_vit_does_not_build_is_one_clear_error(tmp_path):
+    keras_hub.models.ViTBackbone(**dict(SIZE, patch_size=(16, 8))).save_to_preset(str(tmp_path / "strange"))
+    with pytest.raises(UnsupportedKerasHubModelError, match=r"patch_size=\[16, 8\].*square patches"):
+        keras_vit.load_model(str(tmp_path / "strange"))
+    keras_hub.models.ViTBackbone(**SIZE).save_to_preset(str(tmp_path / "renamed"))
+    config = os.path.join(tmp_path, "renamed", "config.json")
+    with open(config) as f:
+        text = f.read().replace("keras_hub>ViTBackbone", "keras_hub>SwinBackbone")
+    with open(config, "w") as f:
+        f.write(text)
+    with pytest.raises(UnsupportedKerasHubModelError, match="a keras-hub SwinBackbone; keras-vit builds ViTBackbone"):
+        keras_vit.load_model(str(tmp_path / "renamed"))
