@@ -50,6 +50,10 @@ SIGLIP = "vit_base_patch16_siglip_224"
 # DINOv3 (timm's eva module): rotary embeddings and no position table, registers, a SwiGLU
 # MLP, query and value biases apart (the key's none).
 DINOV3 = "vit_small_plus_patch16_dinov3_qkvb"
+# EVA-02 (timm's eva module): axial rotary embeddings (interleaved, scaled to a reference
+# grid) beside a learned table, separate query/key/value projections, a norm inside the
+# SwiGLU MLP, average pooling with the norm after it.
+EVA02 = "eva02_base_patch14_224"
 # BEiT (timm's beit module): a relative position bias in each block, no position table,
 # LayerScale, query and value biases apart, the final norm after average pooling.
 BEIT = "beit_base_patch16_224"
@@ -164,6 +168,16 @@ def test_beit_loads_by_hub_name_at_timms_logits_features_and_attention(timm, mir
         keras_vit.resize(model, 64)
     with pytest.raises(ValueError, match="relative_position_bias=True needs .* got dynamic_image_size=True"):
         keras_vit.create_model(mirror_name(BEIT), dynamic_image_size=True)
+
+
+def test_eva02_loads_by_hub_name_at_timms_logits_features_and_attention(timm, mirror):
+    _, model, peer, x = assert_loads_by_hub_name_at_timms_logits(timm, mirror, EVA02)
+    spec = model.spec
+    assert (spec.rope, spec.rope_reference_grid, spec.mlp_norm, spec.gated_mlp) == ("axial", (16, 16), True, True)
+    two = np.concatenate([x, x[:, :, ::-1]])
+    assert_close_to_scale(logits(model, two), torch_logits(peer, two), RTOL)
+    assert_intermediates_are_timms(model, peer, x, norm=False)  # its final norm follows the pooling
+    assert_attention_is_timms(model, peer, x)
 
 
 def mirror_name(architecture, tag="random"):

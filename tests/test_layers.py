@@ -44,8 +44,10 @@ CASES = {
     "LayerNorm": (dict(epsilon=1e-6), (2, 5, 8)),
     "LayerScale": (dict(init_value=0.5), (2, 5, 8)),
     # Gated (SwiGLU): the plain MLP is the EncoderBlock case's.
-    "MlpBlock": (dict(mlp_dim=16, gated=True, activation="silu", use_bias=False), (2, 5, 8)),
-    "MultiHeadSelfAttention": (dict(num_heads=2), (2, 5, 8)),
+    # With a norm on the hidden state (EVA-02's).
+    "MlpBlock": (dict(mlp_dim=16, gated=True, activation="silu", use_bias=False, hidden_norm="layernorm"), (2, 5, 8)),
+    # With BEiT's relative position bias (a class token and a 2x2 grid) and a norm before the projection.
+    "MultiHeadSelfAttention": (dict(num_heads=2, relative_position_grid=(2, 2), output_norm="layernorm"), (2, 5, 8)),
     "PatchEmbedding": (dict(hidden_size=8, patch_size=4, num_channels=3), (2, 8, 8, 3)),
     "PatchTokens": (dict(num_prefix_tokens=1, grid_size=(2, 2)), (2, 5, 8)),
     "PositionEmbedding": (dict(grid_size=(2, 2), num_prefix_tokens=1), (2, 5, 8)),

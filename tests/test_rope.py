@@ -45,6 +45,28 @@ def test_the_table_is_timms_and_transformers_dinov3_table_and_turns_no_prefix_to
     assert np.abs(table(temperature=10_000.0) - ours).max() > 0.1
 
 
+def test_the_axial_table_and_turn_are_timms_eva02_ones(timm):
+    import torch
+    from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, apply_rot_embed_cat
+
+    # EVA-02's: row and column indices scaled to the pre-training grid, interleaved pairs.
+    layer = RotaryEmbedding(GRID, HEAD_DIM, PREFIX, form="axial", reference_grid=(16, 16))
+    ours = to_numpy(layer(np.zeros((1, PREFIX + 15, 8), "float32")))
+    peer = RotaryEmbeddingCat(HEAD_DIM, temperature=10_000.0, in_pixels=False, feat_shape=list(GRID),
+                              ref_feat_shape=[16, 16])  # fmt: skip
+    theirs = peer.get_embed().numpy()
+    np.testing.assert_allclose(ours[0, PREFIX:], theirs[:, :HEAD_DIM], atol=ATOL)
+    np.testing.assert_allclose(ours[1, PREFIX:], theirs[:, HEAD_DIM:], atol=ATOL)
+    x = np.random.default_rng(0).normal(size=(2, PREFIX + 15, 3, HEAD_DIM)).astype("float32")
+    turned = to_numpy(rotate(x, ours, interleaved=True))
+    patches = torch.from_numpy(x[:, PREFIX:].transpose(0, 2, 1, 3))
+    expected = apply_rot_embed_cat(patches, torch.from_numpy(theirs), half=False).numpy().transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(turned[:, PREFIX:], expected, atol=1e-5)
+    np.testing.assert_array_equal(turned[:, :PREFIX], x[:, :PREFIX])
+    # The other layout is another turn.
+    assert np.abs(to_numpy(rotate(x, ours)) - turned).max() > 0.1
+
+
 def test_a_grid_known_at_run_time_gives_the_built_grids_table():
     layer = RotaryEmbedding((2, 2), HEAD_DIM, PREFIX)  # built for another grid
     tokens = np.zeros((1, PREFIX + 15, 8), "float32")
@@ -75,8 +97,8 @@ def test_rotate_is_timms_turn_of_the_patch_tokens(timm):
 
 
 def test_bad_rotary_options_are_clear_errors():
-    with pytest.raises(ValueError, match=r"rope must be one of \('dinov3',\) or None, got 'axial'"):
-        RotaryEmbedding(GRID, HEAD_DIM, form="axial")
+    with pytest.raises(ValueError, match=r"rope must be one of \('dinov3', 'axial'\) or None, got 'mixed'"):
+        RotaryEmbedding(GRID, HEAD_DIM, form="mixed")
     with pytest.raises(ValueError, match="head width divisible by 4"):
         RotaryEmbedding(GRID, 6)
     from keras_vit.models.spec import ViTSpec
@@ -85,3 +107,5 @@ def test_bad_rotary_options_are_clear_errors():
         ViTSpec(hidden_size=36, num_heads=6, rope="dinov3")
     with pytest.raises(ValueError, match="rope must be one of"):
         ViTSpec(rope="cat")
+    with pytest.raises(ValueError, match="rope_reference_grid is the axial rotary embeddings'; got rope='dinov3'"):
+        ViTSpec(rope="dinov3", rope_reference_grid=16)

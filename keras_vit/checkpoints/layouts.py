@@ -56,6 +56,8 @@ def _timm_structure(spec, arrays):
         else "layernorm",
         "gated_mlp": "blocks.0.mlp.fc1_g.weight" in arrays or None,  # GluMlp's fused fc1: not told by its keys
         "qkv_bias": "blocks.0.attn.qkv.bias" in arrays,
+        "attention_norm": "blocks.0.attn.norm.weight" in arrays,
+        "mlp_norm": "blocks.0.mlp.norm.weight" in arrays,
         # A learned table, or none: a RoPE model's (a sincos2d one saves none either).
         "position_embedding": "learned"
         if "pos_embed" in arrays
@@ -73,6 +75,8 @@ def _timm_structure(spec, arrays):
         "norm_type": spec.norm_type,
         "gated_mlp": spec.gated_mlp,
         "qkv_bias": spec.qkv_bias,
+        "attention_norm": spec.attention_norm,
+        "mlp_norm": spec.mlp_norm,
         "position_embedding": spec.position_embedding,
     }
     differ = [name for name in found if found[name] is not None and found[name] != has[name]]
@@ -101,14 +105,15 @@ def _timm_gated_mlps(arrays):
     return arrays
 
 
-_EVA_NAMES = re.compile(r"blocks\.(\d+)\.(gamma_[12]|attn\.[qv]_bias)")
+_EVA_NAMES = re.compile(r"blocks\.(\d+)\.(gamma_[12]|attn\.[qv]_bias|attn\.q_proj\.weight)$")
 
 
 def _timm_eva_names(arrays):
-    """timm's ``Eva`` (DINOv3, EVA) names LayerScale ``gamma_1``/``gamma_2`` and keeps the
-    query and value biases apart (``q_bias``, ``v_bias``; the key has none, a zero buffer
-    it does not save): said in ``VisionTransformer``'s names, ``ls1.gamma`` and one
-    ``qkv.bias`` with zeros for the key's."""
+    """timm's ``Eva`` (DINOv3, EVA) and ``Beit`` name LayerScale ``gamma_1``/``gamma_2`` and
+    keep the query and value biases apart (``q_bias``, ``v_bias``; the key has none, a zero
+    buffer they do not save), or the three projections (EVA-02's ``q_proj``, ``k_proj``,
+    ``v_proj``, the key's without a bias): said in ``VisionTransformer``'s names,
+    ``ls1.gamma`` and one ``qkv`` with zeros for the key's bias."""
     if not any(_EVA_NAMES.match(k) for k in arrays):
         return arrays
     arrays = dict(arrays)
@@ -120,6 +125,13 @@ def _timm_eva_names(arrays):
             query = np.asarray(arrays.pop(key))
             value = np.asarray(arrays.pop(f"blocks.{block}.attn.v_bias"))
             arrays[f"blocks.{block}.attn.qkv.bias"] = np.concatenate([query, np.zeros_like(query), value])
+        elif what == "attn.q_proj.weight":  # separate projections (a v_bias went with its q_bias)
+            attn = f"blocks.{block}.attn."
+            weights = [np.asarray(arrays.pop(f"{attn}{n}_proj.weight")) for n in "qkv"]
+            arrays[attn + "qkv.weight"] = np.concatenate(weights)
+            if attn + "q_proj.bias" in arrays:
+                query, value = (np.asarray(arrays.pop(f"{attn}{n}_proj.bias")) for n in "qv")
+                arrays[attn + "qkv.bias"] = np.concatenate([query, np.zeros_like(query), value])
     return arrays
 
 

@@ -153,6 +153,11 @@ VIT = [
     (r"patch_norm/gamma", None, same("patch_embed.norm.weight"), None),
     (r"patch_norm/beta", None, same("patch_embed.norm.bias"), None),
     (_B + r"layer_scale([12])/gamma", None, same("blocks.{0}.ls{1}.gamma"), None),
+    # Norms inside the attention (before its projection) and the MLP (before fc2).
+    (_B + r"attention/norm/(gamma|scale)", None, same("blocks.{0}.attn.norm.weight"), None),
+    (_B + r"attention/norm/beta", None, same("blocks.{0}.attn.norm.bias"), None),
+    (_B + r"mlp/norm/(gamma|scale)", None, same("blocks.{0}.mlp.norm.weight"), None),
+    (_B + r"mlp/norm/beta", None, same("blocks.{0}.mlp.norm.bias"), None),
     # RMSNorm (norm_type="rmsnorm") has a scale alone.
     (r"pre_norm/scale", None, same("norm_pre.weight"), None),
     (r"patch_norm/scale", None, same("patch_embed.norm.weight"), None),

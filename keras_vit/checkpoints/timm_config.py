@@ -24,7 +24,8 @@ _DEFAULTS = dict(
     num_heads=12, mlp_ratio=4.0, qkv_bias=True, qk_norm=False, proj_bias=True, init_values=None, class_token=True,
     pos_embed="learn", no_embed_class=False, reg_tokens=0, pre_norm=False, final_norm=True, fc_norm=None,
     dynamic_img_size=False, act_layer="gelu", norm_layer="layernorm:1e-06", embed_norm_layer=None, mlp_layer="mlp",
-    distilled=False, rope=None, rope_temperature=100.0, relative_position_bias=False,
+    distilled=False, rope=None, rope_temperature=None, rope_reference_grid=None, relative_position_bias=False,
+    scale_attn_norm=False, scale_mlp_norm=False,
 )  # fmt: skip
 # Arguments that change nothing keras-vit builds (drop rates are the recipe's).
 _IGNORED = ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
@@ -46,8 +47,6 @@ _NOT_YET = {
     "mlp_layer": "this MLP",
     "block_fn": "residual post-norm and parallel blocks",
     "attn_layer": "differential attention",
-    "scale_attn_norm": "norms inside the attention and MLP",
-    "scale_mlp_norm": "norms inside the attention and MLP",
     "pool_include_prefix": "pooling over the prefix tokens",
     "qk_norm": "query/key norm",
     "pos_embed": "position embeddings other than timm's learned table",
@@ -72,17 +71,13 @@ _EVA_IGNORED = _IGNORED + ("head_init_scale", "rope_shift_coords", "rope_jitter_
 # What keras-vit does not build yet of an Eva, by argument and the value it builds.
 _EVA_NOT_YET = {
     "num_kv_heads": (None, "grouped-query attention"),
-    "qkv_fused": (True, "separate query, key and value projections (EVA-02's)"),
     "qk_norm": (False, "query/key norm"),
-    "scale_mlp": (False, "a norm inside the MLP (EVA-02's)"),
-    "scale_attn_inner": (False, "a norm inside the attention"),
     "attn_type": ("eva", "this attention"),
     "attn_only_layer_scale": (False, "LayerScale on the attention alone"),
     "use_post_norm": (False, "residual post-norm blocks"),
     "rope_grid_offset": (0.0, "an offset rotary grid"),
     "rope_grid_indexing": ("ij", "an xy rotary grid"),
     "rope_mrope_section": (None, "multimodal rotary embeddings"),
-    "ref_feat_shape": (None, "rotary embeddings scaled to a reference grid (EVA-02's)"),
     "attn_pool_num_heads": (None, "Eva's attention pooling (Perception Encoder's)"),
     "attn_pool_mlp_ratio": (None, "Eva's attention pooling (Perception Encoder's)"),
 }
@@ -95,7 +90,6 @@ _BEIT_DEFAULTS = dict(
     init_values=None, use_abs_pos_emb=True, use_rel_pos_bias=False, use_shared_rel_pos_bias=False, use_fc_norm=None,
 )  # fmt: skip
 _BEIT_NOT_YET = {
-    "scale_mlp": (False, "a norm inside the MLP"),
     "use_shared_rel_pos_bias": (False, "one relative position bias shared by the blocks (BEiT's pre-training)"),
 }
 
@@ -129,6 +123,7 @@ def beit_as_vision_transformer(args):
         mlp_layer="swiglu" if args["swiglu_mlp"] else "mlp",
         act_layer="silu" if args["swiglu_mlp"] else "gelu",
         relative_position_bias=bool(args["use_rel_pos_bias"]),
+        scale_mlp_norm=args["scale_mlp"],
     )
 
 
@@ -148,11 +143,15 @@ def eva_as_vision_transformer(args):
     problems = [f"{k}={args[k]!r} ({why})" for k, (built, why) in _EVA_NOT_YET.items() if args[k] != built]
     rope = None
     if args["use_rot_pos_emb"]:
-        if args["rope_type"] != "dinov3":
+        # timm's rotary forms keras-vit builds, in the layout each takes (rotate_half: the halves).
+        rope, half = {"dinov3": ("dinov3", True), "cat": ("axial", False)}.get(args["rope_type"], (None, None))
+        if rope is None:
             problems.append(f"rope_type={args['rope_type']!r} (rotary embeddings of timm's {args['rope_type']} form)")
-        elif not args["rope_rotate_half"]:
-            problems.append("rope_rotate_half=False (DINOv3's rotary embeddings in the interleaved layout)")
-        rope = "dinov3"
+        elif bool(args["rope_rotate_half"]) != half:
+            problems.append(f"rope_rotate_half={args['rope_rotate_half']} (timm's {args['rope_type']} rotary "
+                            "embeddings in the other layout)")  # fmt: skip
+    elif args["ref_feat_shape"] is not None:
+        problems.append("ref_feat_shape without rotary embeddings")
     if problems:
         raise UnsupportedArchitectureError(f"keras-vit does not build these timm options yet: {'; '.join(problems)}.")
     fc_norm = args["global_pool"] == "avg" if args["use_fc_norm"] is None else bool(args["use_fc_norm"])
@@ -176,7 +175,10 @@ def eva_as_vision_transformer(args):
         mlp_layer="swiglu" if args["swiglu_mlp"] else "mlp",
         act_layer="silu" if args["swiglu_mlp"] else "gelu",
         rope=rope,
-        rope_temperature=float(args["rope_temperature"]) if rope else 100.0,
+        rope_temperature=float(args["rope_temperature"]) if rope else None,
+        rope_reference_grid=tuple(args["ref_feat_shape"]) if rope and args["ref_feat_shape"] is not None else None,
+        scale_attn_norm=args["scale_attn_inner"],
+        scale_mlp_norm=args["scale_mlp"],
     )
 
 
@@ -255,8 +257,11 @@ def spec_options(args):
         embed_prefix_tokens=not args["no_embed_class"],
         position_embedding=_POSITION_EMBEDDINGS[args["pos_embed"]],
         rope=args["rope"],
-        rope_temperature=float(args["rope_temperature"]),
+        rope_temperature=None if args["rope_temperature"] is None else float(args["rope_temperature"]),
+        rope_reference_grid=args["rope_reference_grid"],
         relative_position_bias=bool(args["relative_position_bias"]),
+        attention_norm=bool(args["scale_attn_norm"]),
+        mlp_norm=bool(args["scale_mlp_norm"]),
         pre_norm=bool(args["pre_norm"]),
         patch_bias=not args["pre_norm"],  # timm's VisionTransformer ties the two
         layer_scale_init=args["init_values"],

@@ -20,6 +20,7 @@ from keras import ops
 from keras_vit.layers.dense import Dense
 from keras_vit.layers.initializers import deferrable
 from keras_vit.layers.inline import call_inline, composite_config, sublayer_policy
+from keras_vit.layers.layer_norm import make_norm
 from keras_vit.layers.rotary import rotate
 
 FUSED_ATTENTION_ENV = "KERAS_VIT_FUSED_ATTN"
@@ -134,6 +135,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             ``relative_position_bias``, one value per head and offset, read through
             ``relative_position_index``; the tokens must be a class token then that grid);
             None for none.
+        rope_interleaved: the rotary table's channel pairs are neighbours (``rotate``'s
+            ``interleaved``; EVA-02's), not the two halves (DINOv3's).
+        output_norm: a norm of this kind (``"layernorm"``, ``"rmsnorm"``) on the heads'
+            output before the output projection (sublayer ``norm``; EVA-02 CLIP's and
+            BEiT-3's, timm's ``scale_attn_inner`` / ``scale_attn_norm``); None for none.
+        output_norm_epsilon: its epsilon.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Call with ``rope=`` a ``RotaryEmbedding``'s table to turn the queries and keys by it
@@ -150,9 +157,21 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     """
 
     def __init__(
-        self, num_heads, attention_dropout_rate=0.0, qkv_bias=True, out_bias=True, relative_position_grid=None, **kwargs
+        self,
+        num_heads,
+        attention_dropout_rate=0.0,
+        qkv_bias=True,
+        out_bias=True,
+        relative_position_grid=None,
+        rope_interleaved=False,
+        output_norm=None,
+        output_norm_epsilon=1e-6,
+        **kwargs,
     ):
         super().__init__(**kwargs)
+        self.rope_interleaved = bool(rope_interleaved)
+        self.output_norm = output_norm
+        self.output_norm_epsilon = float(output_norm_epsilon)
         grid = relative_position_grid
         self.relative_position_grid = None if grid is None else tuple(int(side) for side in grid)
         self.out_bias = bool(out_bias)
@@ -172,6 +191,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.qkv.build(input_shape)
         self.out = deferrable(Dense(width, use_bias=self.out_bias, name="out", dtype=sublayer_policy(self, "out")))
         self.out.build(input_shape)
+        self.norm = None
+        if self.output_norm is not None:
+            self.norm = deferrable(
+                make_norm(self.output_norm, self.output_norm_epsilon, name="norm", dtype=sublayer_policy(self, "norm"))
+            )
+            self.norm.build(input_shape)
         self.attention_dropout = keras.layers.Dropout(
             self.attention_dropout_rate, name="attention_dropout", dtype=sublayer_policy(self, "attention_dropout")
         )
@@ -191,7 +216,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qkv = self._qkv(tokens, length, width)
         if rope is not None:
             query, key, value = ops.unstack(qkv, 3, axis=2)
-            qkv = ops.stack([rotate(query, rope), rotate(key, rope), value], axis=2)
+            pairs = self.rope_interleaved
+            qkv = ops.stack([rotate(query, rope, pairs), rotate(key, rope, pairs), value], axis=2)
         dropout = bool(training) and self.attention_dropout_rate > 0
         if use_fused_attention(needs_weights=return_attention_scores or dropout):
             out, weights = self._fused_attention(qkv, training), None
@@ -226,7 +252,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def _project_out(self, heads, length, width, as_rows):
         # heads: (batch, length, heads, dim)
-        out = call_inline(self.out, ops.reshape(heads, (-1, width)))
+        rows = ops.reshape(heads, (-1, width))
+        if self.norm is not None:
+            rows = call_inline(self.norm, rows)
+        out = call_inline(self.out, rows)
         return out if as_rows else ops.reshape(out, (-1, length, width))
 
     def _explicit_attention(self, qkv, training):

@@ -43,6 +43,9 @@ class MlpBlock(keras.layers.Layer):
         gated: ``fc1`` projects to twice ``mlp_dim``, a gate then a value, and the hidden
             state is ``activation(gate) * value`` (GLU; SwiGLU with ``"silu"``: AIMv2).
         use_bias: biases on ``fc1`` and ``fc2``.
+        hidden_norm: a norm of this kind (``"layernorm"``, ``"rmsnorm"``) on the hidden state
+            before ``fc2`` (sublayer ``norm``; EVA-02's, timm's ``scale_mlp``); None for none.
+        hidden_norm_epsilon: its epsilon.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     ``fc1`` and ``fc2`` are Keras ``Dense`` layers (``keras_vit.layers.Dense``):
@@ -60,9 +63,20 @@ class MlpBlock(keras.layers.Layer):
     """
 
     def __init__(
-        self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, activation="gelu", gated=False, use_bias=True, **kwargs
+        self,
+        mlp_dim,
+        dropout_rate=0.0,
+        gelu_approximate=True,
+        activation="gelu",
+        gated=False,
+        use_bias=True,
+        hidden_norm=None,
+        hidden_norm_epsilon=1e-6,
+        **kwargs,
     ):
         super().__init__(**kwargs)
+        self.hidden_norm = hidden_norm
+        self.hidden_norm_epsilon = float(hidden_norm_epsilon)
         self.gated = bool(gated)
         self.use_bias = bool(use_bias)
         self.mlp_dim = int(mlp_dim)
@@ -93,6 +107,12 @@ class MlpBlock(keras.layers.Layer):
         # Called through call_inline, so built here: Keras' predict_on_batch runs an extra
         # eager forward pass whenever any layer of the model reports itself unbuilt.
         self.dropout.build(input_shape)
+        self.norm = None
+        if self.hidden_norm is not None:
+            self.norm = deferrable(
+                make_norm(self.hidden_norm, self.hidden_norm_epsilon, name="norm", dtype=sublayer_policy(self, "norm"))
+            )
+            self.norm.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
 
     def call(self, x, training=None):
         # (batch * tokens, width) rows: see the class docstring. Rows in, rows out.
@@ -102,6 +122,8 @@ class MlpBlock(keras.layers.Layer):
         if self.gated:
             hidden = self._gate_activation(hidden[:, : self.mlp_dim]) * hidden[:, self.mlp_dim :]
         rows = dropout_rows(self.dropout, hidden, tokens, training)
+        if self.norm is not None:
+            rows = call_inline(self.norm, rows)
         rows = dropout_rows(self.dropout, call_inline(self.fc2, rows), tokens, training)
         return rows if tokens is None else ops.reshape(rows, ops.shape(x))
 
@@ -133,6 +155,10 @@ class EncoderBlock(keras.layers.Layer):
             value (sublayers ``layer_scale1`` and ``layer_scale2``); None for none.
         relative_position_grid: the patch grid of the attention's relative position bias
             (see ``MultiHeadSelfAttention``); None for none.
+        rope_interleaved: see ``MultiHeadSelfAttention``.
+        attention_norm: a norm (``norm_type``) on the attention's heads before its output
+            projection (``MultiHeadSelfAttention``'s ``output_norm``).
+        mlp_norm: a norm (``norm_type``) on the MLP's hidden state (``MlpBlock``'s ``hidden_norm``).
         remat: rematerialise the block in training (``keras.remat``): its activations are
             recomputed in the backward pass instead of kept; the same function.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
@@ -169,9 +195,15 @@ class EncoderBlock(keras.layers.Layer):
         norm_type="layernorm",
         remat=False,
         relative_position_grid=None,
+        rope_interleaved=False,
+        attention_norm=False,
+        mlp_norm=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.rope_interleaved = bool(rope_interleaved)
+        self.attention_norm = bool(attention_norm)
+        self.mlp_norm = bool(mlp_norm)
         grid = relative_position_grid
         self.relative_position_grid = None if grid is None else tuple(int(side) for side in grid)
         self.remat = bool(remat)
@@ -203,12 +235,13 @@ class EncoderBlock(keras.layers.Layer):
         self.norm1 = norm("norm1")
         self.attention = MultiHeadSelfAttention(
             self.num_heads, self.attention_dropout_rate, self.qkv_bias, self.proj_bias, self.relative_position_grid,
-            name="attention", dtype=self.dtype_policy,
+            self.rope_interleaved, self.norm_type if self.attention_norm else None, epsilon, name="attention",
+            dtype=self.dtype_policy,
         )  # fmt: skip
         self.norm2 = norm("norm2")
         self.mlp = MlpBlock(
             self.mlp_dim, self.dropout_rate, self.gelu_approximate, self.mlp_activation, self.gated_mlp,
-            self.proj_bias, name="mlp", dtype=self.dtype_policy,
+            self.proj_bias, self.norm_type if self.mlp_norm else None, epsilon, name="mlp", dtype=self.dtype_policy,
         )  # fmt: skip
         self.layer_scale1 = self.layer_scale2 = None
         if self.layer_scale_init is not None:

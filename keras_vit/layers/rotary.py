@@ -6,12 +6,17 @@ product depends on the two positions' offset (Su et al., "RoFormer"). On a 2-D p
 the head's channels split between the rows' and the columns' coordinates. The angles are
 a function of the grid alone, so a model takes any image size without resampling a table.
 
-``ROPE_FORMS`` names the ways the coordinates and frequencies are made:
+``ROPE_FORMS`` names the ways the coordinates and frequencies are made, and the layout
+of the channel pairs each turns:
 
 - ``"dinov3"``: DINOv3's (Siméoni et al., 2025; timm's ``rope_type="dinov3"``, transformers'
   ``DINOv3ViTRopePositionEmbedding``): each patch centre in ``[-1, 1]`` per axis, periods
   ``temperature ** (4 i / head_dim)``, the half-split layout (the first half of the
   channels turned against the second).
+- ``"axial"``: EVA-02's (timm's ``rope_type="cat"``, ``RotaryEmbeddingCat``): each patch's
+  row and column index, scaled to a reference grid where one is given (the grid the model
+  was pre-trained at), frequencies ``temperature ** (-4 i / head_dim)``, the interleaved
+  layout (channels ``2i`` and ``2i + 1`` turned together).
 
 The prefix tokens (class, registers) are not turned: their rows of the table turn by zero.
 """
@@ -22,7 +27,10 @@ import keras
 import numpy as np
 from keras import ops
 
-ROPE_FORMS = ("dinov3",)
+# Each form and its layout: True for the interleaved pairs, False for the half-split ones.
+ROPE_FORMS = {"dinov3": False, "axial": True}
+# The temperature each form takes where none is given.
+ROPE_TEMPERATURES = {"dinov3": 100.0, "axial": 10_000.0}
 
 
 def dinov3_angles(grid, head_dim, temperature, xp=np):
@@ -48,21 +56,46 @@ def dinov3_angles(grid, head_dim, temperature, xp=np):
     return xp.concatenate([y[:, None] * turns[None], x[:, None] * turns[None]], axis=1)
 
 
-def rotate(x, table):
+def axial_angles(grid, head_dim, temperature, reference_grid=None, xp=np):
+    """Each patch's angles, ``(rows * cols, head_dim // 2)``: the row index's ``head_dim // 4``
+    frequencies, then the column's; the indices scaled to ``reference_grid`` where given.
+
+    >>> axial_angles((2, 3), 8, 10_000.0, (4, 4))[:, 0].tolist()  # the rows' first band
+    [0.0, 0.0, 0.0, 2.0, 2.0, 2.0]
+    """
+    dtype = "float64" if xp is np else "float32"
+    sides = [float(side) if xp is np else xp.cast(side, dtype) for side in grid]
+    y, x = (xp.arange(side, dtype=dtype) for side in grid)
+    if reference_grid is not None:
+        y, x = y / sides[0] * reference_grid[0], x / sides[1] * reference_grid[1]
+    y = xp.reshape(xp.tile(y[:, None], (1, grid[1])), (-1,))
+    x = xp.reshape(xp.tile(x[None, :], (grid[0], 1)), (-1,))
+    quarter = head_dim // 4
+    bands = 1.0 / xp.power(xp.array(temperature, dtype), xp.arange(quarter, dtype=dtype) / quarter)
+    return xp.concatenate([y[:, None] * bands[None], x[:, None] * bands[None]], axis=1)
+
+
+def rotate(x, table, interleaved=False):
     """``x`` (``(batch, tokens, heads, head_dim)``) turned by ``table``
-    (``(2, tokens, head_dim)``: sines, then cosines), in the half-split layout:
-    ``x * cos + concat(-x2, x1) * sin`` with ``x1, x2`` the two halves of the channels.
-    Computed in the table's dtype (float32 at least), returned in ``x``'s.
+    (``(2, tokens, head_dim)``: sines, then cosines): ``x * cos + partner(x) * sin``, the
+    partner of each channel the other of its pair, the first of a pair negated. The pairs are
+    the two halves' channels (``i``, ``i + head_dim / 2``), or with ``interleaved`` the
+    neighbours (``2i``, ``2i + 1``). Computed in the table's dtype (float32 at least),
+    returned in ``x``'s.
 
     >>> import numpy as np
     >>> table = np.stack([np.zeros((1, 4)), np.ones((1, 4))]).astype("float32")  # angle 0
     >>> np.asarray(rotate(np.arange(4, dtype="float32").reshape(1, 1, 1, 4), table))[0, 0, 0].tolist()
     [0.0, 1.0, 2.0, 3.0]
     """
-    half = x.shape[-1] // 2
     turned = ops.cast(x, table.dtype)
     sin, cos = table[0][None, :, None, :], table[1][None, :, None, :]
-    swapped = ops.concatenate([-turned[..., half:], turned[..., :half]], axis=-1)
+    if interleaved:
+        pairs = ops.reshape(turned, (*ops.shape(turned)[:-1], x.shape[-1] // 2, 2))
+        swapped = ops.reshape(ops.stack([-pairs[..., 1], pairs[..., 0]], axis=-1), ops.shape(turned))
+    else:
+        half = x.shape[-1] // 2
+        swapped = ops.concatenate([-turned[..., half:], turned[..., :half]], axis=-1)
     return ops.cast(turned * cos + swapped * sin, x.dtype)
 
 
@@ -81,7 +114,8 @@ class RotaryEmbedding(keras.layers.Layer):
         head_dim: channels per attention head (divisible by 4: two axes, pairs of channels).
         num_prefix_tokens: tokens before the grid, left as they are.
         form: one of ``ROPE_FORMS``.
-        temperature: the longest period's base (DINOv3: 100).
+        temperature: the frequencies' base; None: the form's (``ROPE_TEMPERATURES``).
+        reference_grid: ``"axial"``: the grid the indices are scaled to; None: as they are.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Examples:
@@ -91,10 +125,12 @@ class RotaryEmbedding(keras.layers.Layer):
         (2, 7, 8)
     """
 
-    def __init__(self, grid_size, head_dim, num_prefix_tokens=0, form="dinov3", temperature=100.0, **kwargs):
+    def __init__(
+        self, grid_size, head_dim, num_prefix_tokens=0, form="dinov3", temperature=None, reference_grid=None, **kwargs
+    ):
         super().__init__(**kwargs)
         if form not in ROPE_FORMS:
-            raise ValueError(f"rope must be one of {ROPE_FORMS} or None, got {form!r}.")
+            raise ValueError(f"rope must be one of {tuple(ROPE_FORMS)} or None, got {form!r}.")
         if head_dim % 4:
             raise ValueError(
                 f"rotary embeddings need a head width divisible by 4 (two axes, channel pairs); got {head_dim}."
@@ -103,12 +139,19 @@ class RotaryEmbedding(keras.layers.Layer):
         self.head_dim = int(head_dim)
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.form = form
-        self.temperature = float(temperature)
+        self.temperature = float(ROPE_TEMPERATURES[form] if temperature is None else temperature)
+        self.reference_grid = None if reference_grid is None else tuple(int(s) for s in reference_grid)
         self._fixed = self._table(self.grid_size, np)  # the built size's, a constant
 
     def _table(self, grid, xp):
-        angles = dinov3_angles(grid, self.head_dim, self.temperature, xp)
-        angles = xp.concatenate([angles, angles], axis=1)  # the half-split layout
+        if self.form == "dinov3":
+            angles = dinov3_angles(grid, self.head_dim, self.temperature, xp)
+        else:
+            angles = axial_angles(grid, self.head_dim, self.temperature, self.reference_grid, xp)
+        if ROPE_FORMS[self.form]:  # interleaved: each angle for a pair of neighbours
+            angles = xp.reshape(xp.stack([angles, angles], axis=-1), (-1, self.head_dim))
+        else:  # half-split: the angles for the first half, again for the second
+            angles = xp.concatenate([angles, angles], axis=1)
         prefix = self.num_prefix_tokens
         sin = xp.concatenate([xp.zeros((prefix, self.head_dim), angles.dtype), xp.sin(angles)], axis=0)
         cos = xp.concatenate([xp.ones((prefix, self.head_dim), angles.dtype), xp.cos(angles)], axis=0)
@@ -131,5 +174,6 @@ class RotaryEmbedding(keras.layers.Layer):
             num_prefix_tokens=self.num_prefix_tokens,
             form=self.form,
             temperature=self.temperature,
+            reference_grid=self.reference_grid,
         )
         return config

@@ -17,7 +17,7 @@ from keras_vit.layers.initializers import deferrable
 from keras_vit.layers.layer_norm import make_norm
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.resnet import ResNetBackbone
-from keras_vit.layers.rotary import RotaryEmbedding
+from keras_vit.layers.rotary import ROPE_FORMS, RotaryEmbedding
 from keras_vit.layers.tokens import ClassToken, DistillationToken, PositionEmbedding, RegisterTokens
 
 # The task's own layers (by weight path prefix): a new task's start fresh, and fine-tuning
@@ -65,6 +65,8 @@ def make_layers(spec, dtype_for):
             qkv_bias=spec.qkv_bias, mlp_activation=spec.mlp_activation, layer_scale_init=spec.layer_scale_init,
             gated_mlp=spec.gated_mlp, proj_bias=spec.proj_bias, norm_type=spec.norm_type, remat=spec.remat,
             relative_position_grid=spec.grid_size if spec.relative_position_bias else None,
+            rope_interleaved=bool(spec.rope) and ROPE_FORMS[spec.rope],
+            attention_norm=spec.attention_norm, mlp_norm=spec.mlp_norm,
         )  # fmt: skip
 
     def norm(name):
@@ -116,6 +118,7 @@ def make_layers(spec, dtype_for):
                 spec.num_prefix_tokens,
                 spec.rope,
                 spec.rope_temperature,
+                spec.rope_reference_grid,
             )  # fmt: skip
             if spec.rope
             else None

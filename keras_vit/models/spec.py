@@ -145,14 +145,17 @@ class ViTSpec(_Spec):
             ``"none"`` (no table: a model with rotary embeddings, ``rope``).
         rope: rotary position embeddings on every attention's queries and keys
             (``keras_vit.layers.RotaryEmbedding``): ``"dinov3"`` (DINOv3's; timm's
-            ``rope_type="dinov3"``), or None for none. They have no weights and fit any
-            grid, so a RoPE model takes other image sizes as it is.
+            ``rope_type="dinov3"``), ``"axial"`` (EVA-02's; timm's ``rope_type="cat"``), or
+            None for none. They have no weights and fit any grid, so a RoPE model takes
+            other image sizes as it is.
+        rope_temperature: the rotary frequencies' base (timm's ``rope_temperature``,
+            transformers' ``rope_theta``); None: the form's own (DINOv3's 100, EVA-02's 10000).
+        rope_reference_grid: ``rope="axial"``: the ``(rows, cols)`` the patch indices are
+            scaled to (timm's ``ref_feat_shape``: the pre-training grid); None: as they are.
         relative_position_bias: a learned bias on each block's attention logits by the two
             tokens' relative position on the grid (BEiT's; timm's ``use_rel_pos_bias``,
             transformers' ``use_relative_position_bias``). Needs a class token and no other
             prefix token, and a fixed image size (the tables are the grid's).
-        rope_temperature: the rotary embeddings' longest period (DINOv3: 100; timm's
-            ``rope_temperature``, transformers' ``rope_theta``).
         embed_prefix_tokens: the learned table has a row for each prefix token (class and
             register tokens), added after they are prepended (the paper's); False: it
             covers the patch grid alone, added before (timm's ``no_embed_class=True``:
@@ -177,6 +180,10 @@ class ViTSpec(_Spec):
         layer_scale_init: LayerScale (Touvron et al., CaiT): each block's two residual
             branches scaled per channel by learned weights starting at this value (DeiT
             III, DINOv2; timm's ``init_values``); None for none.
+        attention_norm: a norm on each attention's heads before its output projection
+            (EVA-02 CLIP's and BEiT-3's; timm's ``scale_attn_inner``, ``scale_attn_norm``).
+        mlp_norm: a norm on each MLP's hidden state before its second projection (EVA-02's
+            and BEiT-3's; timm's ``scale_mlp``, ``scale_mlp_norm``).
         qkv_bias: a bias on the query, key and value projections (every published ViT
             has one; timm's ``qkv_bias=False`` models have none).
         norm_after_pool: apply the final LayerNorm to the pooled vector instead of every
@@ -235,8 +242,11 @@ class ViTSpec(_Spec):
     position_embedding: str = _field(
         "learned", "learned position embeddings (the paper's), fixed sincos2d ones, or none (a RoPE model's)"
     )
-    rope: str | None = _field(None, "rotary position embeddings on the queries and keys: dinov3; none: off")
-    rope_temperature: float = _field(100.0, "the rotary embeddings' longest period (DINOv3's 100)")
+    rope: str | None = _field(None, "rotary position embeddings on the queries and keys: dinov3 or axial; none: off")
+    rope_temperature: float | None = _field(None, "the rotary frequencies' base; none: the form's (100 or 10000)")
+    rope_reference_grid: typing.Any = _field(
+        None, "axial rotary embeddings: the (rows, cols) grid the patch indices are scaled to; none: as they are"
+    )
     relative_position_bias: bool = _field(
         False, "a learned bias on each block's attention logits by the tokens' relative position (BEiT's)"
     )
@@ -257,6 +267,8 @@ class ViTSpec(_Spec):
     layer_scale_init: float | None = _field(
         None, "LayerScale: each residual branch scaled per channel, from this value (e.g. 1e-5); none: off"
     )
+    attention_norm: bool = _field(False, "a norm on each attention's heads before its output projection")
+    mlp_norm: bool = _field(False, "a norm on each MLP's hidden state before its second projection")
     qkv_bias: bool = _field(True, "a bias on the query, key and value projections")
     norm_after_pool: bool = _field(
         False, "apply the final norm to the pooled vector instead of every token (timm's fc_norm)"
@@ -321,8 +333,12 @@ class ViTSpec(_Spec):
                 raise ValueError(f"{name} must be a rate in [0, 1); got {rate!r}.")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}.")
+        if self.rope_reference_grid is not None:
+            set_("rope_reference_grid", checks.pair(self.rope_reference_grid, "rope_reference_grid"))
+            if self.rope != "axial":
+                raise ValueError(f"rope_reference_grid is the axial rotary embeddings'; got rope={self.rope!r}.")
         if self.rope is not None:
-            _one_of(self.rope, ROPE_FORMS, "rope")
+            _one_of(self.rope, tuple(ROPE_FORMS), "rope")
             if (self.hidden_size // self.num_heads) % 4:
                 raise ValueError(
                     f"rope={self.rope!r} needs a head width divisible by 4 (two axes, pairs of channels); "
