@@ -189,3 +189,30 @@ def test_the_command_line_reference_is_what_the_parsers_print():
     with open(generator.PAGE) as f:
         written = f.read()
     assert written == generator.page(), "docs/guide/cli-reference.md is stale: python scripts/make_cli_reference.py"
+
+
+def test_the_presets_and_recipes_references_are_what_the_catalogue_and_the_recipes_hold():
+    import importlib.util
+
+    from keras_vit.presets import catalog
+    from keras_vit.training import config
+
+    spec = importlib.util.spec_from_file_location(
+        "make_catalogue_reference", os.path.join(ROOT, "scripts", "make_catalogue_reference.py")
+    )
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    for path, page in (
+        (generator.PRESETS_PAGE, generator.presets_page),
+        (generator.RECIPES_PAGE, generator.recipes_page),
+    ):
+        with open(path) as f:
+            written = f.read()
+        stale = f"{os.path.relpath(path, ROOT)} is stale: python scripts/make_catalogue_reference.py"
+        assert written == page(), stale
+    with open(generator.PRESETS_PAGE) as f:
+        presets = f.read()
+    assert all(f"| `{name}` |" in presets for name in catalog.PRESETS)
+    with open(generator.RECIPES_PAGE) as f:
+        recipes = f.read()
+    assert all(f"`{name}`" in recipes for name in config.PRESETS)
