@@ -58,6 +58,14 @@ def test_every_docs_page_is_in_the_sites_navigation():
     assert pages == navigation, (sorted(pages - navigation), sorted(navigation - pages))
 
 
+def test_every_page_in_the_sites_navigation_is_linked_from_the_manuals_index():
+    with open(os.path.join(ROOT, "mkdocs.yml")) as f:
+        navigation = set(re.findall(r":\s*([\w/.-]+\.md)\s*$", f.read(), flags=re.M))
+    with open(os.path.join(DOCS, "index.md")) as f:
+        linked = set(re.findall(r"\]\(([\w/.-]+\.md)(?:#[\w-]*)?\)", f.read()))
+    assert navigation - {"index.md"} <= linked, sorted(navigation - {"index.md"} - linked)
+
+
 SNIPPET = re.compile(r'^--8<-- "([^":]+):(\w+)"$', flags=re.M)
 
 

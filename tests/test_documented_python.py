@@ -100,8 +100,9 @@ def _digits_model(path):
     _trained_model(path, [f"digit {d}" for d in range(10)])
 
 
-def _litert_int8(path):
-    """An int8 LiteRT file of the model the page fine-tuned, calibrated on the photos."""
+def _export(path):
+    """The export file or folder ``path`` names (``export/<file>``), of the model the page
+    fine-tuned, the int8 file calibrated on the photos."""
     from keras_vit.export import export_model
 
     model = path.parent.parent / "saved_models/finetune-vit_s16-photos/model.keras"
@@ -110,7 +111,8 @@ def _litert_int8(path):
     photos = path.parent.parent / "photos"
     if not photos.exists():
         _photos(photos)
-    export_model(str(model), str(path.parent), formats="tflite_int8", representative_data=str(photos))
+    formats = {"model_int8.tflite": "tflite_int8", "savedmodel": "savedmodel"}[path.name]
+    export_model(str(model), str(path.parent), formats=formats, representative_data=str(photos))
 
 
 def _original_checkpoint(path):
@@ -138,7 +140,8 @@ PROVIDED = {
     "photo.jpg": _photo,
     "saved_models/run/model.keras": _digits_model,
     "saved_models/finetune-vit_s16-photos/model.keras": _trained_model,
-    "export/model_int8.tflite": _litert_int8,
+    "export/model_int8.tflite": _export,
+    "export/savedmodel": _export,
     "ViT-B_16.npz": _original_checkpoint,
     "downloads/vit_base_patch16_clip_224.openai": _timm_folder,
 }
@@ -169,22 +172,22 @@ GIVEN = {
 # ---- what the pages show a block printing -----------------------------------------------------
 
 
-def _top_predictions(printed):
-    """``[[(index, name, p), ...]]``: one image's top three, named, most probable first."""
+def _top_predictions(printed, line):
+    """``[[(index, name, p), ...]]``: one image's ``top=`` classes, named, most probable first."""
     (image,) = ast.literal_eval(printed.splitlines()[-1])
-    assert len(image) == 3, image
+    assert len(image) == int(re.search(r"top=(\d+)", line)[1]), image
     for index, name, p in image:
         assert isinstance(index, int) and isinstance(name, str) and name and 0.0 <= p <= 1.0, (index, name, p)
     assert [p for _, _, p in image] == sorted((p for _, _, p in image), reverse=True), image
 
 
-def _card(printed):
+def _card(printed, line):
     """A preset's card: file, numerics, pre-processing, top-1, licence."""
     for word in ("file", "numerics", "pre-processing", "top-1", "licence"):
         assert word in printed.lower(), (word, printed)
 
 
-def _run_summary(printed):
+def _run_summary(printed, line):
     """A run's summary: best and last validation accuracy, test accuracy, the run folder."""
     number = r"(\d\.\d{4}|nan)"
     pattern = rf"validation accuracy best {number} \(epoch \d+\), last {number}; test accuracy \d\.\d{{4}}; .* -> (.+)"
@@ -199,7 +202,7 @@ SHOWN = {
     "# file, numerics, pre-processing, top-1, licence": _card,
     "# best and last validation accuracy, test accuracy, the run folder": _run_summary,
 }
-PRINT_WITH_COMMENT = re.compile(r"^print\(.*\)\s+(#.*)$", re.M)
+PRINT_WITH_COMMENT = re.compile(r"^(print\(.*\))\s+(#.*)$", re.M)
 
 
 # ---- running a page --------------------------------------------------------------------------
@@ -273,9 +276,9 @@ def _run_page(page, folder, capsys):
         except Exception as error:
             raise AssertionError(f"the Python block at {page}:{line} failed: {error!r}") from error
         printed = "\n".join(p for p in capsys.readouterr().out.splitlines() if not _keras_progress(p))
-        for comment in PRINT_WITH_COMMENT.findall(source):
+        for call, comment in PRINT_WITH_COMMENT.findall(source):
             assert printed, f"{page}:{line} printed nothing; the page shows {comment}"
-            SHOWN[comment](printed)
+            SHOWN[comment](printed, call)
 
 
 def _keras_progress(line):
@@ -292,7 +295,7 @@ def test_what_is_not_run_is_few_and_each_needs_what_a_test_cannot_have():
 
 
 def test_every_output_a_page_shows_is_checked():
-    shown = [c for _, _, source in documented_python() for c in PRINT_WITH_COMMENT.findall(source)]
+    shown = [c for _, _, source in documented_python() for _, c in PRINT_WITH_COMMENT.findall(source)]
     assert shown, "the pages show what some blocks print"
     assert set(shown) <= set(SHOWN), set(shown) - set(SHOWN)
 
