@@ -172,22 +172,23 @@ GIVEN = {
 # ---- what the pages show a block printing -----------------------------------------------------
 
 
-def _top_predictions(printed, line):
-    """``[[(index, name, p), ...]]``: one image's ``top=`` classes, named, most probable first."""
+def _top_predictions(printed, block):
+    """``[[(index, name, p), ...]]``: one image's ``top=`` classes (the block's), named, most
+    probable first."""
     (image,) = ast.literal_eval(printed.splitlines()[-1])
-    assert len(image) == int(re.search(r"top=(\d+)", line)[1]), image
+    assert len(image) == int(re.search(r"\btop=(\d+)", block)[1]), image
     for index, name, p in image:
         assert isinstance(index, int) and isinstance(name, str) and name and 0.0 <= p <= 1.0, (index, name, p)
     assert [p for _, _, p in image] == sorted((p for _, _, p in image), reverse=True), image
 
 
-def _card(printed, line):
+def _card(printed, block):
     """A preset's card: file, numerics, pre-processing, top-1, licence."""
     for word in ("file", "numerics", "pre-processing", "top-1", "licence"):
         assert word in printed.lower(), (word, printed)
 
 
-def _run_summary(printed, line):
+def _run_summary(printed, block):
     """A run's summary: best and last validation accuracy, test accuracy, the run folder."""
     number = r"(\d\.\d{4}|nan)"
     pattern = rf"validation accuracy best {number} \(epoch \d+\), last {number}; test accuracy \d\.\d{{4}}; .* -> (.+)"
@@ -202,7 +203,7 @@ SHOWN = {
     "# file, numerics, pre-processing, top-1, licence": _card,
     "# best and last validation accuracy, test accuracy, the run folder": _run_summary,
 }
-PRINT_WITH_COMMENT = re.compile(r"^(print\(.*\))\s+(#.*)$", re.M)
+PRINT_WITH_COMMENT = re.compile(r"^print\(.*\)\s+(#.*)$", re.M)
 
 
 # ---- running a page --------------------------------------------------------------------------
@@ -276,9 +277,9 @@ def _run_page(page, folder, capsys):
         except Exception as error:
             raise AssertionError(f"the Python block at {page}:{line} failed: {error!r}") from error
         printed = "\n".join(p for p in capsys.readouterr().out.splitlines() if not _keras_progress(p))
-        for call, comment in PRINT_WITH_COMMENT.findall(source):
+        for comment in PRINT_WITH_COMMENT.findall(source):
             assert printed, f"{page}:{line} printed nothing; the page shows {comment}"
-            SHOWN[comment](printed, call)
+            SHOWN[comment](printed, source)
 
 
 def _keras_progress(line):
@@ -295,7 +296,7 @@ def test_what_is_not_run_is_few_and_each_needs_what_a_test_cannot_have():
 
 
 def test_every_output_a_page_shows_is_checked():
-    shown = [c for _, _, source in documented_python() for _, c in PRINT_WITH_COMMENT.findall(source)]
+    shown = [c for _, _, source in documented_python() for c in PRINT_WITH_COMMENT.findall(source)]
     assert shown, "the pages show what some blocks print"
     assert set(shown) <= set(SHOWN), set(shown) - set(SHOWN)
 
