@@ -49,6 +49,43 @@ def test_the_api_reference_covers_every_public_name():
     assert public <= documented, f"missing from docs/reference.md: {sorted(public - documented)}"
 
 
+def _names_the_user_pages_use():
+    """``{name: page}`` of every ``keras_vit.x.y`` the README, the quickstart, the tutorials and
+    the guides name or import, but the error classes (the errors page lists them, checked
+    below) and the generated pages'."""
+    generated = ("cli-reference.md", "presets-reference.md", "recipes-reference.md", "errors.md")
+    pages = [p for p in doc_pages() if os.sep + "guide" + os.sep in p or os.sep + "tutorials" + os.sep in p]
+    pages += [os.path.join(ROOT, "README.md"), os.path.join(DOCS, "quickstart.md")]
+    used = {}
+    for page in pages:
+        if page.endswith(generated):
+            continue
+        with open(page) as f:
+            text = f.read()
+        names = re.findall(r"\bkeras_vit(?:\.\w+)+", text)
+        for module, imported in re.findall(r"from (keras_vit(?:\.\w+)*) import ([\w, ]+)", text):
+            names += [f"{module}.{name.strip()}" for name in imported.split(",") if name.strip()]
+        for name in names:
+            if not name.endswith("Error"):
+                used.setdefault(name, os.path.relpath(page, ROOT))
+    return used
+
+
+def test_the_api_reference_covers_every_name_the_user_pages_use():
+    with open(os.path.join(DOCS, "reference.md")) as f:
+        documented = set(re.findall(r"^::: (keras_vit[\w.]*)$", f.read(), flags=re.M))
+    used = _names_the_user_pages_use()
+    assert {"keras_vit.training.make_config", "keras_vit.images.resize_for_model"} <= set(used), used
+
+    def covered(name):  # itself, a module above it, or a module with a documented member
+        parts = name.split(".")
+        above = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+        return bool(above & documented) or any(d.startswith(name + ".") for d in documented)
+
+    missing = {name: page for name, page in used.items() if not covered(name)}
+    assert not missing, f"named on the user pages, missing from docs/reference.md: {missing}"
+
+
 def test_every_docs_page_is_in_the_sites_navigation():
     with open(os.path.join(ROOT, "mkdocs.yml")) as f:
         navigation = set(re.findall(r":\s*([\w/.-]+\.md)\s*$", f.read(), flags=re.M))
@@ -56,6 +93,14 @@ def test_every_docs_page_is_in_the_sites_navigation():
     # A benchmark folder's notes are shown inside the generated performance page.
     pages = {p for p in pages if not p.startswith("benchmarks" + os.sep)}
     assert pages == navigation, (sorted(pages - navigation), sorted(navigation - pages))
+
+
+def test_every_page_in_the_sites_navigation_is_linked_from_the_manuals_index():
+    with open(os.path.join(ROOT, "mkdocs.yml")) as f:
+        navigation = set(re.findall(r":\s*([\w/.-]+\.md)\s*$", f.read(), flags=re.M))
+    with open(os.path.join(DOCS, "index.md")) as f:
+        linked = set(re.findall(r"\]\(([\w/.-]+\.md)(?:#[\w-]*)?\)", f.read()))
+    assert navigation - {"index.md"} <= linked, sorted(navigation - {"index.md"} - linked)
 
 
 SNIPPET = re.compile(r'^--8<-- "([^":]+):(\w+)"$', flags=re.M)
@@ -189,3 +234,30 @@ def test_the_command_line_reference_is_what_the_parsers_print():
     with open(generator.PAGE) as f:
         written = f.read()
     assert written == generator.page(), "docs/guide/cli-reference.md is stale: python scripts/make_cli_reference.py"
+
+
+def test_the_presets_and_recipes_references_are_what_the_catalogue_and_the_recipes_hold():
+    import importlib.util
+
+    from keras_vit.presets import catalog
+    from keras_vit.training import config
+
+    spec = importlib.util.spec_from_file_location(
+        "make_catalogue_reference", os.path.join(ROOT, "scripts", "make_catalogue_reference.py")
+    )
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    for path, page in (
+        (generator.PRESETS_PAGE, generator.presets_page),
+        (generator.RECIPES_PAGE, generator.recipes_page),
+    ):
+        with open(path) as f:
+            written = f.read()
+        stale = f"{os.path.relpath(path, ROOT)} is stale: python scripts/make_catalogue_reference.py"
+        assert written == page(), stale
+    with open(generator.PRESETS_PAGE) as f:
+        presets = f.read()
+    assert all(f"| `{name}` |" in presets for name in catalog.PRESETS)
+    with open(generator.RECIPES_PAGE) as f:
+        recipes = f.read()
+    assert all(f"`{name}`" in recipes for name in config.PRESETS)

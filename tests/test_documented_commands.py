@@ -84,27 +84,28 @@ PROVIDED = {
 
 
 def _serve(preset, root, url):
-    """The preset's small stand-in, in its publisher's layout, where the mirror keeps its path."""
+    """The preset's small stand-in (its ``image_size`` and ``options``: width, depth, heads,
+    MLP), in its publisher's layout, where the mirror keeps its path."""
     from keras_vit.presets import download
 
     path = root / download.source_url(preset.url)[len(url) :].lstrip("/")
     path.parent.mkdir(parents=True, exist_ok=True)
-    spec = preset.spec
-    grid = TINY_IMAGE_SIZE // spec.patch_size
+    spec, small = preset.spec, preset.options
+    grid = preset.image_size // spec.patch_size
     if preset.layout == "original":
         from upstream import write_original_npz
 
-        args = (TINY["hidden_size"], TINY["depth"], TINY["num_heads"], TINY["mlp_dim"], spec.patch_size)
+        args = (small["hidden_size"], small["depth"], small["num_heads"], small["mlp_dim"], spec.patch_size)
         write_original_npz(path, np.random.default_rng(0), *args, grid * grid + 1, preset.num_classes)
     else:
         assert preset.layout == "timm", preset.layout
         import safetensors.torch
         import timm
 
-        width, mlp = TINY["hidden_size"], TINY["mlp_dim"]
+        width, mlp = small["hidden_size"], small["mlp_dim"]
         peer = timm.models.vision_transformer.VisionTransformer(
-            img_size=TINY_IMAGE_SIZE, patch_size=spec.patch_size, embed_dim=width, depth=TINY["depth"],
-            num_heads=TINY["num_heads"], mlp_ratio=mlp / width, num_classes=preset.num_classes,
+            img_size=preset.image_size, patch_size=spec.patch_size, embed_dim=width, depth=small["depth"],
+            num_heads=small["num_heads"], mlp_ratio=mlp / width, num_classes=preset.num_classes,
         )  # fmt: skip
         safetensors.torch.save_file(peer.state_dict(), str(path))
 
