@@ -39,12 +39,7 @@ NOT_RUN = {
 }
 # Lines the code contradicts, each with the error it raises and the fix the page needs; the
 # test holds them to it, and fails once the page is fixed (then the entry goes).
-WRONG = {
-    'keras_vit.load_model("ViT-B_16.npz", "vit_b16", image_size=384)': (
-        "InvalidModelFileError",
-        "the paper's ViT-B_16.npz is its ImageNet-21k checkpoint (21843 classes): the line needs num_classes=21843",
-    ),
-}
+WRONG = {}
 # The hub's models a page loads as a variant of its size ("vit_s16", weights=...), at the
 # narrow variant's size.
 HUB_SIZES = {"vit_small_patch16_224": dict(img_size=224, embed_dim=32, depth=12, num_heads=2, mlp_ratio=2.0)}
