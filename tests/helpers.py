@@ -243,21 +243,31 @@ def timm_input(peer):
     return normalised[None].astype("float32")
 
 
-def small_timm_model(timm, architecture, **model_args):
+def small_timm_model(timm, architecture, embedding_scale=None, **model_args):
     """timm's ``architecture`` as the family checks build it (its options are what is
     tested, not its width): depth 2, a 3x3 patch grid, 8 channels a head, random
-    informative weights; ``model_args`` override."""
+    informative weights; ``model_args`` override. With ``embedding_scale``, the patch
+    embedding and the tokens and position table added to it are scaled by it, so that the
+    first norm's inputs have a variance near its epsilon and a wrong epsilon shows."""
+    import torch
+
     from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
 
     row = ARCHITECTURES[architecture]
     args = {**dict(depth=2, img_size=3 * row.get("patch_size", 16), embed_dim=8 * row["num_heads"]), **model_args}
-    return randomize_torch(timm.create_model(architecture, pretrained=False, **args).eval(), informative=True)
+    peer = randomize_torch(timm.create_model(architecture, pretrained=False, **args).eval(), informative=True)
+    if embedding_scale is not None:
+        with torch.no_grad():
+            for name, p in peer.named_parameters():
+                if name.startswith(("patch_embed.proj.", "cls_token", "reg_token", "dist_token", "pos_embed")):
+                    p.mul_(embedding_scale)
+    return peer
 
 
-def serve_timm_model(timm, mirror, architecture, tag="random", **model_args):
+def serve_timm_model(timm, mirror, architecture, tag="random", embedding_scale=None, **model_args):
     """``helpers.small_timm_model`` of ``architecture``, written by ``save_for_hf`` at the
     hub's paths under the mirror; returns (its hub name, the timm model)."""
-    peer = small_timm_model(timm, architecture, **model_args)
+    peer = small_timm_model(timm, architecture, embedding_scale, **model_args)
     repo = f"timm/{architecture}.{tag}"
     folder = os.path.join(mirror.root, repo, "resolve", "main")
     timm.models.save_for_hf(peer, folder, safe_serialization=True)
