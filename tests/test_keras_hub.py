@@ -1,6 +1,7 @@
 """keras-hub preset folders (``save_to_preset``) by their path: a small random keras-hub ViT,
-written by keras-hub itself, loads with keras-hub's outputs on two images, and its image
-converter is the model's pre-processing (``keras_vit/checkpoints/keras_hub_config.py``).
+DINOv2 or DINOv3, written by keras-hub itself, loads with keras-hub's outputs on two images,
+and a ViT classifier's image converter is the model's pre-processing
+(``keras_vit/checkpoints/keras_hub_config.py``).
 """
 
 import os
@@ -85,6 +86,31 @@ def test_a_keras_hub_backbone_folder_loads_as_the_tokens_keras_hub_outputs(tmp_p
     assert tuned.output_shape == (None, 5)
 
 
+DINO = dict(num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32)
+
+
+@pytest.mark.parametrize(
+    "backbone, options",
+    [
+        ("DINOV2Backbone", dict(patch_size=14, image_shape=(42, 42, 3), layer_scale_init_value=0.5)),
+        ("DINOV2Backbone", dict(patch_size=14, image_shape=(42, 42, 3), num_register_tokens=4)),
+        ("DINOV3Backbone", dict(patch_size=16, image_shape=(48, 48, 3))),
+        ("DINOV3Backbone", dict(patch_size=16, image_shape=(48, 48, 3), use_gated_mlp=True, hidden_activation="silu",
+                                use_key_bias=False)),
+    ],
+    ids=["dinov2", "dinov2_registers", "dinov3", "dinov3_swiglu"],
+)  # fmt: skip
+def test_a_keras_hub_dinov2_or_dinov3_folder_loads_as_the_tokens_keras_hub_outputs(tmp_path, backbone, options):
+    randomized(getattr(keras_hub.models, backbone)(**DINO, **options)).save_to_preset(str(tmp_path / "preset"))
+    model = keras_vit.load_model(str(tmp_path / "preset"))
+    assert model.spec.num_register_tokens == options.get("num_register_tokens", 4 if "V3" in backbone else 0)
+    assert model.spec.rope == ("dinov3" if "V3" in backbone else None)
+    # What keras-hub computes from the folder (its DINOv2 re-interpolates its position table on load).
+    reloaded = keras_hub.models.Backbone.from_preset(str(tmp_path / "preset"))
+    x = np.random.default_rng(1).normal(size=(2, *options["image_shape"])).astype("float32")
+    assert_close_to_scale(to_numpy(model(x)), to_numpy(reloaded(x)), RTOL)
+
+
 def test_a_keras_hub_model_keras_vit_does_not_build_is_one_clear_error(tmp_path):
     keras_hub.models.ViTBackbone(**dict(SIZE, patch_size=(16, 8))).save_to_preset(str(tmp_path / "strange"))
     with pytest.raises(UnsupportedKerasHubModelError, match=r"patch_size=\[16, 8\].*square patches"):
@@ -95,5 +121,7 @@ def test_a_keras_hub_model_keras_vit_does_not_build_is_one_clear_error(tmp_path)
         text = f.read().replace("keras_hub>ViTBackbone", "keras_hub>SwinBackbone")
     with open(config, "w") as f:
         f.write(text)
-    with pytest.raises(UnsupportedKerasHubModelError, match="a keras-hub SwinBackbone; keras-vit builds ViTBackbone"):
+    with pytest.raises(
+        UnsupportedKerasHubModelError, match="a keras-hub SwinBackbone; keras-vit builds DINOV2Backbone"
+    ):
         keras_vit.load_model(str(tmp_path / "renamed"))

@@ -71,7 +71,78 @@ def _vit(config, task):
     )
 
 
-BACKBONES = {"ViTBackbone": _vit}
+def _backbone_only(name, task):
+    if task is not None:
+        raise UnsupportedKerasHubModelError(f"a keras-hub task on a {name}: keras-vit reads the backbone's folder.")
+
+
+def _image(config):
+    """The size, channels and patch of a backbone's ``image_shape`` and ``patch_size``."""
+    patch = _pair(config["patch_size"])
+    if patch[0] != patch[1]:
+        raise UnsupportedKerasHubModelError(f"patch_size={config['patch_size']}: keras-vit builds square patches.")
+    shape = config.get("image_shape") or (224, 224, 3)
+    return dict(image_size=tuple(shape[:2]), num_channels=int(shape[2]), patch_size=patch[0])
+
+
+def _dinov2(config, task):
+    """``DINOV2Backbone``: DINOv2 with LayerScale (and registers, outside the position table),
+    its position table as keras-hub interpolated it to the backbone's size; the output, the
+    tokens after the final norm."""
+    _backbone_only("DINOV2Backbone", task)
+    if config.get("use_swiglu_ffn"):
+        raise UnsupportedKerasHubModelError("a DINOV2Backbone with use_swiglu_ffn=True (giant): not built yet.")
+    registers = int(config.get("num_register_tokens", 0))
+    return dict(
+        _image(config),
+        hidden_size=config["hidden_dim"],
+        depth=config["num_layers"],
+        num_heads=config["num_heads"],
+        mlp_dim=config["intermediate_dim"],
+        layer_norm_epsilon=1e-6,
+        gelu_approximate=False,
+        layer_scale_init=float(config.get("layer_scale_init_value", 1.0)),
+        num_register_tokens=registers,
+        embed_prefix_tokens=not registers,  # the registers come after the table is added
+        pooling=None,
+        include_top=False,
+    )
+
+
+def _dinov3(config, task):
+    """``DINOV3Backbone``: DINOv3's rotary embeddings, registers, LayerScale, a plain or gated
+    MLP; the output, the tokens after the final norm."""
+    _backbone_only("DINOV3Backbone", task)
+    act = config.get("hidden_activation", "gelu")
+    biases = [bool(config.get(name, True)) for name in ("use_proj_bias", "use_mlp_bias")]
+    if act not in ("gelu", "silu") or biases[0] != biases[1]:
+        raise UnsupportedKerasHubModelError(
+            f"a DINOV3Backbone with hidden_activation={act!r}, use_proj_bias={biases[0]}, use_mlp_bias={biases[1]}: "
+            "keras-vit builds the exact GELU or SiLU, with the projections' biases both on or both off."
+        )
+    return dict(
+        _image(config),
+        hidden_size=config["hidden_dim"],
+        depth=config["num_layers"],
+        num_heads=config["num_heads"],
+        mlp_dim=config["intermediate_dim"],
+        layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-5)),
+        gelu_approximate=False,
+        mlp_activation=act,
+        gated_mlp=bool(config.get("use_gated_mlp", False)),
+        qkv_bias=any(config.get(f"use_{n}_bias", True) for n in ("query", "key", "value")),
+        proj_bias=biases[0],
+        layer_scale_init=float(config.get("layer_scale_init_value", 1.0)),
+        num_register_tokens=int(config.get("num_register_tokens", 4)),
+        position_embedding="none",
+        rope="dinov3",
+        rope_temperature=float(config.get("rope_theta", 100.0)),
+        pooling=None,
+        include_top=False,
+    )
+
+
+BACKBONES = {"ViTBackbone": _vit, "DINOV2Backbone": _dinov2, "DINOV3Backbone": _dinov3}
 
 
 def _read_json(folder, filename):
@@ -145,4 +216,6 @@ def read_weights(folder):
     # The task's own class loads it (keras-hub's Task refuses to guess one); else the backbone.
     loader = keras_hub.models.Backbone if task is None else keras.saving.get_registered_object(task["registered_name"])
     model = loader.from_preset(folder)
-    return {variable.path: keras.ops.convert_to_numpy(variable) for variable in model.weights}
+    # Some backbones (DINOv2's, DINOv3's) name their layers after themselves: paths without it.
+    prefix = f"{getattr(model, 'backbone', model).name}_"
+    return {variable.path.removeprefix(prefix): keras.ops.convert_to_numpy(variable) for variable in model.weights}

@@ -165,20 +165,22 @@ def _hf_registers_prepare(spec, arrays):
     return arrays
 
 
-def _zero_biases(arrays, names):
+def _zero_biases(arrays, names, separator=".", weight="weight", out_axis=0):
     """Where some of an attention's query, key and value projections have a bias and others
     none (BEiT's and DINOv3's key), the missing ones as zeros. ``names``: the three
-    projections' names (``("query", "key", "value")``), each followed by ``.weight``."""
+    projections' names (``("query", "key", "value")``), each followed by ``separator`` and
+    ``weight``, whose axis ``out_axis`` is the outputs' (torch's 0, a Keras kernel's -1)."""
     arrays = dict(arrays)
-    pattern = re.compile(rf"(.*\.)({'|'.join(names)})\.weight$")
+    sep = re.escape(separator)
+    pattern = re.compile(rf"(.*{sep})({'|'.join(names)}){sep}{weight}$")
     for key in list(arrays):
         match = pattern.match(key)
         if not match:
             continue
-        biases = [f"{match.group(1)}{name}.bias" for name in names]
-        mine = f"{match.group(1)}{match.group(2)}.bias"
+        biases = [f"{match.group(1)}{name}{separator}bias" for name in names]
+        mine = f"{match.group(1)}{match.group(2)}{separator}bias"
         if mine not in arrays and any(b in arrays for b in biases):
-            arrays[mine] = np.zeros(np.shape(arrays[key])[0], np.asarray(arrays[key]).dtype)
+            arrays[mine] = np.zeros(np.shape(arrays[key])[out_axis], np.asarray(arrays[key]).dtype)
     return arrays
 
 
@@ -208,6 +210,34 @@ def _hf_dinov3_prepare(spec, arrays):
         arrays[key.replace(".up_proj.", ".fc1.")] = fc1
     for key in [k for k in arrays if ".mlp.down_proj." in k]:
         arrays[key.replace(".down_proj.", ".fc2.")] = arrays.pop(key)
+    return arrays
+
+
+def _keras_hub_registers_prepare(spec, arrays):
+    """keras-hub's DINOv2 adds the class token's position embedding before it inserts the
+    registers, as transformers' does: folded into the class token (see ``_hf_registers_prepare``)."""
+    if "embeddings/register_tokens" not in arrays:
+        return arrays
+    arrays = dict(arrays)
+    table = np.asarray(arrays["embeddings/interpolated_position_embeddings"])
+    arrays["embeddings/cls_token"] = np.asarray(arrays["embeddings/cls_token"]) + table[:, :1]
+    arrays["embeddings/interpolated_position_embeddings"] = table[:, 1:]
+    return arrays
+
+
+def _keras_hub_dinov3_prepare(spec, arrays):
+    """keras-hub's DINOv3: a missing query, key or value bias as zeros; the MLP's ``up_proj``
+    (beside ``gate_proj``, gated) and ``down_proj`` as ``fc1`` (gate first) and ``fc2``
+    (Keras kernels: output on the last axis)."""
+    arrays = _zero_biases(arrays, ("q_proj", "k_proj", "v_proj"), "/", "kernel", -1)
+    for key in [k for k in arrays if "/mlp/up_proj/" in k]:
+        gate = key.replace("/up_proj/", "/gate_proj/")
+        value = np.asarray(arrays.pop(key))
+        arrays[key.replace("/up_proj/", "/fc1/")] = (
+            np.concatenate([np.asarray(arrays.pop(gate)), value], axis=-1) if gate in arrays else value
+        )
+    for key in [k for k in arrays if "/mlp/down_proj/" in k]:
+        arrays[key.replace("/down_proj/", "/fc2/")] = arrays.pop(key)
     return arrays
 
 
@@ -448,6 +478,29 @@ LAYOUTS = {
             prepare=_hf_prepare,
             file_numerics=_hf_config_numerics,
             file_grid=_hf_grid,
+        ),
+        # keras-hub's DINOv2 and DINOv3 preset folders (keras_hub_config.read_weights).
+        Layout(
+            "keras_hub_dinov3",
+            "encoder/layers_0/attention/q_proj/kernel",
+            ("",),
+            table.KERAS_HUB_DINOV3,
+            "embeddings/cls_token",
+            resampling=("bicubic", False),  # no table: rotary embeddings
+            numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-5},
+            ignorable=("embeddings/mask_token",),
+            prepare=_keras_hub_dinov3_prepare,
+        ),
+        Layout(
+            "keras_hub_dinov2",
+            "embeddings/interpolated_position_embeddings",
+            ("",),
+            table.KERAS_HUB_DINOV2,
+            "embeddings/cls_token",
+            resampling=("bicubic", False),
+            numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-6},
+            ignorable=("embeddings/mask_token", "embeddings/position_embeddings"),
+            prepare=_keras_hub_registers_prepare,
         ),
         # keras-hub's ViT preset folders (keras_hub_config.read_weights).
         Layout(

@@ -341,6 +341,41 @@ KERAS_HUB_VIT = [
     (r"head/(kernel|bias)", same("predictions/{0}")),
 ]
 
+# keras-hub's DINOV2Backbone: the blocks counted from 0, Keras' MultiHeadAttention kernels, the
+# position table as keras-hub interpolated it to the backbone's image size.
+_KD = "encoder/layers_{0}/"
+_KD_BLOCKS = [  # what DINOv2's and DINOv3's blocks share
+    (_B + r"norm([12])/(gamma|beta)", same(_KD + "norm{1}/{2}")),
+    (_B + r"layer_scale([12])/gamma", same(_KD + "layer_scale{1}/lambda1")),
+]
+_KD_EMBEDDINGS = [
+    (r"patch_embedding/(kernel|bias)", same("embeddings/patch_embeddings/projection/{0}")),
+    (r"class_token/token", same("embeddings/cls_token")),
+    (r"register_tokens/tokens", same("embeddings/register_tokens")),
+    (r"encoder_norm/(gamma|beta)", same("layernorm/{0}")),
+]
+KERAS_HUB_DINOV2 = [
+    *_KD_EMBEDDINGS,
+    *_KD_BLOCKS,
+    (r"position_embedding/embedding", same("embeddings/interpolated_position_embeddings")),
+    (_B + r"attention/qkv/kernel", heads_in(*(_KD + f"attention/attention/{n}/kernel" for n in _QKV))),
+    (_B + r"attention/qkv/bias", concat(*(_KD + f"attention/attention/{n}/bias" for n in _QKV))),
+    (_B + r"attention/out/kernel", heads_out(_KD + "attention/attention/attention_output/kernel")),
+    (_B + r"attention/out/bias", same(_KD + "attention/attention/attention_output/bias")),
+    (_B + r"mlp/fc([12])/(kernel|bias)", same(_KD + "mlp/fc{1}/{2}")),
+]
+# keras-hub's DINOV3Backbone: Dense q/k/v (the layout's prepare fills a missing bias with
+# zeros, and names the MLP's projections fc1, gate then value, and fc2).
+KERAS_HUB_DINOV3 = [
+    *_KD_EMBEDDINGS,
+    *_KD_BLOCKS,
+    (_B + r"attention/qkv/kernel", Source([_KD + f"attention/{n}_proj/kernel" for n in "qkv"],
+                                          lambda *a: np.concatenate(a, axis=-1))),
+    (_B + r"attention/qkv/bias", concat(*(_KD + f"attention/{n}_proj/bias" for n in "qkv"))),
+    (_B + r"attention/out/(kernel|bias)", same(_KD + "attention/o_proj/{1}")),
+    (_B + r"mlp/(fc[12])/(kernel|bias)", same(_KD + "mlp/{1}/{2}")),
+]
+
 # The hybrids' BiT ResNet: the npz keeps the ResNet's own names (GroupNorm scale/bias =
 # our gamma/beta), numbered from 1; timm nests it under the patch embedding, from 0.
 RESNET_ORIGINAL = [
