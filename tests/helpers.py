@@ -322,6 +322,15 @@ def doc_pages():
     return pages
 
 
+def instruction_pages():
+    """``(page, text)`` of the README and the manual's pages: what a reader follows (the
+    CHANGELOG and the dated performance history are records, not instructions)."""
+    for page in doc_pages():
+        if not page.endswith(("CHANGELOG.md", "performance-history.md")):
+            with open(page) as f:
+                yield page, f.read()
+
+
 def documented_commands():
     """``(page, environment, argv)`` of every ``keras-vit`` command line (``python -m
     keras_vit`` and the recipes' scripts included) in the README's and the manual's shell
@@ -331,11 +340,7 @@ def documented_commands():
     import shlex
 
     found = []
-    for page in doc_pages():
-        if page.endswith(("CHANGELOG.md", "performance-history.md")):
-            continue
-        with open(page) as f:
-            text = f.read()
+    for page, text in instruction_pages():
         for block in SHELL_BLOCK.findall(text):
             for line in block.replace("\\\n", " ").splitlines():
                 words, environment = shlex.split(line, comments=True), {}

@@ -25,7 +25,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import REPOSITORY, doc_pages, once_on, serve_timm_model, small_timm_model, write_photos
+from helpers import REPOSITORY, instruction_pages, once_on, serve_timm_model, small_timm_model, write_photos
 from test_documented_commands import _photo
 
 import keras_vit
@@ -51,11 +51,7 @@ def documented_python():
     """``(page, line, source)`` of every Python block of the README and the manual, in page
     order (the CHANGELOG and the dated performance history are records, not instructions)."""
     found = []
-    for page in doc_pages():
-        if page.endswith(("CHANGELOG.md", "performance-history.md")):
-            continue
-        with open(page) as f:
-            text = f.read()
+    for page, text in instruction_pages():
         for match in PYTHON_BLOCK.finditer(text):
             line = text[: match.start()].count("\n") + 2  # the block's first line of code
             found.append((os.path.relpath(page, REPOSITORY), line, match.group(1)))

@@ -32,21 +32,14 @@ def _vit(config, task):
     """``ViTBackbone`` (and a ``ViTImageClassifier`` on it): the paper's ViT with the exact
     GELU; the classifier reads the class token (``pooling="token"``), or without one the
     tokens' mean, through an optional pre-logits layer (``intermediate_dim``, tanh)."""
-    patch = _pair(config["patch_size"])
-    if patch[0] != patch[1] or config.get("use_mha_bias", True) != config.get("use_mlp_bias", True):
+    if config.get("use_mha_bias", True) != config.get("use_mlp_bias", True):
         raise UnsupportedKerasHubModelError(
-            f"a ViTBackbone with patch_size={config['patch_size']}, use_mha_bias={config.get('use_mha_bias')} and "
-            f"use_mlp_bias={config.get('use_mlp_bias')}: keras-vit builds square patches, the biases all on or off."
+            f"a ViTBackbone with use_mha_bias={config.get('use_mha_bias')} and use_mlp_bias="
+            f"{config.get('use_mlp_bias')}: keras-vit builds the biases all on or all off."
         )
     class_token = bool(config.get("use_class_token", True))
     options = dict(
-        image_size=tuple(config["image_shape"][:2]),
-        num_channels=int(config["image_shape"][2]),
-        patch_size=patch[0],
-        hidden_size=config["hidden_dim"],
-        depth=config["num_layers"],
-        num_heads=config["num_heads"],
-        mlp_dim=config["mlp_dim"],
+        _sizes(config, "mlp_dim"),
         layer_norm_epsilon=float(config.get("layer_norm_epsilon", 1e-6)),
         gelu_approximate=False,
         qkv_bias=bool(config.get("use_mha_bias", True)),
@@ -76,13 +69,17 @@ def _backbone_only(name, task):
         raise UnsupportedKerasHubModelError(f"a keras-hub task on a {name}: keras-vit reads the backbone's folder.")
 
 
-def _image(config):
-    """The size, channels and patch of a backbone's ``image_shape`` and ``patch_size``."""
+def _sizes(config, mlp_key):
+    """The image size, channels, patch and the Transformer's sizes of a backbone's arguments
+    (the MLP's width under ``mlp_key``)."""
     patch = _pair(config["patch_size"])
     if patch[0] != patch[1]:
         raise UnsupportedKerasHubModelError(f"patch_size={config['patch_size']}: keras-vit builds square patches.")
     shape = config.get("image_shape") or (224, 224, 3)
-    return dict(image_size=tuple(shape[:2]), num_channels=int(shape[2]), patch_size=patch[0])
+    return dict(
+        image_size=tuple(shape[:2]), num_channels=int(shape[2]), patch_size=patch[0], hidden_size=config["hidden_dim"],
+        depth=config["num_layers"], num_heads=config["num_heads"], mlp_dim=config[mlp_key],
+    )  # fmt: skip
 
 
 def _dinov2(config, task):
@@ -94,11 +91,7 @@ def _dinov2(config, task):
         raise UnsupportedKerasHubModelError("a DINOV2Backbone with use_swiglu_ffn=True (giant): not built yet.")
     registers = int(config.get("num_register_tokens", 0))
     return dict(
-        _image(config),
-        hidden_size=config["hidden_dim"],
-        depth=config["num_layers"],
-        num_heads=config["num_heads"],
-        mlp_dim=config["intermediate_dim"],
+        _sizes(config, "intermediate_dim"),
         layer_norm_epsilon=1e-6,
         gelu_approximate=False,
         layer_scale_init=float(config.get("layer_scale_init_value", 1.0)),
@@ -121,11 +114,7 @@ def _dinov3(config, task):
             "keras-vit builds the exact GELU or SiLU, with the projections' biases both on or both off."
         )
     return dict(
-        _image(config),
-        hidden_size=config["hidden_dim"],
-        depth=config["num_layers"],
-        num_heads=config["num_heads"],
-        mlp_dim=config["intermediate_dim"],
+        _sizes(config, "intermediate_dim"),
         layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-5)),
         gelu_approximate=False,
         mlp_activation=act,
