@@ -35,7 +35,7 @@ NOT_RUN = {
     "imagenet2012": "ImageNet, which tensorflow-datasets cannot download (its files are the reader's)",
     "cifar100": "a download of CIFAR-100, and the tests run offline",
     "--strategy tpu": "a TPU",
-    "--coordinator-address": "four hosts",
+    "--coordinator-address": "other hosts",
     "my_training.py": "the reader's own script",
 }
 # The presets' small stand-ins: the variant's patch and numerics, this width and depth.
