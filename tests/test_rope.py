@@ -67,6 +67,20 @@ def test_the_axial_table_and_turn_are_timms_eva02_ones(timm):
     assert np.abs(to_numpy(rotate(x, ours)) - turned).max() > 0.1
 
 
+def test_the_xy_grid_is_timms_rope_vits_column_first_order(timm):
+    from timm.layers.pos_embed_sincos import RotaryEmbeddingCat
+
+    # The RoPE-ViTs' (timm's rope_grid_indexing="xy"): the column's frequencies first.
+    layer = RotaryEmbedding(GRID, HEAD_DIM, PREFIX, form="axial", temperature=100.0, grid_indexing="xy")
+    ours = to_numpy(layer(np.zeros((1, PREFIX + 15, 8), "float32")))
+    peer = RotaryEmbeddingCat(HEAD_DIM, temperature=100.0, in_pixels=False, feat_shape=list(GRID), grid_indexing="xy")
+    theirs = peer.get_embed().numpy()
+    np.testing.assert_allclose(ours[0, PREFIX:], theirs[:, :HEAD_DIM], atol=ATOL)
+    np.testing.assert_allclose(ours[1, PREFIX:], theirs[:, HEAD_DIM:], atol=ATOL)
+    rows_first = to_numpy(RotaryEmbedding(GRID, HEAD_DIM, PREFIX, form="axial", temperature=100.0)(ours[:1]))
+    assert np.abs(rows_first - ours).max() > 0.1
+
+
 def test_a_grid_known_at_run_time_gives_the_built_grids_table():
     layer = RotaryEmbedding((2, 2), HEAD_DIM, PREFIX)  # built for another grid
     tokens = np.zeros((1, PREFIX + 15, 8), "float32")

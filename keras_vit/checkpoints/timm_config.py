@@ -24,7 +24,8 @@ _DEFAULTS = dict(
     num_heads=12, mlp_ratio=4.0, qkv_bias=True, qk_norm=False, proj_bias=True, init_values=None, class_token=True,
     pos_embed="learn", no_embed_class=False, reg_tokens=0, pre_norm=False, final_norm=True, fc_norm=None,
     dynamic_img_size=False, act_layer="gelu", norm_layer="layernorm:1e-06", embed_norm_layer=None, mlp_layer="mlp",
-    distilled=False, rope=None, rope_temperature=None, rope_reference_grid=None, relative_position_bias=False,
+    distilled=False, rope=None, rope_temperature=None, rope_reference_grid=None, rope_grid_indexing="ij",
+    relative_position_bias=False,
     scale_attn_norm=False, scale_mlp_norm=False,
 )  # fmt: skip
 # Arguments that change nothing keras-vit builds (drop rates are the recipe's).
@@ -72,11 +73,9 @@ _EVA_IGNORED = _IGNORED + ("head_init_scale", "rope_shift_coords", "rope_jitter_
 _EVA_NOT_YET = {
     "num_kv_heads": (None, "grouped-query attention"),
     "qk_norm": (False, "query/key norm"),
-    "attn_type": ("eva", "this attention"),
     "attn_only_layer_scale": (False, "LayerScale on the attention alone"),
     "use_post_norm": (False, "residual post-norm blocks"),
     "rope_grid_offset": (0.0, "an offset rotary grid"),
-    "rope_grid_indexing": ("ij", "an xy rotary grid"),
     "rope_mrope_section": (None, "multimodal rotary embeddings"),
     "attn_pool_num_heads": (None, "Eva's attention pooling (Perception Encoder's)"),
     "attn_pool_mlp_ratio": (None, "Eva's attention pooling (Perception Encoder's)"),
@@ -141,6 +140,10 @@ def eva_as_vision_transformer(args):
     if unknown:
         raise UnsupportedArchitectureError(f"timm Eva arguments keras-vit does not know: {', '.join(unknown)}.")
     problems = [f"{k}={args[k]!r} ({why})" for k, (built, why) in _EVA_NOT_YET.items() if args[k] != built]
+    # timm's EvaAttention and AttentionRope compute the same where neither's extras are on
+    # (grouped-query heads, a gate: refused above or not in the rows).
+    if args["attn_type"] not in ("eva", "rope"):
+        problems.append(f"attn_type={args['attn_type']!r} (this attention)")
     rope = None
     if args["use_rot_pos_emb"]:
         # timm's rotary forms keras-vit builds, in the layout each takes (rotate_half: the halves).
@@ -177,6 +180,7 @@ def eva_as_vision_transformer(args):
         rope=rope,
         rope_temperature=float(args["rope_temperature"]) if rope else None,
         rope_reference_grid=tuple(args["ref_feat_shape"]) if rope and args["ref_feat_shape"] is not None else None,
+        rope_grid_indexing=args["rope_grid_indexing"],
         scale_attn_norm=args["scale_attn_inner"],
         scale_mlp_norm=args["scale_mlp"],
     )
@@ -259,6 +263,7 @@ def spec_options(args):
         rope=args["rope"],
         rope_temperature=None if args["rope_temperature"] is None else float(args["rope_temperature"]),
         rope_reference_grid=args["rope_reference_grid"],
+        rope_grid_indexing=args["rope_grid_indexing"],
         relative_position_bias=bool(args["relative_position_bias"]),
         attention_norm=bool(args["scale_attn_norm"]),
         mlp_norm=bool(args["scale_mlp_norm"]),

@@ -29,6 +29,8 @@ from keras import ops
 
 # Each form and its layout: True for the interleaved pairs, False for the half-split ones.
 ROPE_FORMS = {"dinov3": False, "axial": True}
+# Which coordinate's frequencies come first: the row's ("ij") or the column's ("xy").
+GRID_INDEXINGS = ("ij", "xy")
 # The temperature each form takes where none is given.
 ROPE_TEMPERATURES = {"dinov3": 100.0, "axial": 10_000.0}
 
@@ -116,6 +118,8 @@ class RotaryEmbedding(keras.layers.Layer):
         form: one of ``ROPE_FORMS``.
         temperature: the frequencies' base; None: the form's (``ROPE_TEMPERATURES``).
         reference_grid: ``"axial"``: the grid the indices are scaled to; None: as they are.
+        grid_indexing: ``"ij"``: the row coordinate's frequencies first, then the column's;
+            ``"xy"``: the column's first (timm's ``rope_grid_indexing="xy"``, the RoPE-ViTs').
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Examples:
@@ -126,7 +130,15 @@ class RotaryEmbedding(keras.layers.Layer):
     """
 
     def __init__(
-        self, grid_size, head_dim, num_prefix_tokens=0, form="dinov3", temperature=None, reference_grid=None, **kwargs
+        self,
+        grid_size,
+        head_dim,
+        num_prefix_tokens=0,
+        form="dinov3",
+        temperature=None,
+        reference_grid=None,
+        grid_indexing="ij",
+        **kwargs,
     ):
         super().__init__(**kwargs)
         if form not in ROPE_FORMS:
@@ -141,6 +153,9 @@ class RotaryEmbedding(keras.layers.Layer):
         self.form = form
         self.temperature = float(ROPE_TEMPERATURES[form] if temperature is None else temperature)
         self.reference_grid = None if reference_grid is None else tuple(int(s) for s in reference_grid)
+        if grid_indexing not in GRID_INDEXINGS:
+            raise ValueError(f"rope_grid_indexing must be one of {GRID_INDEXINGS}, got {grid_indexing!r}.")
+        self.grid_indexing = grid_indexing
         self._fixed = self._table(self.grid_size, np)  # the built size's, a constant
 
     def _table(self, grid, xp):
@@ -148,6 +163,9 @@ class RotaryEmbedding(keras.layers.Layer):
             angles = dinov3_angles(grid, self.head_dim, self.temperature, xp)
         else:
             angles = axial_angles(grid, self.head_dim, self.temperature, self.reference_grid, xp)
+        if self.grid_indexing == "xy":  # the column's frequencies first
+            quarter = self.head_dim // 4
+            angles = xp.concatenate([angles[:, quarter:], angles[:, :quarter]], axis=1)
         if ROPE_FORMS[self.form]:  # interleaved: each angle for a pair of neighbours
             angles = xp.reshape(xp.stack([angles, angles], axis=-1), (-1, self.head_dim))
         else:  # half-split: the angles for the first half, again for the second
@@ -175,5 +193,6 @@ class RotaryEmbedding(keras.layers.Layer):
             form=self.form,
             temperature=self.temperature,
             reference_grid=self.reference_grid,
+            grid_indexing=self.grid_indexing,
         )
         return config

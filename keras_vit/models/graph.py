@@ -119,6 +119,7 @@ def make_layers(spec, dtype_for):
                 spec.rope,
                 spec.rope_temperature,
                 spec.rope_reference_grid,
+                spec.rope_grid_indexing,
             )  # fmt: skip
             if spec.rope
             else None

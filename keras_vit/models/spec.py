@@ -23,7 +23,7 @@ from keras_vit.layers.attention_pooling import ATTENTION_POOLING
 from keras_vit.layers.heads import POOLINGS
 from keras_vit.layers.layer_norm import NORM_TYPES
 from keras_vit.layers.resnet import check_block_units, resnet_feature_stride, resnet_out_channels
-from keras_vit.layers.rotary import ROPE_FORMS
+from keras_vit.layers.rotary import GRID_INDEXINGS, ROPE_FORMS
 from keras_vit.layers.std_conv import check_std_conv_form
 from keras_vit.layers.tokens import POSITION_EMBEDDINGS
 
@@ -152,6 +152,8 @@ class ViTSpec(_Spec):
             transformers' ``rope_theta``); None: the form's own (DINOv3's 100, EVA-02's 10000).
         rope_reference_grid: ``rope="axial"``: the ``(rows, cols)`` the patch indices are
             scaled to (timm's ``ref_feat_shape``: the pre-training grid); None: as they are.
+        rope_grid_indexing: ``"ij"``: each head's row frequencies first, then the column's;
+            ``"xy"``: the column's first (timm's ``rope_grid_indexing``, the RoPE-ViTs').
         relative_position_bias: a learned bias on each block's attention logits by the two
             tokens' relative position on the grid (BEiT's; timm's ``use_rel_pos_bias``,
             transformers' ``use_relative_position_bias``). Needs a class token and no other
@@ -247,6 +249,7 @@ class ViTSpec(_Spec):
     rope_reference_grid: typing.Any = _field(
         None, "axial rotary embeddings: the (rows, cols) grid the patch indices are scaled to; none: as they are"
     )
+    rope_grid_indexing: str = _field("ij", "the rotary frequencies' order: ij (rows first) or xy (columns first)")
     relative_position_bias: bool = _field(
         False, "a learned bias on each block's attention logits by the tokens' relative position (BEiT's)"
     )
@@ -337,6 +340,7 @@ class ViTSpec(_Spec):
             set_("rope_reference_grid", checks.pair(self.rope_reference_grid, "rope_reference_grid"))
             if self.rope != "axial":
                 raise ValueError(f"rope_reference_grid is the axial rotary embeddings'; got rope={self.rope!r}.")
+        _one_of(self.rope_grid_indexing, GRID_INDEXINGS, "rope_grid_indexing")
         if self.rope is not None:
             _one_of(self.rope, tuple(ROPE_FORMS), "rope")
             if (self.hidden_size // self.num_heads) % 4:
