@@ -179,6 +179,14 @@ def assert_close_to_scale(actual, expected, rtol, err_msg=""):
     return difference / scale
 
 
+def write_photo(path):
+    """One real photo (scikit-image's cat) as a JPEG at ``path``."""
+    import skimage.data
+    from PIL import Image
+
+    Image.fromarray(skimage.data.chelsea()).save(path, quality=95)
+
+
 def write_photos(root, mirrored=False):
     """Eight real photos (scikit-image's samples, six RGB and two grey), shrunk to at most
     96 pixels a side and written as JPEGs under ``root``, four per class (folders ``a`` and
@@ -320,6 +328,34 @@ def doc_pages():
     for folder, _, names in os.walk(REPOSITORY / "docs"):
         pages += [os.path.join(folder, n) for n in sorted(names) if n.endswith(".md")]
     return pages
+
+
+def serve_preset(preset, root, url):
+    """The preset's small stand-in (its ``image_size`` and ``options``: width, depth, heads,
+    MLP), with random weights in its publisher's layout, where a mirror at ``url`` serving
+    the folder ``root`` keeps its path."""
+    from keras_vit.presets import download
+
+    path = root / download.source_url(preset.url)[len(url) :].lstrip("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    spec, small = preset.spec, preset.options
+    grid = preset.image_size // spec.patch_size
+    if preset.layout == "original":
+        from upstream import write_original_npz
+
+        args = (small["hidden_size"], small["depth"], small["num_heads"], small["mlp_dim"], spec.patch_size)
+        write_original_npz(path, np.random.default_rng(0), *args, grid * grid + 1, preset.num_classes)
+    else:
+        assert preset.layout == "timm", preset.layout
+        import safetensors.torch
+        import timm
+
+        width, mlp = small["hidden_size"], small["mlp_dim"]
+        peer = timm.models.vision_transformer.VisionTransformer(
+            img_size=preset.image_size, patch_size=spec.patch_size, embed_dim=width, depth=small["depth"],
+            num_heads=small["num_heads"], mlp_ratio=mlp / width, num_classes=preset.num_classes,
+        )  # fmt: skip
+        safetensors.torch.save_file(peer.state_dict(), str(path))
 
 
 def instruction_pages():

@@ -21,9 +21,8 @@ change to the docs or to the commands).
 import dataclasses
 import os
 
-import numpy as np
 import pytest
-from helpers import documented_commands, once_on, write_photos
+from helpers import documented_commands, once_on, serve_preset, write_photo, write_photos
 
 import keras_vit
 
@@ -59,13 +58,6 @@ def _model_file(path):
     keras_vit.save_model(_small_model(class_names=[f"digit {d}" for d in range(10)]), str(path))
 
 
-def _photo(path):
-    import skimage.data
-    from PIL import Image
-
-    Image.fromarray(skimage.data.chelsea()).save(path, quality=95)
-
-
 def _preset_folder(path):
     preprocessing = keras_vit.layers.ImagePreprocessing.from_normalization("imagenet", 16)
     keras_vit.save_preset(_small_model(num_classes=2, class_names=["daisy", "rose"], preprocessing=preprocessing), path)
@@ -74,40 +66,13 @@ def _preset_folder(path):
 # What a page's command names, put there before the command if no command before it wrote it.
 PROVIDED = {
     "photos/": lambda folder: write_photos(folder, mirrored=True),
-    "photo.jpg": _photo,
+    "photo.jpg": write_photo,
     "model.keras": _model_file,
     "presets/flowers": _preset_folder,
     "saved_models/run/model.keras": _model_file,
     "saved_models/main-pretrain/model.keras": _model_file,
     "saved_models/main-finetune/model.keras": _model_file,
 }
-
-
-def _serve(preset, root, url):
-    """The preset's small stand-in (its ``image_size`` and ``options``: width, depth, heads,
-    MLP), in its publisher's layout, where the mirror keeps its path."""
-    from keras_vit.presets import download
-
-    path = root / download.source_url(preset.url)[len(url) :].lstrip("/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    spec, small = preset.spec, preset.options
-    grid = preset.image_size // spec.patch_size
-    if preset.layout == "original":
-        from upstream import write_original_npz
-
-        args = (small["hidden_size"], small["depth"], small["num_heads"], small["mlp_dim"], spec.patch_size)
-        write_original_npz(path, np.random.default_rng(0), *args, grid * grid + 1, preset.num_classes)
-    else:
-        assert preset.layout == "timm", preset.layout
-        import safetensors.torch
-        import timm
-
-        width, mlp = small["hidden_size"], small["mlp_dim"]
-        peer = timm.models.vision_transformer.VisionTransformer(
-            img_size=preset.image_size, patch_size=spec.patch_size, embed_dim=width, depth=small["depth"],
-            num_heads=small["num_heads"], mlp_ratio=mlp / width, num_classes=preset.num_classes,
-        )  # fmt: skip
-        safetensors.torch.save_file(peer.state_dict(), str(path))
 
 
 @pytest.fixture
@@ -126,7 +91,7 @@ def reader(tmp_path, monkeypatch, timm):
                 catalog.PRESETS[name], image_size=TINY_IMAGE_SIZE, sha256=None, size=None, options=dict(TINY)
             )
             monkeypatch.setitem(catalog.PRESETS, name, small)
-            _serve(small, tmp_path / "served", server.url)
+            serve_preset(small, tmp_path / "served", server.url)
         (tmp_path / "reader").mkdir()
         monkeypatch.chdir(tmp_path / "reader")
         yield tmp_path / "reader"

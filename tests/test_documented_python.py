@@ -25,8 +25,16 @@ import re
 
 import numpy as np
 import pytest
-from helpers import REPOSITORY, instruction_pages, once_on, serve_timm_model, small_timm_model, write_photos
-from test_documented_commands import _photo
+from helpers import (
+    REPOSITORY,
+    instruction_pages,
+    once_on,
+    serve_preset,
+    serve_timm_model,
+    small_timm_model,
+    write_photo,
+    write_photos,
+)
 
 import keras_vit
 
@@ -134,7 +142,7 @@ def _timm_folder(path):
 
 PROVIDED = {
     "photos/": _photos,
-    "photo.jpg": _photo,
+    "photo.jpg": write_photo,
     "saved_models/run/model.keras": _digits_model,
     "saved_models/finetune-vit_s16-photos/model.keras": _trained_model,
     "export/model_int8.tflite": _export,
@@ -211,7 +219,6 @@ def reader(tmp_path, monkeypatch, timm):
     """A fresh folder to run a page's blocks in; the presets and hub names the pages use served
     narrow, the named variants narrow too."""
     from http_server import FileServer, download_env, hub_env
-    from test_documented_commands import _serve
 
     from keras_vit.models.variants import VARIANTS
     from keras_vit.presets import catalog
@@ -228,13 +235,13 @@ def reader(tmp_path, monkeypatch, timm):
                 options = dict(NARROW, depth=preset.spec.depth)
                 small = dataclasses.replace(preset, sha256=None, size=None, options=options)
                 monkeypatch.setitem(catalog.PRESETS, name, small)
-                _serve(small, tmp_path / "served", server.url)
+                serve_preset(small, tmp_path / "served", server.url)
         for repo in sorted(set(re.findall(r'"hf-hub:timm/([\w.]+)"', text))):
             architecture, tag = repo.split(".", 1)
             serve_timm_model(timm, server, architecture, tag, **HUB_SIZES.get(architecture, {}))
         # A URL the reader's weights are at: the mirror keeps it under its path.
         spec = VARIANTS["vit_s16"]
-        _serve(
+        serve_preset(
             dataclasses.replace(
                 catalog.PRESETS["vit_s16.augreg_in21k_ft_in1k"], url="https://example.org/vit_small.safetensors",
                 layout="timm", options=dict(NARROW, depth=spec.depth),
