@@ -155,6 +155,19 @@ def test_a_distilled_deit_loads_with_its_two_heads_at_transformers_logits(mirror
     assert_as_transformers(model, processor, lambda pixels: peer(pixel_values=pixels).logits)
 
 
+@pytest.mark.parametrize("cls", ["DeiTForImageClassification", "DeiTModel"])
+def test_a_deit_classifier_or_backbone_reads_the_class_token_alone(mirror, cls):
+    # The distillation token is attended to but read by no head: the class token's head
+    # (DeiTForImageClassification) or pooler (DeiTModel: pooler_output) alone.
+    labels = dict(id2label={0: "cat", 1: "coffee"}) if "Classification" in cls else {}
+    peer = upstream_model(cls, **SMALL, **labels)
+    model = keras_vit.load_model(serve(mirror, f"facebook/{cls.lower()}-test", peer, vit_processor()))
+    assert model.spec.distillation_token and not model.spec.distillation_head
+    assert "head_dist" not in [layer.name for layer in model.layers]
+    outputs = "logits" if labels else "pooler_output"
+    assert_as_transformers(model, vit_processor(), lambda pixels: getattr(peer(pixel_values=pixels), outputs))
+
+
 def test_a_dinov2_backbone_loads_at_another_size_at_transformers_pooled_output(mirror):
     # Trained at 56 px (a 7x7 grid of 8 px patches), used at 48 (6x6) as DINOv2's processor
     # crops: the position table resampled at load as transformers interpolates it per call.

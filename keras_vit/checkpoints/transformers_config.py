@@ -44,17 +44,14 @@ def _ijepa(config):
 
 
 def _deit(config):
-    """``DeiTForImageClassificationWithTeacher``: the ViT with a distillation token read by
-    a second head, the logits the mean of the two heads' (as keras-vit's distilled models,
-    and timm's). DeiT's checkpoints without distillation are ``vit`` on the hub."""
-    if "DeiTForImageClassificationWithTeacher" not in (config.get("architectures") or ()):
-        raise UnsupportedModelTypeError(
-            f"a deit checkpoint of {config.get('architectures')}: keras-vit builds "
-            "DeiTForImageClassificationWithTeacher (a DeiTModel's pooler and a DeiTForImageClassification's "
-            "head read the class token alone, which keras-vit's distilled models average with the distillation "
-            "token)."
-        )
-    return dict(_vit(config), distillation_token=True)
+    """DeiT: the ViT with a distillation token after the class token.
+    ``DeiTForImageClassificationWithTeacher`` reads it with a second head, the logits the
+    mean of the two heads' (as keras-vit's distilled models, and timm's);
+    ``DeiTForImageClassification``'s head and ``DeiTModel``'s pooler read the class token
+    alone (``distillation_head=False``). DeiT's checkpoints without distillation are ``vit``
+    on the hub."""
+    teacher = "DeiTForImageClassificationWithTeacher" in (config.get("architectures") or ())
+    return dict(_vit(config), distillation_token=True, distillation_head=teacher)
 
 
 def _dinov2(config):
@@ -217,7 +214,7 @@ MODEL_CLASSES = {
     "clip": "CLIPModel's vision tower and projection",
     "clip_vision_model": "CLIPVisionModel, CLIPVisionModelWithProjection",
     "data2vec-vision": "Data2VecVisionModel, Data2VecVisionForImageClassification",
-    "deit": "DeiTForImageClassificationWithTeacher",
+    "deit": "DeiTModel, DeiTForImageClassification, DeiTForImageClassificationWithTeacher",
     "dinov2": "Dinov2Model, Dinov2ForImageClassification",
     "dinov2_with_registers": "Dinov2WithRegistersModel, Dinov2WithRegistersForImageClassification",
     "dinov3_vit": "DINOv3ViTModel",

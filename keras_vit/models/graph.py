@@ -77,7 +77,7 @@ def make_layers(spec, dtype_for):
         return make(name, keras.layers.Dense, spec.num_classes, spec.classifier_activation,
                     kernel_initializer=initializer)  # fmt: skip
 
-    distilled = spec.distillation_token
+    distilled = spec.distillation_token and spec.distillation_head  # its second head and the means
     return dict(
         stem=make("resnet", ResNetBackbone, **dataclasses.asdict(spec.resnet)) if spec.resnet else None,
         patch_embedding=make(
@@ -97,7 +97,7 @@ def make_layers(spec, dtype_for):
             make("register_tokens", RegisterTokens, spec.num_register_tokens) if spec.num_register_tokens else None
         ),
         class_token=make("class_token", ClassToken) if spec.has_class_token else None,
-        distillation_token=make("distillation_token", DistillationToken) if distilled else None,
+        distillation_token=make("distillation_token", DistillationToken) if spec.distillation_token else None,
         position_embedding=(
             make(
                 "position_embedding",

@@ -141,6 +141,9 @@ class ViTSpec(_Spec):
             attention"; timm's ``distilled``), read by a second classifier ``head_dist``:
             the logits are the mean of the two heads', the pooled features the mean of the
             two tokens, as timm's inference. Needs ``pooling="token"``.
+        distillation_head: with ``distillation_token``, the second head and the two means
+            (timm's inference); False: the class token's head alone, the distillation token
+            only attended to (transformers' ``DeiTForImageClassification``, ``DeiTModel``).
         position_embedding: ``"learned"`` (the paper's), ``"sincos2d"`` (fixed) or
             ``"none"`` (no table: a model with rotary embeddings, ``rope``).
         rope: rotary position embeddings on every attention's queries and keys
@@ -241,6 +244,9 @@ class ViTSpec(_Spec):
     class_token: bool | None = _field(None, "prepend a class token; none: one unless --pooling gap")
     num_register_tokens: int = _field(0, "learned tokens after the class token that no output reads (register tokens)")
     distillation_token: bool = _field(False, "DeiT's distillation token, read by a second head (needs --pooling token)")
+    distillation_head: bool = _field(
+        True, "the distillation token's own head, averaged with the class token's; false: the class token's alone"
+    )
     position_embedding: str = _field(
         "learned", "learned position embeddings (the paper's), fixed sincos2d ones, or none (a RoPE model's)"
     )
@@ -379,6 +385,10 @@ class ViTSpec(_Spec):
 
     def _check_distillation(self):
         # What timm's distilled model allows: its two heads read the first two tokens.
+        if not self.distillation_head:  # the class token's head alone: any pooling of the class token
+            if self.pooling != "token":
+                raise ValueError(f"distillation_token=True needs pooling='token'; got pooling={self.pooling!r}.")
+            return
         conflicts = [
             f"{name}={getattr(self, name)!r}"
             for name, fine in (

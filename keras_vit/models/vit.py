@@ -248,7 +248,7 @@ class VisionTransformer(keras.Model):
         """
         if self._vit_layers["pooling"] is None:
             raise ValueError("This model has no pooling (pooling=None): its output is the tokens.")
-        if self.spec.distillation_token:  # the two tokens' mean, as timm's pre-logits
+        if self.spec.distillation_token and self.spec.distillation_head:  # the two tokens' mean, as timm's
             tokens = [self.get_layer(name).output for name in ("pooling", "distillation_pooling")]
             features = keras.layers.Average(name="features_mean", dtype=self.dtype_policy)(tokens)
             return keras.Model(self.input, features, name=f"{self.name}_features")

@@ -119,7 +119,9 @@ def start_checks(model, pretrained, images, pretrained_size):
     checks["feature_cosine_other_images"] = float(_cosine(old, np.roll(old, 1, axis=0)).mean())
     top = [layer for layer in pretrained.layers if layer.name in ("pre_logits", "head")]
     # (A distilled model's classifier is two heads on two tokens, not one on the features.)
-    if [layer.name for layer in top][-1:] == ["head"] and not pretrained.spec.distillation_token:
+    if [layer.name for layer in top][-1:] == ["head"] and not (
+        pretrained.spec.distillation_token and pretrained.spec.distillation_head
+    ):
 
         def classify(features):
             for layer in top:
