@@ -39,13 +39,13 @@ def randomized(model, seed=0):
     return model
 
 
-def classifier(folder, use_class_token=True, intermediate_dim=None):
+def classifier(folder, use_class_token=True, intermediate_dim=None, pooling=None):
     backbone = keras_hub.models.ViTBackbone(**SIZE, use_class_token=use_class_token)
     converter = keras_hub.layers.ViTImageConverter(image_size=(48, 48), scale=1 / 127.5, offset=-1.0)
     task = keras_hub.models.ViTImageClassifier(
         backbone=backbone,
         num_classes=3,
-        pooling="token" if use_class_token else "gap",
+        pooling=pooling or ("token" if use_class_token else "gap"),
         intermediate_dim=intermediate_dim,
         preprocessor=keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter),
     )
@@ -58,13 +58,19 @@ def images():
 
 
 @pytest.mark.parametrize(
-    "use_class_token, intermediate_dim", [(True, None), (True, 24), (False, None)], ids=["token", "pre_logits", "gap"]
+    "use_class_token, intermediate_dim, pooling",
+    [(True, None, "token"), (True, 24, "token"), (False, None, "gap"), (True, None, "gap")],
+    ids=["token", "pre_logits", "gap", "gap_with_class_token"],
 )
-def test_a_keras_hub_vit_classifier_folder_loads_at_keras_hubs_outputs(tmp_path, use_class_token, intermediate_dim):
-    task, converter = classifier(str(tmp_path / "preset"), use_class_token, intermediate_dim)
+def test_a_keras_hub_vit_classifier_folder_loads_at_keras_hubs_outputs(
+    tmp_path, use_class_token, intermediate_dim, pooling
+):
+    task, converter = classifier(str(tmp_path / "preset"), use_class_token, intermediate_dim, pooling)
     model = keras_vit.load_model(str(tmp_path / "preset"))
     assert model.output_shape == (None, 3) and model.spec.representation_size == intermediate_dim
-    assert model.spec.pooling == ("token" if use_class_token else "gap") and not model.spec.gelu_approximate
+    assert model.spec.pooling == pooling and not model.spec.gelu_approximate
+    # keras-hub's average takes the class token in, where there is one.
+    assert model.spec.pool_include_prefix == (pooling == "gap" and use_class_token)
     x = images()
     assert_close_to_scale(to_numpy(model(x)), to_numpy(task(x)), RTOL)  # the network, without pre-processing
     # Its converter (x * scale + offset, resized) is the model's pre-processing.

@@ -30,8 +30,8 @@ def _pair(value):
 
 def _vit(config, task):
     """``ViTBackbone`` (and a ``ViTImageClassifier`` on it): the paper's ViT with the exact
-    GELU; the classifier reads the class token (``pooling="token"``), or without one the
-    tokens' mean, through an optional pre-logits layer (``intermediate_dim``, tanh)."""
+    GELU; the classifier reads the class token (``pooling="token"``) or the mean of all the
+    tokens, the class token's too, through an optional pre-logits layer (``intermediate_dim``, tanh)."""
     if config.get("use_mha_bias", True) != config.get("use_mlp_bias", True):
         raise UnsupportedKerasHubModelError(
             f"a ViTBackbone with use_mha_bias={config.get('use_mha_bias')} and use_mlp_bias="
@@ -51,13 +51,10 @@ def _vit(config, task):
     if task is None:
         return dict(options, include_top=False, pooling=None)
     pooling = task.get("pooling", "token")
-    if pooling == "gap" and class_token:
-        raise UnsupportedKerasHubModelError(
-            "a ViTImageClassifier with pooling='gap' over a class token: its mean takes the class token in, "
-            "keras-vit's average pooling leaves it out."
-        )
     return dict(
         options,
+        pooling=pooling,
+        pool_include_prefix=pooling == "gap" and class_token,  # its mean takes the class token in
         num_classes=int(task["num_classes"]),
         representation_size=task.get("intermediate_dim"),
         classifier_activation=task.get("activation"),

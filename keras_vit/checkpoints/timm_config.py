@@ -26,7 +26,7 @@ _DEFAULTS = dict(
     dynamic_img_size=False, act_layer="gelu", norm_layer="layernorm:1e-06", embed_norm_layer=None, mlp_layer="mlp",
     distilled=False, rope=None, rope_temperature=None, rope_reference_grid=None, rope_grid_indexing="ij",
     relative_position_bias=False,
-    scale_attn_norm=False, scale_mlp_norm=False,
+    scale_attn_norm=False, scale_mlp_norm=False, pool_include_prefix=False,
 )  # fmt: skip
 # Arguments that change nothing keras-vit builds (drop rates are the recipe's).
 _IGNORED = ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
@@ -48,7 +48,6 @@ _NOT_YET = {
     "mlp_layer": "this MLP",
     "block_fn": "residual post-norm and parallel blocks",
     "attn_layer": "differential attention",
-    "pool_include_prefix": "pooling over the prefix tokens",
     "qk_norm": "query/key norm",
     "pos_embed": "position embeddings other than timm's learned table",
 }
@@ -266,6 +265,7 @@ def spec_options(args):
         rope_grid_indexing=args["rope_grid_indexing"],
         relative_position_bias=bool(args["relative_position_bias"]),
         attention_norm=bool(args["scale_attn_norm"]),
+        pool_include_prefix=bool(args["pool_include_prefix"]),
         mlp_norm=bool(args["scale_mlp_norm"]),
         pre_norm=bool(args["pre_norm"]),
         patch_bias=not args["pre_norm"],  # timm's VisionTransformer ties the two

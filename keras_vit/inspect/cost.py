@@ -111,8 +111,9 @@ def count_flops(name_or_model, **options):
     flops += _dense(grid_h * grid_w, spec.patch_size**2 * spec.embedding_channels, spec.hidden_size)
     tokens = grid_h * grid_w + spec.num_prefix_tokens
     flops += spec.depth * encoder_block_flops(tokens, spec.hidden_size, spec.mlp_dim, spec.gated_mlp)
-    if spec.pooling == ATTENTION_POOLING:  # over the patch tokens: it leaves the prefix out
-        flops += attention_pooling_flops(grid_h * grid_w, spec.hidden_size, spec.mlp_dim)
+    if spec.pooling == ATTENTION_POOLING:  # over the patch tokens (and the prefix, if it reads them)
+        pooled = tokens if spec.pool_include_prefix else grid_h * grid_w
+        flops += attention_pooling_flops(pooled, spec.hidden_size, spec.mlp_dim)
     if spec.include_top:
         features = spec.hidden_size * (2 if spec.pooling == "token_gap" else 1)
         if spec.representation_size:

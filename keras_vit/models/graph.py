@@ -156,12 +156,16 @@ def make_layers(spec, dtype_for):
 
 def pooling_layer(spec, make):
     """The layer that pools the tokens to one vector, None for ``pooling=None``."""
+    # The tokens it leaves out: the prefix ones, unless it reads them too.
+    skipped = 0 if spec.pool_include_prefix else spec.num_prefix_tokens
     if spec.pooling == ATTENTION_POOLING:
         return make(
-            "pooling", AttentionPooling, spec.num_heads, spec.mlp_dim, spec.num_prefix_tokens, composite=True,
+            "pooling", AttentionPooling, spec.num_heads, spec.mlp_dim, skipped, composite=True,
             layer_norm_epsilon=spec.layer_norm_epsilon, gelu_approximate=spec.gelu_approximate,
             mlp_activation=spec.mlp_activation, qkv_bias=spec.qkv_bias, norm_type=spec.norm_type,
         )  # fmt: skip
+    if spec.pooling == "gap":
+        return make("pooling", TokenPooling, "gap", skipped)
     return make("pooling", TokenPooling, spec.pooling, spec.num_prefix_tokens) if spec.pooling else None
 
 

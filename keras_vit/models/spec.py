@@ -191,6 +191,9 @@ class ViTSpec(_Spec):
             and BEiT-3's; timm's ``scale_mlp``, ``scale_mlp_norm``).
         qkv_bias: a bias on the query, key and value projections (every published ViT
             has one; timm's ``qkv_bias=False`` models have none).
+        pool_include_prefix: ``"gap"`` and ``"map"`` pooling read the prefix tokens too
+            (class, registers), not the patch tokens alone (timm's ``pool_include_prefix``;
+            keras-hub's ViT classifier's average).
         norm_after_pool: apply the final LayerNorm to the pooled vector instead of every
             token (timm's ``fc_norm``, its default for average pooling).
         final_norm: the final LayerNorm at all; False: none (timm's ``final_norm=False``:
@@ -279,6 +282,7 @@ class ViTSpec(_Spec):
     attention_norm: bool = _field(False, "a norm on each attention's heads before its output projection")
     mlp_norm: bool = _field(False, "a norm on each MLP's hidden state before its second projection")
     qkv_bias: bool = _field(True, "a bias on the query, key and value projections")
+    pool_include_prefix: bool = _field(False, "gap and map pooling read the prefix tokens too, not the patches alone")
     norm_after_pool: bool = _field(
         False, "apply the final norm to the pooled vector instead of every token (timm's fc_norm)"
     )
@@ -324,6 +328,8 @@ class ViTSpec(_Spec):
             _one_of(self.pooling, (*POOLINGS, ATTENTION_POOLING), "pooling")
         if self.pooling in ("token", "token_gap") and not self.has_class_token:
             raise ValueError(f"pooling={self.pooling!r} needs class_token=True.")
+        if self.pool_include_prefix and self.pooling not in ("gap", ATTENTION_POOLING):
+            raise ValueError(f"pool_include_prefix=True is for pooling 'gap' or 'map'; got pooling={self.pooling!r}.")
         if self.pooling == "token_gap" and self.norm_after_pool:
             raise ValueError("pooling='token_gap' reads the normed tokens: it needs norm_after_pool=False.")
         _one_of(self.position_embedding, POSITION_EMBEDDINGS, "position_embedding")
