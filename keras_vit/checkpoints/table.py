@@ -163,6 +163,8 @@ VIT = [
     (r"patch_norm/scale", None, same("patch_embed.norm.weight"), None),
     (r"encoder_norm/scale", None, same("norm.weight"), None),
     (_B + r"norm([12])/scale", None, same("blocks.{0}.norm{1}.weight"), None),
+    # RoPE-Mixed's learned frequencies (timm's RotaryEmbeddingMixed).
+    (r"rotary_embedding/frequencies", None, same("rope.freqs"), None),
     (r"position_embedding/embedding",
         same("Transformer/posembed_input/pos_embedding"), same("pos_embed"), same("embeddings.position_embeddings")),
     (_B + r"norm1/gamma",

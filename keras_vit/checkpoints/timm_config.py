@@ -26,7 +26,8 @@ _DEFAULTS = dict(
     dynamic_img_size=False, act_layer="gelu", norm_layer="layernorm:1e-06", embed_norm_layer=None, mlp_layer="mlp",
     distilled=False, rope=None, rope_temperature=None, rope_reference_grid=None, rope_grid_indexing="ij",
     relative_position_bias=False,
-    scale_attn_norm=False, scale_mlp_norm=False, pool_include_prefix=False,
+    scale_attn_norm=False, scale_mlp_norm=False, pool_include_prefix=False, block_fn="block", rope_grid_offset=0.0,
+    attn_pool_num_heads=None, attn_pool_mlp_ratio=None,
 )  # fmt: skip
 # Arguments that change nothing keras-vit builds (drop rates are the recipe's).
 _IGNORED = ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
@@ -46,12 +47,15 @@ _NOT_YET = {
     "norm_layer": "this norm",
     "embed_norm_layer": "a norm on the patch embedding of another kind than the blocks'",
     "mlp_layer": "this MLP",
-    "block_fn": "residual post-norm and parallel blocks",
+    "block_fn": "parallel blocks",
     "attn_layer": "differential attention",
     "qk_norm": "query/key norm",
     "pos_embed": "position embeddings other than timm's learned table",
 }
 _POSITION_EMBEDDINGS = {"learn": "learned", "none": "none"}  # timm's pos_embed: the spec's
+# timm's blocks by the names the table writes: residual_post_norm (ResPostBlock's norms on
+# the branches' outputs; it starts them at init_values, where Block has LayerScale).
+_BLOCKS = {"block": False, "respostblock": True}
 
 # timm's Eva defaults for the arguments read here (its norm_layer: timm's LayerNorm, eps 1e-6).
 _EVA_DEFAULTS = dict(
@@ -73,11 +77,7 @@ _EVA_NOT_YET = {
     "num_kv_heads": (None, "grouped-query attention"),
     "qk_norm": (False, "query/key norm"),
     "attn_only_layer_scale": (False, "LayerScale on the attention alone"),
-    "use_post_norm": (False, "residual post-norm blocks"),
-    "rope_grid_offset": (0.0, "an offset rotary grid"),
     "rope_mrope_section": (None, "multimodal rotary embeddings"),
-    "attn_pool_num_heads": (None, "Eva's attention pooling (Perception Encoder's)"),
-    "attn_pool_mlp_ratio": (None, "Eva's attention pooling (Perception Encoder's)"),
 }
 
 
@@ -146,7 +146,9 @@ def eva_as_vision_transformer(args):
     rope = None
     if args["use_rot_pos_emb"]:
         # timm's rotary forms keras-vit builds, in the layout each takes (rotate_half: the halves).
-        rope, half = {"dinov3": ("dinov3", True), "cat": ("axial", False)}.get(args["rope_type"], (None, None))
+        rope, half = {"dinov3": ("dinov3", True), "cat": ("axial", False), "mixed": ("mixed", False)}.get(
+            args["rope_type"], (None, None)
+        )
         if rope is None:
             problems.append(f"rope_type={args['rope_type']!r} (rotary embeddings of timm's {args['rope_type']} form)")
         elif bool(args["rope_rotate_half"]) != half:
@@ -180,6 +182,12 @@ def eva_as_vision_transformer(args):
         rope_temperature=float(args["rope_temperature"]) if rope else None,
         rope_reference_grid=tuple(args["ref_feat_shape"]) if rope and args["ref_feat_shape"] is not None else None,
         rope_grid_indexing=args["rope_grid_indexing"],
+        rope_grid_offset=float(args["rope_grid_offset"]) if rope else 0.0,
+        block_fn="respostblock" if args["use_post_norm"] else "block",
+        # Eva's attention pooling reads every token, the prefix ones too.
+        pool_include_prefix=args["global_pool"] == "map",
+        attn_pool_num_heads=args["attn_pool_num_heads"],
+        attn_pool_mlp_ratio=args["attn_pool_mlp_ratio"],
         scale_attn_norm=args["scale_attn_inner"],
         scale_mlp_norm=args["scale_mlp"],
     )
@@ -234,6 +242,7 @@ def spec_options(args):
         "mlp_layer": args["mlp_layer"] in _MLPS,
         "qk_norm": not args["qk_norm"],
         "pos_embed": args["pos_embed"] in _POSITION_EMBEDDINGS,
+        "block_fn": args["block_fn"] in _BLOCKS,
     }
     problems += [k for k, fine in checks.items() if not fine]
     if problems:
@@ -244,6 +253,8 @@ def spec_options(args):
     norm_type, epsilon = _norm(args["norm_layer"])
     pooling = _POOLINGS.get(args["global_pool"])
     fc_norm = args["global_pool"] == "avg" if args["fc_norm"] is None else bool(args["fc_norm"])
+    post_norm = _BLOCKS[args["block_fn"]]
+    map_ratio = args["attn_pool_mlp_ratio"]
     return dict(
         image_size=tuple(args["img_size"]) if isinstance(args["img_size"], (list, tuple)) else args["img_size"],
         patch_size=args["patch_size"],
@@ -263,13 +274,17 @@ def spec_options(args):
         rope_temperature=None if args["rope_temperature"] is None else float(args["rope_temperature"]),
         rope_reference_grid=args["rope_reference_grid"],
         rope_grid_indexing=args["rope_grid_indexing"],
+        rope_grid_offset=float(args["rope_grid_offset"]),
         relative_position_bias=bool(args["relative_position_bias"]),
         attention_norm=bool(args["scale_attn_norm"]),
         pool_include_prefix=bool(args["pool_include_prefix"]),
+        map_num_heads=args["attn_pool_num_heads"],
+        map_mlp_dim=None if map_ratio is None else int(args["embed_dim"] * map_ratio),
+        residual_post_norm=post_norm,
         mlp_norm=bool(args["scale_mlp_norm"]),
         pre_norm=bool(args["pre_norm"]),
         patch_bias=not args["pre_norm"],  # timm's VisionTransformer ties the two
-        layer_scale_init=args["init_values"],
+        layer_scale_init=None if post_norm else args["init_values"],
         mlp_activation=activation,
         gelu_approximate=approximate,
         gated_mlp=gated,
@@ -294,8 +309,8 @@ def support(name):
 
     >>> support("vit_base_patch16_clip_224") is None
     True
-    >>> support("vit_base_patch16_rpn_224")
-    "keras-vit does not build these timm options yet: block_fn='respostblock' (residual post-norm and parallel blocks)."
+    >>> support("vit_pwee_patch16_reg1_gap_256")
+    "keras-vit does not build these timm options yet: block_fn='parallelscalingblock' (parallel blocks)."
     """
     try:
         spec_options(architecture_args(name))

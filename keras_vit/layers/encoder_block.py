@@ -159,6 +159,9 @@ class EncoderBlock(keras.layers.Layer):
         attention_norm: a norm (``norm_type``) on the attention's heads before its output
             projection (``MultiHeadSelfAttention``'s ``output_norm``).
         mlp_norm: a norm (``norm_type``) on the MLP's hidden state (``MlpBlock``'s ``hidden_norm``).
+        post_norm: ``norm1`` and ``norm2`` on the attention's and the MLP's outputs, inside
+            the residual: ``x + norm1(MSA(x))`` then ``x + norm2(MLP(x))`` (timm's
+            ``ResPostBlock``, ``EvaBlockPostNorm``).
         remat: rematerialise the block in training (``keras.remat``): its activations are
             recomputed in the backward pass instead of kept; the same function.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
@@ -198,9 +201,11 @@ class EncoderBlock(keras.layers.Layer):
         rope_interleaved=False,
         attention_norm=False,
         mlp_norm=False,
+        post_norm=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.post_norm = bool(post_norm)
         self.rope_interleaved = bool(rope_interleaved)
         self.attention_norm = bool(attention_norm)
         self.mlp_norm = bool(mlp_norm)
@@ -274,19 +279,23 @@ class EncoderBlock(keras.layers.Layer):
         rows = ops.reshape(x, (-1, x.shape[-1]))
         y = call_inline(
             self.attention,
-            call_inline(self.norm1, x),
+            x if self.post_norm else call_inline(self.norm1, x),
             return_attention_scores=return_attention_scores,
             training=training,
             as_rows=True,
             rope=rope,
         )
         y, weights = y if return_attention_scores else (y, None)
+        if self.post_norm:
+            y = call_inline(self.norm1, y)
         rows = rows + self._residual(y, x, training, self.layer_scale1)
-        mlp = call_inline(self.norm2, rows)
+        mlp = rows if self.post_norm else call_inline(self.norm2, rows)
         if training and self.dropout_rate > 0:  # the MLP's dropouts over the tokens' view
             mlp = ops.reshape(call_inline(self.mlp, ops.reshape(mlp, ops.shape(x)), training=training), ops.shape(rows))
         else:
             mlp = call_inline(self.mlp, mlp, training=training)
+        if self.post_norm:
+            mlp = call_inline(self.norm2, mlp)
         rows = rows + self._residual(mlp, x, training, self.layer_scale2)
         x = ops.reshape(rows, ops.shape(x))
         return (x, weights) if return_attention_scores else x

@@ -17,6 +17,13 @@ of the channel pairs each turns:
   row and column index, scaled to a reference grid where one is given (the grid the model
   was pre-trained at), frequencies ``temperature ** (-4 i / head_dim)``, the interleaved
   layout (channels ``2i`` and ``2i + 1`` turned together).
+- ``"mixed"``: RoPE-Mixed's (Heo et al., "Rotary Position Embedding for Vision
+  Transformer", 2024; timm's ``rope_type="mixed"``): learned frequencies, a pair of them
+  (one per axis) for each block, head and channel pair, so that a pair turns by a learned
+  mix of the row and column indices; the interleaved layout. Its table has a block axis
+  and a head axis: ``(depth, 2, tokens, heads, head_dim)``.
+
+``grid_offset`` shifts every coordinate before it is scaled (Perception Encoder's 1).
 
 The prefix tokens (class, registers) are not turned: their rows of the table turn by zero.
 """
@@ -27,15 +34,19 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit.layers.initializers import deferrable_weight
+
 # Each form and its layout: True for the interleaved pairs, False for the half-split ones.
-ROPE_FORMS = {"dinov3": False, "axial": True}
+ROPE_FORMS = {"dinov3": False, "axial": True, "mixed": True}
 # Which coordinate's frequencies come first: the row's ("ij") or the column's ("xy").
 GRID_INDEXINGS = ("ij", "xy")
 # The temperature each form takes where none is given.
-ROPE_TEMPERATURES = {"dinov3": 100.0, "axial": 10_000.0}
+ROPE_TEMPERATURES = {"dinov3": 100.0, "axial": 10_000.0, "mixed": 10.0}
+# The forms whose frequencies are learned weights, one set per block and head.
+LEARNED_FORMS = ("mixed",)
 
 
-def dinov3_angles(grid, head_dim, temperature, xp=np):
+def dinov3_angles(grid, head_dim, temperature, xp=np, offset=0.0):
     """Each patch's angles, ``(rows * cols, head_dim // 2)``: the row coordinate's
     ``head_dim // 4`` frequencies, then the column's.
 
@@ -48,8 +59,8 @@ def dinov3_angles(grid, head_dim, temperature, xp=np):
     dtype = "float64" if xp is np else "float32"
     rows, cols = (xp.cast(side, dtype) if xp is not np else float(side) for side in grid)
     # Patch centres, row-major as the patch tokens: (k + 0.5) / n mapped to [-1, 1].
-    y = (xp.arange(grid[0], dtype=dtype) + 0.5) / rows * 2.0 - 1.0
-    x = (xp.arange(grid[1], dtype=dtype) + 0.5) / cols * 2.0 - 1.0
+    y = (xp.arange(grid[0], dtype=dtype) + 0.5 + offset) / rows * 2.0 - 1.0
+    x = (xp.arange(grid[1], dtype=dtype) + 0.5 + offset) / cols * 2.0 - 1.0
     y = xp.reshape(xp.tile(y[:, None], (1, grid[1])), (-1,))
     x = xp.reshape(xp.tile(x[None, :], (grid[0], 1)), (-1,))
     quarter = head_dim // 4
@@ -58,16 +69,17 @@ def dinov3_angles(grid, head_dim, temperature, xp=np):
     return xp.concatenate([y[:, None] * turns[None], x[:, None] * turns[None]], axis=1)
 
 
-def axial_angles(grid, head_dim, temperature, reference_grid=None, xp=np):
+def axial_angles(grid, head_dim, temperature, reference_grid=None, xp=np, offset=0.0):
     """Each patch's angles, ``(rows * cols, head_dim // 2)``: the row index's ``head_dim // 4``
-    frequencies, then the column's; the indices scaled to ``reference_grid`` where given.
+    frequencies, then the column's; the indices (plus ``offset``) scaled to
+    ``reference_grid`` where given.
 
     >>> axial_angles((2, 3), 8, 10_000.0, (4, 4))[:, 0].tolist()  # the rows' first band
     [0.0, 0.0, 0.0, 2.0, 2.0, 2.0]
     """
     dtype = "float64" if xp is np else "float32"
     sides = [float(side) if xp is np else xp.cast(side, dtype) for side in grid]
-    y, x = (xp.arange(side, dtype=dtype) for side in grid)
+    y, x = (xp.arange(side, dtype=dtype) + offset for side in grid)
     if reference_grid is not None:
         y, x = y / sides[0] * reference_grid[0], x / sides[1] * reference_grid[1]
     y = xp.reshape(xp.tile(y[:, None], (1, grid[1])), (-1,))
@@ -77,9 +89,51 @@ def axial_angles(grid, head_dim, temperature, reference_grid=None, xp=np):
     return xp.concatenate([y[:, None] * bands[None], x[:, None] * bands[None]], axis=1)
 
 
+def grid_coordinates(grid, grid_indexing="ij", offset=0.0, xp=np):
+    """Each patch's two indices (plus ``offset``), ``(rows * cols, 2)`` in row-major token
+    order: the row's then the column's (``"ij"``), or the column's first (``"xy"``).
+
+    >>> grid_coordinates((2, 3), "xy")[:4].tolist()
+    [[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [0.0, 1.0]]
+    """
+    dtype = "float64" if xp is np else "float32"
+    y, x = (xp.arange(side, dtype=dtype) + offset for side in grid)
+    y = xp.reshape(xp.tile(y[:, None], (1, grid[1])), (-1,))
+    x = xp.reshape(xp.tile(x[None, :], (grid[0], 1)), (-1,))
+    return xp.stack([y, x] if grid_indexing == "ij" else [x, y], axis=1)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MixedFrequencies(keras.initializers.Initializer):
+    """RoPE-Mixed's starting frequencies, ``(2, depth, heads, head_dim // 2)``: for each
+    block and head a random rotation of the axial bands ``temperature ** (-4 i / head_dim)``,
+    one copy at that angle and one a quarter-turn on (the first coordinate's weights, then
+    the second's), as the RoPE-Mixed authors and timm (``init_random_2d_freqs``) start them.
+
+    >>> tuple(MixedFrequencies(10.0)((2, 3, 4, 8)).shape)
+    (2, 3, 4, 8)
+    """
+
+    def __init__(self, temperature=10.0, seed=None):
+        self.temperature = float(temperature)
+        self.seed = seed
+
+    def __call__(self, shape, dtype=None):
+        _, depth, heads, half = shape
+        bands = ops.convert_to_tensor(1.0 / self.temperature ** (np.arange(half // 2) * 4.0 / (2 * half)), "float32")
+        angles = keras.random.uniform((depth, heads, 1), maxval=2 * math.pi, seed=self.seed)
+        first = ops.concatenate([bands * ops.cos(angles), bands * ops.cos(angles + math.pi / 2)], axis=-1)
+        second = ops.concatenate([bands * ops.sin(angles), bands * ops.sin(angles + math.pi / 2)], axis=-1)
+        return ops.cast(ops.stack([first, second]), dtype or "float32")
+
+    def get_config(self):
+        return {"temperature": self.temperature, "seed": self.seed}
+
+
 def rotate(x, table, interleaved=False):
     """``x`` (``(batch, tokens, heads, head_dim)``) turned by ``table``
-    (``(2, tokens, head_dim)``: sines, then cosines): ``x * cos + partner(x) * sin``, the
+    (``(2, tokens, head_dim)``: sines, then cosines; or ``(2, tokens, heads, head_dim)``,
+    one table per head): ``x * cos + partner(x) * sin``, the
     partner of each channel the other of its pair, the first of a pair negated. The pairs are
     the two halves' channels (``i``, ``i + head_dim / 2``), or with ``interleaved`` the
     neighbours (``2i``, ``2i + 1``). Computed in the table's dtype (float32 at least),
@@ -91,7 +145,10 @@ def rotate(x, table, interleaved=False):
     [0.0, 1.0, 2.0, 3.0]
     """
     turned = ops.cast(x, table.dtype)
-    sin, cos = table[0][None, :, None, :], table[1][None, :, None, :]
+    if len(table.shape) == 3:  # one for every head
+        sin, cos = table[0][None, :, None, :], table[1][None, :, None, :]
+    else:
+        sin, cos = table[0][None], table[1][None]
     if interleaved:
         pairs = ops.reshape(turned, (*ops.shape(turned)[:-1], x.shape[-1] // 2, 2))
         swapped = ops.reshape(ops.stack([-pairs[..., 1], pairs[..., 0]], axis=-1), ops.shape(turned))
@@ -104,7 +161,9 @@ def rotate(x, table, interleaved=False):
 @keras.saving.register_keras_serializable(package="keras_vit")
 class RotaryEmbedding(keras.layers.Layer):
     """The ``(2, tokens, head_dim)`` table of sines and cosines that each attention layer
-    turns its queries and keys by (``rotate``); no weights.
+    turns its queries and keys by (``rotate``); for the ``"mixed"`` form, the
+    ``(depth, 2, tokens, heads, head_dim)`` tables of every block and head, from its one
+    weight, ``frequencies`` (``(2, depth, heads, head_dim // 2)``; the other forms have none).
 
     Called on the token sequence, the grid is ``grid_size``; called as ``layer(tokens,
     patch_map)`` with the patch embedding's ``(batch, rows, cols, width)`` map, it is the
@@ -116,10 +175,14 @@ class RotaryEmbedding(keras.layers.Layer):
         head_dim: channels per attention head (divisible by 4: two axes, pairs of channels).
         num_prefix_tokens: tokens before the grid, left as they are.
         form: one of ``ROPE_FORMS``.
-        temperature: the frequencies' base; None: the form's (``ROPE_TEMPERATURES``).
+        temperature: the frequencies' base (for ``"mixed"``, their start's); None: the
+            form's (``ROPE_TEMPERATURES``).
         reference_grid: ``"axial"``: the grid the indices are scaled to; None: as they are.
         grid_indexing: ``"ij"``: the row coordinate's frequencies first, then the column's;
             ``"xy"``: the column's first (timm's ``rope_grid_indexing="xy"``, the RoPE-ViTs').
+        grid_offset: added to every coordinate before it is scaled (timm's
+            ``rope_grid_offset``: Perception Encoder's 1).
+        depth, num_heads: ``"mixed"``: the blocks and heads that learn frequencies.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Examples:
@@ -127,6 +190,9 @@ class RotaryEmbedding(keras.layers.Layer):
         >>> layer = RotaryEmbedding((2, 3), head_dim=8, num_prefix_tokens=1)
         >>> tuple(layer(np.zeros((1, 7, 16), "float32")).shape)
         (2, 7, 8)
+        >>> mixed = RotaryEmbedding((2, 3), head_dim=8, num_prefix_tokens=1, form="mixed", depth=3, num_heads=2)
+        >>> tuple(mixed(np.zeros((1, 7, 16), "float32")).shape)
+        (3, 2, 7, 2, 8)
     """
 
     def __init__(
@@ -138,6 +204,9 @@ class RotaryEmbedding(keras.layers.Layer):
         temperature=None,
         reference_grid=None,
         grid_indexing="ij",
+        grid_offset=0.0,
+        depth=None,
+        num_heads=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -147,6 +216,9 @@ class RotaryEmbedding(keras.layers.Layer):
             raise ValueError(
                 f"rotary embeddings need a head width divisible by 4 (two axes, channel pairs); got {head_dim}."
             )
+        learned = form in LEARNED_FORMS
+        if learned and not (depth and num_heads):
+            raise ValueError(f"rope={form!r} learns frequencies per block and head: it needs depth and num_heads.")
         self.grid_size = tuple(int(s) for s in grid_size)
         self.head_dim = int(head_dim)
         self.num_prefix_tokens = int(num_prefix_tokens)
@@ -156,32 +228,70 @@ class RotaryEmbedding(keras.layers.Layer):
         if grid_indexing not in GRID_INDEXINGS:
             raise ValueError(f"rope_grid_indexing must be one of {GRID_INDEXINGS}, got {grid_indexing!r}.")
         self.grid_indexing = grid_indexing
-        self._fixed = self._table(self.grid_size, np)  # the built size's, a constant
+        self.grid_offset = float(grid_offset)
+        self.depth = int(depth) if learned else None
+        self.num_heads = int(num_heads) if learned else None
+        # The built size's, a constant: the table, or a learned form's coordinates.
+        self._fixed = self._coordinates(self.grid_size, np) if learned else self._table(self.grid_size, np)
+
+    def build(self, *shapes):
+        if self.form in LEARNED_FORMS:
+            self.frequencies = deferrable_weight(
+                self,
+                name="frequencies",
+                shape=(2, self.depth, self.num_heads, self.head_dim // 2),
+                initializer=MixedFrequencies(self.temperature),
+                dtype="float32",  # angles in float32 under any policy
+            )
+
+    def _coordinates(self, grid, xp):
+        return grid_coordinates(grid, self.grid_indexing, self.grid_offset, xp)
+
+    def _layout(self, angles, xp):
+        """Angles ``(..., tokens, head_dim // 2)`` -> the ``(2, ..., prefix + tokens, head_dim)``
+        sines and cosines in the form's layout."""
+        if ROPE_FORMS[self.form]:  # interleaved: each angle for a pair of neighbours
+            angles = xp.reshape(xp.stack([angles, angles], axis=-1), (*angles.shape[:-2], -1, self.head_dim))
+        else:  # half-split: the angles for the first half, again for the second
+            angles = xp.concatenate([angles, angles], axis=-1)
+        prefix = (*angles.shape[:-2], self.num_prefix_tokens, self.head_dim)
+        sin = xp.concatenate([xp.zeros(prefix, angles.dtype), xp.sin(angles)], axis=-2)
+        cos = xp.concatenate([xp.ones(prefix, angles.dtype), xp.cos(angles)], axis=-2)
+        return xp.stack([sin, cos])
 
     def _table(self, grid, xp):
         if self.form == "dinov3":
-            angles = dinov3_angles(grid, self.head_dim, self.temperature, xp)
+            angles = dinov3_angles(grid, self.head_dim, self.temperature, xp, self.grid_offset)
         else:
-            angles = axial_angles(grid, self.head_dim, self.temperature, self.reference_grid, xp)
+            angles = axial_angles(grid, self.head_dim, self.temperature, self.reference_grid, xp, self.grid_offset)
         if self.grid_indexing == "xy":  # the column's frequencies first
             quarter = self.head_dim // 4
             angles = xp.concatenate([angles[:, quarter:], angles[:, :quarter]], axis=1)
-        if ROPE_FORMS[self.form]:  # interleaved: each angle for a pair of neighbours
-            angles = xp.reshape(xp.stack([angles, angles], axis=-1), (-1, self.head_dim))
-        else:  # half-split: the angles for the first half, again for the second
-            angles = xp.concatenate([angles, angles], axis=1)
-        prefix = self.num_prefix_tokens
-        sin = xp.concatenate([xp.zeros((prefix, self.head_dim), angles.dtype), xp.sin(angles)], axis=0)
-        cos = xp.concatenate([xp.ones((prefix, self.head_dim), angles.dtype), xp.cos(angles)], axis=0)
-        table = xp.stack([sin, cos])
+        table = self._layout(angles, xp)
         return table.astype("float32") if xp is np else ops.cast(table, "float32")
 
+    def _mixed_tables(self, coordinates):
+        # Each block's and head's angles: the learned mix of the two coordinates,
+        # (depth, tokens, heads, head_dim // 2); then sines and cosines with the block first.
+        coordinates = ops.cast(coordinates, "float32")
+        frequencies = ops.cast(self.frequencies, "float32")
+        angles = ops.einsum("tc,cdhf->dthf", coordinates, frequencies)
+        angles = ops.transpose(angles, (0, 2, 1, 3))  # tokens next to last, as _layout takes them
+        table = self._layout(angles, ops)  # (2, depth, heads, tokens, head_dim)
+        return ops.transpose(table, (1, 0, 3, 2, 4))
+
     def call(self, tokens, patch_map=None):
+        if self.form in LEARNED_FORMS:
+            grid = self.grid_size if patch_map is None else tuple(ops.shape(patch_map)[1:3])
+            coordinates = self._fixed if patch_map is None else self._coordinates(grid, ops)
+            return self._mixed_tables(coordinates)
         if patch_map is None:
             return ops.convert_to_tensor(self._fixed)
         return self._table(tuple(ops.shape(patch_map)[1:3]), ops)
 
     def compute_output_shape(self, tokens_shape, patch_map_shape=None):
+        if self.form in LEARNED_FORMS:
+            return (self.depth, 2, tokens_shape[1], self.num_heads, self.head_dim)
         return (2, tokens_shape[1], self.head_dim)
 
     def get_config(self):
@@ -194,5 +304,8 @@ class RotaryEmbedding(keras.layers.Layer):
             temperature=self.temperature,
             reference_grid=self.reference_grid,
             grid_indexing=self.grid_indexing,
+            grid_offset=self.grid_offset,
+            depth=self.depth,
+            num_heads=self.num_heads,
         )
         return config

@@ -66,7 +66,7 @@ def make_layers(spec, dtype_for):
             gated_mlp=spec.gated_mlp, proj_bias=spec.proj_bias, norm_type=spec.norm_type, remat=spec.remat,
             relative_position_grid=spec.grid_size if spec.relative_position_bias else None,
             rope_interleaved=bool(spec.rope) and ROPE_FORMS[spec.rope],
-            attention_norm=spec.attention_norm, mlp_norm=spec.mlp_norm,
+            attention_norm=spec.attention_norm, mlp_norm=spec.mlp_norm, post_norm=spec.residual_post_norm,
         )  # fmt: skip
 
     def norm(name):
@@ -120,6 +120,9 @@ def make_layers(spec, dtype_for):
                 spec.rope_temperature,
                 spec.rope_reference_grid,
                 spec.rope_grid_indexing,
+                spec.rope_grid_offset,
+                spec.depth,
+                spec.num_heads,
             )  # fmt: skip
             if spec.rope
             else None
@@ -160,7 +163,8 @@ def pooling_layer(spec, make):
     skipped = 0 if spec.pool_include_prefix else spec.num_prefix_tokens
     if spec.pooling == ATTENTION_POOLING:
         return make(
-            "pooling", AttentionPooling, spec.num_heads, spec.mlp_dim, skipped, composite=True,
+            "pooling", AttentionPooling, spec.map_num_heads or spec.num_heads, spec.map_mlp_dim or spec.mlp_dim, skipped,
+            composite=True,
             layer_norm_epsilon=spec.layer_norm_epsilon, gelu_approximate=spec.gelu_approximate,
             mlp_activation=spec.mlp_activation, qkv_bias=spec.qkv_bias, norm_type=spec.norm_type,
         )  # fmt: skip
@@ -229,9 +233,12 @@ def rotary_table(layers, tokens, patch_map):
     return rotary(tokens) if patch_map is None else rotary(tokens, patch_map)
 
 
-def call_block(block, x, rope, **kwargs):
-    """One encoder block on the tokens, with the rotary table where the model has one."""
-    return block(x, **kwargs) if rope is None else block(x, rope=rope, **kwargs)
+def call_block(block, x, rope, index, **kwargs):
+    """Encoder block ``index`` on the tokens, with the rotary table where the model has one
+    (its own, where each block has one: RoPE-Mixed's)."""
+    if rope is None:
+        return block(x, **kwargs)
+    return block(x, rope=rope[index] if len(rope.shape) == 5 else rope, **kwargs)
 
 
 def encode(layers, images, return_attention_scores=False):
@@ -240,12 +247,12 @@ def encode(layers, images, return_attention_scores=False):
     x, patch_map = embed(layers, x)
     rope = rotary_table(layers, x, patch_map)
     attention = []
-    for block in layers["blocks"]:
+    for i, block in enumerate(layers["blocks"]):
         if return_attention_scores:
-            x, weights = call_block(block, x, rope, return_attention_scores=True)
+            x, weights = call_block(block, x, rope, i, return_attention_scores=True)
             attention.append(weights)
         else:
-            x = call_block(block, x, rope)
+            x = call_block(block, x, rope, i)
     return x, attention
 
 

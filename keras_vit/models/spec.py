@@ -148,15 +148,18 @@ class ViTSpec(_Spec):
             ``"none"`` (no table: a model with rotary embeddings, ``rope``).
         rope: rotary position embeddings on every attention's queries and keys
             (``keras_vit.layers.RotaryEmbedding``): ``"dinov3"`` (DINOv3's; timm's
-            ``rope_type="dinov3"``), ``"axial"`` (EVA-02's; timm's ``rope_type="cat"``), or
-            None for none. They have no weights and fit any grid, so a RoPE model takes
-            other image sizes as it is.
+            ``rope_type="dinov3"``), ``"axial"`` (EVA-02's; timm's ``rope_type="cat"``),
+            ``"mixed"`` (RoPE-Mixed's learned frequencies per block and head; timm's
+            ``rope_type="mixed"``), or None for none. They fit any grid, so a RoPE model
+            takes other image sizes as it is.
         rope_temperature: the rotary frequencies' base (timm's ``rope_temperature``,
             transformers' ``rope_theta``); None: the form's own (DINOv3's 100, EVA-02's 10000).
         rope_reference_grid: ``rope="axial"``: the ``(rows, cols)`` the patch indices are
             scaled to (timm's ``ref_feat_shape``: the pre-training grid); None: as they are.
         rope_grid_indexing: ``"ij"``: each head's row frequencies first, then the column's;
             ``"xy"``: the column's first (timm's ``rope_grid_indexing``, the RoPE-ViTs').
+        rope_grid_offset: added to each patch's coordinates before the rotary angles are
+            made (timm's ``rope_grid_offset``: Perception Encoder's 1).
         relative_position_bias: a learned bias on each block's attention logits by the two
             tokens' relative position on the grid (BEiT's; timm's ``use_rel_pos_bias``,
             transformers' ``use_relative_position_bias``). Needs a class token and no other
@@ -187,6 +190,9 @@ class ViTSpec(_Spec):
             III, DINOv2; timm's ``init_values``); None for none.
         attention_norm: a norm on each attention's heads before its output projection
             (EVA-02 CLIP's and BEiT-3's; timm's ``scale_attn_inner``, ``scale_attn_norm``).
+        residual_post_norm: each block's norms on the outputs of its attention and MLP,
+            inside the residual (``x + norm(attention(x))``; timm's ``ResPostBlock`` and
+            ``EvaBlockPostNorm``: EVA-02 enormous), not on their inputs.
         mlp_norm: a norm on each MLP's hidden state before its second projection (EVA-02's
             and BEiT-3's; timm's ``scale_mlp``, ``scale_mlp_norm``).
         qkv_bias: a bias on the query, key and value projections (every published ViT
@@ -194,6 +200,10 @@ class ViTSpec(_Spec):
         pool_include_prefix: ``"gap"`` and ``"map"`` pooling read the prefix tokens too
             (class, registers), not the patch tokens alone (timm's ``pool_include_prefix``;
             keras-hub's ViT classifier's average).
+        map_num_heads: ``pooling="map"``: the attention pooling's heads (timm's
+            ``attn_pool_num_heads``: Perception Encoder's 8); None: ``num_heads``.
+        map_mlp_dim: ``pooling="map"``: its MLP's hidden width (timm's
+            ``attn_pool_mlp_ratio`` times the width); None: ``mlp_dim``.
         norm_after_pool: apply the final LayerNorm to the pooled vector instead of every
             token (timm's ``fc_norm``, its default for average pooling).
         final_norm: the final LayerNorm at all; False: none (timm's ``final_norm=False``:
@@ -253,12 +263,15 @@ class ViTSpec(_Spec):
     position_embedding: str = _field(
         "learned", "learned position embeddings (the paper's), fixed sincos2d ones, or none (a RoPE model's)"
     )
-    rope: str | None = _field(None, "rotary position embeddings on the queries and keys: dinov3 or axial; none: off")
+    rope: str | None = _field(
+        None, "rotary position embeddings on the queries and keys: dinov3, axial or mixed; none: off"
+    )
     rope_temperature: float | None = _field(None, "the rotary frequencies' base; none: the form's (100 or 10000)")
     rope_reference_grid: typing.Any = _field(
         None, "axial rotary embeddings: the (rows, cols) grid the patch indices are scaled to; none: as they are"
     )
     rope_grid_indexing: str = _field("ij", "the rotary frequencies' order: ij (rows first) or xy (columns first)")
+    rope_grid_offset: float = _field(0.0, "added to each patch's rotary coordinates (Perception Encoder's 1)")
     relative_position_bias: bool = _field(
         False, "a learned bias on each block's attention logits by the tokens' relative position (BEiT's)"
     )
@@ -280,9 +293,14 @@ class ViTSpec(_Spec):
         None, "LayerScale: each residual branch scaled per channel, from this value (e.g. 1e-5); none: off"
     )
     attention_norm: bool = _field(False, "a norm on each attention's heads before its output projection")
+    residual_post_norm: bool = _field(
+        False, "each block's two norms on its attention's and MLP's outputs, inside the residual, not on their inputs"
+    )
     mlp_norm: bool = _field(False, "a norm on each MLP's hidden state before its second projection")
     qkv_bias: bool = _field(True, "a bias on the query, key and value projections")
     pool_include_prefix: bool = _field(False, "gap and map pooling read the prefix tokens too, not the patches alone")
+    map_num_heads: int | None = _field(None, "map pooling: its attention heads; none: --num-heads")
+    map_mlp_dim: int | None = _field(None, "map pooling: its MLP's hidden width; none: --mlp-dim")
     norm_after_pool: bool = _field(
         False, "apply the final norm to the pooled vector instead of every token (timm's fc_norm)"
     )
@@ -328,6 +346,11 @@ class ViTSpec(_Spec):
             _one_of(self.pooling, (*POOLINGS, ATTENTION_POOLING), "pooling")
         if self.pooling in ("token", "token_gap") and not self.has_class_token:
             raise ValueError(f"pooling={self.pooling!r} needs class_token=True.")
+        for name in ("map_num_heads", "map_mlp_dim"):
+            if getattr(self, name) is not None:
+                checks.positive_int(getattr(self, name), name)
+                if self.pooling != ATTENTION_POOLING:
+                    raise ValueError(f"{name} is map pooling's; got pooling={self.pooling!r}.")
         if self.pool_include_prefix and self.pooling not in ("gap", ATTENTION_POOLING):
             raise ValueError(f"pool_include_prefix=True is for pooling 'gap' or 'map'; got pooling={self.pooling!r}.")
         if self.pooling == "token_gap" and self.norm_after_pool:
@@ -353,6 +376,8 @@ class ViTSpec(_Spec):
             if self.rope != "axial":
                 raise ValueError(f"rope_reference_grid is the axial rotary embeddings'; got rope={self.rope!r}.")
         _one_of(self.rope_grid_indexing, GRID_INDEXINGS, "rope_grid_indexing")
+        if self.rope_grid_offset and self.rope is None:
+            raise ValueError(f"rope_grid_offset={self.rope_grid_offset!r} is the rotary embeddings'; got rope=None.")
         if self.rope is not None:
             _one_of(self.rope, tuple(ROPE_FORMS), "rope")
             if (self.hidden_size // self.num_heads) % 4:

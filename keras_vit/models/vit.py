@@ -229,7 +229,7 @@ class VisionTransformer(keras.Model):
             return patch_tokens(tokens, patch_map) if nhwc and patch_map is not None else patch_tokens(tokens)
 
         for i, block in enumerate(layers["blocks"][: max(indices) + 1]):  # later blocks are not needed
-            x = call_block(block, x, rope)
+            x = call_block(block, x, rope, i)
             if i in indices:
                 outputs[f"block_{i}"] = to_output(final_norm(layers, x) if norm else x)
         return keras.Model(inputs, outputs, name=f"{self.name}_intermediates")
