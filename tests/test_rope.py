@@ -81,6 +81,53 @@ def test_the_xy_grid_is_timms_rope_vits_column_first_order(timm):
     assert np.abs(rows_first - ours).max() > 0.1
 
 
+def test_an_offset_grid_is_timms_perception_encoder_grid(timm):
+    from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, RotaryEmbeddingDinoV3
+
+    # Perception Encoder's: the indices shifted by 1 before they are scaled to the reference grid.
+    ours = table(form="axial", reference_grid=(4, 4), grid_offset=1.0)
+    peer = RotaryEmbeddingCat(HEAD_DIM, temperature=10_000.0, in_pixels=False, feat_shape=list(GRID),
+                              ref_feat_shape=[4, 4], grid_offset=1.0)  # fmt: skip
+    theirs = peer.get_embed().numpy()
+    np.testing.assert_allclose(ours[0, PREFIX:], theirs[:, :HEAD_DIM], atol=ATOL)
+    np.testing.assert_allclose(ours[1, PREFIX:], theirs[:, HEAD_DIM:], atol=ATOL)
+    assert np.abs(table(form="axial", reference_grid=(4, 4)) - ours).max() > 0.1
+    # DINOv3's centred coordinates take the same shift (timm's grid_offset there too).
+    ours = table(temperature=100.0, grid_offset=1.0)
+    theirs = RotaryEmbeddingDinoV3(HEAD_DIM, temperature=100.0, rotate_half=True, grid_offset=1.0).get_embed(GRID)
+    np.testing.assert_allclose(ours[0, PREFIX:], theirs.numpy()[:, :HEAD_DIM], atol=ATOL)
+    assert np.abs(table(temperature=100.0) - ours).max() > 0.1
+
+
+def test_the_mixed_tables_are_timms_rope_mixed_ones_per_block_and_head_at_any_grid(timm):
+    import torch
+    from timm.layers.pos_embed_sincos import RotaryEmbeddingMixed
+
+    depth, heads = 3, 2
+    layer = RotaryEmbedding(GRID, HEAD_DIM, PREFIX, form="mixed", depth=depth, num_heads=heads, grid_indexing="xy")
+    tokens = np.zeros((1, PREFIX + 15, 8), "float32")
+    layer(tokens)
+    # The start: for each block and head a rotation of the axial bands (timm's magnitudes).
+    start = to_numpy(layer.frequencies)
+    bands = 1.0 / 10.0 ** (np.arange(HEAD_DIM // 4) * 4 / HEAD_DIM)
+    np.testing.assert_allclose(np.hypot(start[0], start[1])[..., : HEAD_DIM // 4], np.broadcast_to(bands, (3, 2, 4)),
+                               rtol=1e-5)  # fmt: skip
+    assert np.ptp(start[0, :, :, 0]) > 0.1  # a different rotation for each block and head
+    peer = RotaryEmbeddingMixed(heads * HEAD_DIM, depth, heads, temperature=10.0, feat_shape=list(GRID))
+    layer.frequencies.assign(peer.freqs.detach().numpy())
+    for grid in (GRID, (4, 2)):
+        patch_map = np.zeros((1, *grid, 8), "float32")
+        ours = to_numpy(layer(np.zeros((1, PREFIX + grid[0] * grid[1], 8), "float32"), patch_map))
+        assert ours.shape == (depth, 2, PREFIX + grid[0] * grid[1], heads, HEAD_DIM)
+        with torch.no_grad():
+            theirs = peer.get_embed(list(grid)).numpy()  # (depth, heads, tokens, sin | cos)
+        np.testing.assert_allclose(ours[:, 0, PREFIX:], theirs[..., :HEAD_DIM].transpose(0, 2, 1, 3), atol=ATOL)
+        np.testing.assert_allclose(ours[:, 1, PREFIX:], theirs[..., HEAD_DIM:].transpose(0, 2, 1, 3), atol=ATOL)
+        np.testing.assert_array_equal(ours[:, 1, :PREFIX], 1.0)
+    # The table without a patch map is the built grid's.
+    np.testing.assert_allclose(to_numpy(layer(tokens)), to_numpy(layer(tokens, np.zeros((1, *GRID, 8), "float32"))))
+
+
 def test_a_grid_known_at_run_time_gives_the_built_grids_table():
     layer = RotaryEmbedding((2, 2), HEAD_DIM, PREFIX)  # built for another grid
     tokens = np.zeros((1, PREFIX + 15, 8), "float32")
@@ -111,7 +158,9 @@ def test_rotate_is_timms_turn_of_the_patch_tokens(timm):
 
 
 def test_bad_rotary_options_are_clear_errors():
-    with pytest.raises(ValueError, match=r"rope must be one of \('dinov3', 'axial'\) or None, got 'mixed'"):
+    with pytest.raises(ValueError, match=r"rope must be one of \('dinov3', 'axial', 'mixed'\) or None, got 'cat'"):
+        RotaryEmbedding(GRID, HEAD_DIM, form="cat")
+    with pytest.raises(ValueError, match="rope='mixed' learns frequencies per block and head: it needs depth"):
         RotaryEmbedding(GRID, HEAD_DIM, form="mixed")
     with pytest.raises(ValueError, match="head width divisible by 4"):
         RotaryEmbedding(GRID, 6)
@@ -123,3 +172,5 @@ def test_bad_rotary_options_are_clear_errors():
         ViTSpec(rope="cat")
     with pytest.raises(ValueError, match="rope_reference_grid is the axial rotary embeddings'; got rope='dinov3'"):
         ViTSpec(rope="dinov3", rope_reference_grid=16)
+    with pytest.raises(ValueError, match="rope_grid_offset=1.0 is the rotary embeddings'; got rope=None"):
+        ViTSpec(rope_grid_offset=1.0)
