@@ -73,6 +73,9 @@ def test_flags_take_both_spellings_switches_and_the_old_recipe_flag(capsys):
     assert hyphens == underscores
     assert (hyphens.learning_rate, hyphens.jit_compile, hyphens.resume) == (0.5, False, True)
     assert hyphens.model_options["depth"] == 2
+    # A field of integers takes one or several, joined by commas.
+    grids = [parse_args(["--rope-reference-grid", text], "digits_pretrain").model_options for text in ("4", "4,6")]
+    assert [options["rope_reference_grid"] for options in grids] == [4, (4, 6)]
     assert parse_args(["--recipe", "paper_finetune"], "digits_pretrain").optimizer == "sgd"
     assert capsys.readouterr().err == ""
     assert parse_args(["--preset", "paper_finetune"], "digits_pretrain").optimizer == "sgd"
@@ -97,5 +100,7 @@ def test_a_bad_flag_or_value_is_one_line_naming_the_flag_and_exit_status_2(capsy
     assert "keras-vit pretrain --help lists the flags" in err
     with pytest.raises(ValueError, match=r"--resume expects true or false, got 'maybe'"):
         parse_args(["--resume", "maybe"], "digits_pretrain")
+    with pytest.raises(ValueError, match=r"--rope-reference-grid expects an integer or integers joined by commas, got"):
+        parse_args(["--rope-reference-grid", "4x6"], "digits_pretrain")
     with pytest.raises(ValueError, match=r"Unknown flag\(s\): --lr \(did you mean --learning-rate"):
         parse_args(["--lr", "0.1"], "digits_finetune")

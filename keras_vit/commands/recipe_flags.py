@@ -85,7 +85,8 @@ def _add_flag(parser, group, field, default):
         group.add_argument(name, choices=[str(c) for c in CHOICES[field.name]] + (["none"] if optional else []),
                            **options)  # fmt: skip
     else:
-        group.add_argument(name, metavar=_kind(field).__name__.upper().replace("STR", "TEXT"), **options)
+        metavar = "INT[,INT...]" if _kind(field) is typing.Any else _kind(field).__name__.upper().replace("STR", "TEXT")
+        group.add_argument(name, metavar=metavar, **options)
 
 
 def _value(text, field):
@@ -100,10 +101,21 @@ def _value(text, field):
         if text.lower() in ("0", "false", "no", "off"):
             return False
         raise ValueError(f"{flag(field.name)} expects true or false, got {text!r}.")
+    if kind is typing.Any:  # a count or a tuple of them: "16" or "16,12"
+        return _integers(text, field)
     try:
         return kind(text)
     except ValueError:
         raise ValueError(f"{flag(field.name)} expects {kind.__name__}, got {text!r}.") from None
+
+
+def _integers(text, field):
+    """``"16"`` -> 16, ``"16,12"`` -> (16, 12)."""
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"{flag(field.name)} expects an integer or integers joined by commas, got {text!r}.") from None
+    return values[0] if len(values) == 1 else values
 
 
 def _recipe(args):
