@@ -263,6 +263,9 @@ def small_timm_model(timm, architecture, embedding_scale=None, **model_args):
 
     row = ARCHITECTURES[architecture]
     args = {**dict(depth=2, img_size=3 * row.get("patch_size", 16), embed_dim=8 * row["num_heads"]), **model_args}
+    if isinstance(row.get("num_kv_heads"), list) and "num_kv_heads" not in model_args:
+        # One count per block: the first block's and the fewest (grouped, where any block is).
+        args["num_kv_heads"] = [row["num_kv_heads"][0], min(row["num_kv_heads"])]
     peer = randomize_torch(timm.create_model(architecture, pretrained=False, **args).eval(), informative=True)
     if embedding_scale is not None:
         with torch.no_grad():

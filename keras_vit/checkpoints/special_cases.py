@@ -145,7 +145,8 @@ def _timm_eva_names(arrays):
     """timm's ``Eva`` (DINOv3, EVA) and ``Beit`` name LayerScale ``gamma_1``/``gamma_2`` and
     keep the query and value biases apart (``q_bias``, ``v_bias``; the key has none, a zero
     buffer they do not save), or the three projections (EVA-02's ``q_proj``, ``k_proj``,
-    ``v_proj``, the key's without a bias): said in ``VisionTransformer``'s names,
+    ``v_proj``, the key's without a bias; ``AttentionRope``'s with one, its key and value
+    narrower where they are grouped): said in ``VisionTransformer``'s names,
     ``ls1.gamma`` and one ``qkv`` with zeros for the key's bias."""
     if not any(_EVA_NAMES.match(k) for k in arrays):
         return arrays
@@ -162,9 +163,10 @@ def _timm_eva_names(arrays):
             attn = f"blocks.{block}.attn."
             weights = [np.asarray(arrays.pop(f"{attn}{n}_proj.weight")) for n in "qkv"]
             arrays[attn + "qkv.weight"] = np.concatenate(weights)
-            if attn + "q_proj.bias" in arrays:
+            if attn + "q_proj.bias" in arrays:  # the key's bias: its own (AttentionRope's), or zeros (EvaAttention's)
                 query, value = (np.asarray(arrays.pop(f"{attn}{n}_proj.bias")) for n in "qv")
-                arrays[attn + "qkv.bias"] = np.concatenate([query, np.zeros_like(query), value])
+                key = arrays.pop(attn + "k_proj.bias", np.zeros(len(weights[1]), query.dtype))
+                arrays[attn + "qkv.bias"] = np.concatenate([query, np.asarray(key), value])
     return arrays
 
 

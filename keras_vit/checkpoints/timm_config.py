@@ -27,7 +27,7 @@ _DEFAULTS = dict(
     distilled=False, rope=None, rope_temperature=None, rope_reference_grid=None, rope_grid_indexing="ij",
     relative_position_bias=False,
     scale_attn_norm=False, scale_mlp_norm=False, pool_include_prefix=False, block_fn="block", rope_grid_offset=0.0,
-    attn_pool_num_heads=None, attn_pool_mlp_ratio=None,
+    attn_pool_num_heads=None, attn_pool_mlp_ratio=None, num_kv_heads=None, attn_only_layer_scale=False,
 )  # fmt: skip
 # Arguments that change nothing keras-vit builds (drop rates are the recipe's).
 _IGNORED = ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
@@ -49,7 +49,6 @@ _NOT_YET = {
     "mlp_layer": "this MLP",
     "block_fn": "parallel blocks",
     "attn_layer": "differential attention",
-    "qk_norm": "query/key norm",
     "pos_embed": "position embeddings other than timm's learned table",
 }
 _POSITION_EMBEDDINGS = {"learn": "learned", "none": "none"}  # timm's pos_embed: the spec's
@@ -74,9 +73,6 @@ _EVA_DEFAULTS = dict(
 _EVA_IGNORED = _IGNORED + ("head_init_scale", "rope_shift_coords", "rope_jitter_coords", "rope_rescale_coords")
 # What keras-vit does not build yet of an Eva, by argument and the value it builds.
 _EVA_NOT_YET = {
-    "num_kv_heads": (None, "grouped-query attention"),
-    "qk_norm": (False, "query/key norm"),
-    "attn_only_layer_scale": (False, "LayerScale on the attention alone"),
     "rope_mrope_section": (None, "multimodal rotary embeddings"),
 }
 
@@ -183,6 +179,9 @@ def eva_as_vision_transformer(args):
         rope_reference_grid=tuple(args["ref_feat_shape"]) if rope and args["ref_feat_shape"] is not None else None,
         rope_grid_indexing=args["rope_grid_indexing"],
         rope_grid_offset=float(args["rope_grid_offset"]) if rope else 0.0,
+        num_kv_heads=_kv_heads(args["num_kv_heads"], args["num_heads"]),
+        qk_norm=bool(args["qk_norm"]),
+        attn_only_layer_scale=bool(args["attn_only_layer_scale"]),
         block_fn="respostblock" if args["use_post_norm"] else "block",
         # Eva's attention pooling reads every token, the prefix ones too.
         pool_include_prefix=args["global_pool"] == "map",
@@ -191,6 +190,15 @@ def eva_as_vision_transformer(args):
         scale_attn_norm=args["scale_attn_inner"],
         scale_mlp_norm=args["scale_mlp"],
     )
+
+
+def _kv_heads(heads, num_heads):
+    """Eva's ``num_kv_heads`` (None, one count, or one per block, None in a block for
+    ``num_heads``) as the spec's: None where no block groups its heads."""
+    if heads is None or isinstance(heads, int):
+        return None if heads in (None, num_heads) else heads
+    heads = tuple(num_heads if h is None else int(h) for h in heads)
+    return None if set(heads) == {num_heads} else heads
 
 
 class UnsupportedArchitectureError(ValueError):
@@ -240,7 +248,6 @@ def spec_options(args):
         "norm_layer": _norm(args["norm_layer"])[0] in NORM_TYPES,
         "embed_norm_layer": args["embed_norm_layer"] in (None, args["norm_layer"]),
         "mlp_layer": args["mlp_layer"] in _MLPS,
-        "qk_norm": not args["qk_norm"],
         "pos_embed": args["pos_embed"] in _POSITION_EMBEDDINGS,
         "block_fn": args["block_fn"] in _BLOCKS,
     }
@@ -281,6 +288,9 @@ def spec_options(args):
         map_num_heads=args["attn_pool_num_heads"],
         map_mlp_dim=None if map_ratio is None else int(args["embed_dim"] * map_ratio),
         residual_post_norm=post_norm,
+        num_kv_heads=args["num_kv_heads"],
+        qk_norm=bool(args["qk_norm"]),
+        layer_scale_mlp=not args["attn_only_layer_scale"],
         mlp_norm=bool(args["scale_mlp_norm"]),
         pre_norm=bool(args["pre_norm"]),
         patch_bias=not args["pre_norm"],  # timm's VisionTransformer ties the two

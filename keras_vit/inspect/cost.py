@@ -55,10 +55,11 @@ def mlp_flops(tokens, hidden_size, mlp_dim, gated=False):
     return _dense(tokens, hidden_size, mlp_dim * (2 if gated else 1)) + _dense(tokens, mlp_dim, hidden_size)
 
 
-def encoder_block_flops(tokens, hidden_size, mlp_dim, gated=False):
-    """Forward FLOPs of one ``EncoderBlock`` over ``tokens`` tokens."""
+def encoder_block_flops(tokens, hidden_size, mlp_dim, gated=False, kv_fraction=1.0):
+    """Forward FLOPs of one ``EncoderBlock`` over ``tokens`` tokens; ``kv_fraction``: its
+    key/value heads over its query heads (grouped-query attention)."""
     return (
-        _dense(tokens, hidden_size, 3 * hidden_size)  # fused q, k, v
+        _dense(tokens, hidden_size, round((1 + 2 * kv_fraction) * hidden_size))  # fused q, k, v
         + 2 * _dense(tokens, hidden_size, tokens)  # QK^T and AV, all heads together
         + _dense(tokens, hidden_size, hidden_size)  # attention output
         + mlp_flops(tokens, hidden_size, mlp_dim, gated)
@@ -110,10 +111,11 @@ def count_flops(name_or_model, **options):
     grid_h, grid_w = spec.grid_size
     flops += _dense(grid_h * grid_w, spec.patch_size**2 * spec.embedding_channels, spec.hidden_size)
     tokens = grid_h * grid_w + spec.num_prefix_tokens
-    flops += spec.depth * encoder_block_flops(tokens, spec.hidden_size, spec.mlp_dim, spec.gated_mlp)
+    for kv_heads in spec.kv_heads_per_block:
+        flops += encoder_block_flops(tokens, spec.hidden_size, spec.mlp_dim, spec.gated_mlp, kv_heads / spec.num_heads)
     if spec.pooling == ATTENTION_POOLING:  # over the patch tokens (and the prefix, if it reads them)
         pooled = tokens if spec.pool_include_prefix else grid_h * grid_w
-        flops += attention_pooling_flops(pooled, spec.hidden_size, spec.mlp_dim)
+        flops += attention_pooling_flops(pooled, spec.hidden_size, spec.map_mlp_dim or spec.mlp_dim)
     if spec.include_top:
         features = spec.hidden_size * (2 if spec.pooling == "token_gap" else 1)
         if spec.representation_size:

@@ -140,7 +140,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         output_norm: a norm of this kind (``"layernorm"``, ``"rmsnorm"``) on the heads'
             output before the output projection (sublayer ``norm``; EVA-02 CLIP's and
             BEiT-3's, timm's ``scale_attn_inner`` / ``scale_attn_norm``); None for none.
-        output_norm_epsilon: its epsilon.
+        output_norm_epsilon: its epsilon, and the query/key norms'.
+        num_kv_heads: key and value heads, each shared by ``num_heads / num_kv_heads``
+            query heads (grouped-query attention: ``qkv`` projects to ``(num_heads + 2
+            num_kv_heads) head_dim`` columns, query | key | value); None: ``num_heads``.
+        qk_norm: a norm of this kind on each head's queries and keys (sublayers ``q_norm``,
+            ``k_norm``, over the head's channels), before the rotary turn; None for none.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Call with ``rope=`` a ``RotaryEmbedding``'s table to turn the queries and keys by it
@@ -166,9 +171,15 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         rope_interleaved=False,
         output_norm=None,
         output_norm_epsilon=1e-6,
+        num_kv_heads=None,
+        qk_norm=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.num_kv_heads = int(num_heads if num_kv_heads is None else num_kv_heads)
+        if num_heads % self.num_kv_heads:
+            raise ValueError(f"num_kv_heads {self.num_kv_heads} does not divide num_heads {num_heads}.")
+        self.qk_norm = qk_norm
         self.rope_interleaved = bool(rope_interleaved)
         self.output_norm = output_norm
         self.output_norm_epsilon = float(output_norm_epsilon)
@@ -187,8 +198,19 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # Made and built here, inside this layer's name scope, so that their paths
         # (".../attention/qkv") are complete: a reloaded quantized layer finds their
         # policies by path (see `sublayer_policy`).
-        self.qkv = deferrable(Dense(3 * width, use_bias=self.qkv_bias, name="qkv", dtype=sublayer_policy(self, "qkv")))
+        columns = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+        self.qkv = deferrable(Dense(columns, use_bias=self.qkv_bias, name="qkv", dtype=sublayer_policy(self, "qkv")))
         self.qkv.build(input_shape)
+        self.q_norm = self.k_norm = None
+        if self.qk_norm is not None:
+            self.q_norm, self.k_norm = (
+                deferrable(
+                    make_norm(self.qk_norm, self.output_norm_epsilon, name=name, dtype=sublayer_policy(self, name))
+                )
+                for name in ("q_norm", "k_norm")
+            )
+            for layer in (self.q_norm, self.k_norm):
+                layer.build((None, self.head_dim))
         self.out = deferrable(Dense(width, use_bias=self.out_bias, name="out", dtype=sublayer_policy(self, "out")))
         self.out.build(input_shape)
         self.norm = None
@@ -214,10 +236,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def call(self, tokens, return_attention_scores=False, training=None, as_rows=False, rope=None):
         length, width = ops.shape(tokens)[1], tokens.shape[2]  # length: a tensor where the graph has none
         qkv = self._qkv(tokens, length, width)
-        if rope is not None:
-            query, key, value = ops.unstack(qkv, 3, axis=2)
-            pairs = self.rope_interleaved
-            qkv = ops.stack([rotate(query, rope, pairs), rotate(key, rope, pairs), value], axis=2)
+        if rope is not None or self.q_norm is not None or self.num_kv_heads != self.num_heads:
+            qkv = self._per_head(qkv, rope)
         dropout = bool(training) and self.attention_dropout_rate > 0
         if use_fused_attention(needs_weights=return_attention_scores or dropout):
             out, weights = self._fused_attention(qkv, training), None
@@ -228,9 +248,27 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def _qkv(self, tokens, length, width):
         # The projections run on 2-D token rows, where TensorFlow's graph optimizer fuses a
-        # matmul with its bias (see MlpBlock). (batch, length, 3, heads, dim)
-        rows = ops.reshape(tokens, (-1, width))
-        return ops.reshape(call_inline(self.qkv, rows), (-1, length, 3, self.num_heads, self.head_dim))
+        # matmul with its bias (see MlpBlock). (batch, length, 3, heads, dim), or with fewer
+        # key/value heads the three apart: (batch, length, heads or kv heads, dim) each.
+        rows = call_inline(self.qkv, ops.reshape(tokens, (-1, width)))
+        if self.num_kv_heads == self.num_heads:
+            return ops.reshape(rows, (-1, length, 3, self.num_heads, self.head_dim))
+        queries, keys = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        parts = (rows[:, :queries], rows[:, queries : queries + keys], rows[:, queries + keys :])
+        return tuple(ops.reshape(p, (-1, length, p.shape[-1] // self.head_dim, self.head_dim)) for p in parts)
+
+    def _per_head(self, qkv, rope):
+        """The query/key norms, the rotary turn and the shared key/value heads, on
+        ``_qkv``'s output; ``(batch, length, 3, heads, dim)`` again."""
+        query, key, value = qkv if isinstance(qkv, tuple) else ops.unstack(qkv, 3, axis=2)
+        if self.q_norm is not None:
+            query, key = call_inline(self.q_norm, query), call_inline(self.k_norm, key)
+        if rope is not None:
+            query, key = rotate(query, rope, self.rope_interleaved), rotate(key, rope, self.rope_interleaved)
+        groups = self.num_heads // self.num_kv_heads
+        if groups > 1:  # head h reads key/value head h // groups
+            key, value = ops.repeat(key, groups, axis=2), ops.repeat(value, groups, axis=2)
+        return ops.stack([query, key, value], axis=2)
 
     def _logit_bias(self, dtype):
         """The relative position bias, ``(1, heads, tokens, tokens)``; None without one."""

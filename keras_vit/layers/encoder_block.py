@@ -159,6 +159,11 @@ class EncoderBlock(keras.layers.Layer):
         attention_norm: a norm (``norm_type``) on the attention's heads before its output
             projection (``MultiHeadSelfAttention``'s ``output_norm``).
         mlp_norm: a norm (``norm_type``) on the MLP's hidden state (``MlpBlock``'s ``hidden_norm``).
+        num_kv_heads: see ``MultiHeadSelfAttention``.
+        qk_norm: a norm (``norm_type``) on each head's queries and keys (see
+            ``MultiHeadSelfAttention``).
+        layer_scale_mlp: with ``layer_scale_init``, the MLP's branch scaled too (sublayer
+            ``layer_scale2``); False: the attention's alone.
         post_norm: ``norm1`` and ``norm2`` on the attention's and the MLP's outputs, inside
             the residual: ``x + norm1(MSA(x))`` then ``x + norm2(MLP(x))`` (timm's
             ``ResPostBlock``, ``EvaBlockPostNorm``).
@@ -202,10 +207,16 @@ class EncoderBlock(keras.layers.Layer):
         attention_norm=False,
         mlp_norm=False,
         post_norm=False,
+        num_kv_heads=None,
+        qk_norm=False,
+        layer_scale_mlp=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.post_norm = bool(post_norm)
+        self.num_kv_heads = None if num_kv_heads is None else int(num_kv_heads)
+        self.qk_norm = bool(qk_norm)
+        self.layer_scale_mlp = bool(layer_scale_mlp)
         self.rope_interleaved = bool(rope_interleaved)
         self.attention_norm = bool(attention_norm)
         self.mlp_norm = bool(mlp_norm)
@@ -240,8 +251,8 @@ class EncoderBlock(keras.layers.Layer):
         self.norm1 = norm("norm1")
         self.attention = MultiHeadSelfAttention(
             self.num_heads, self.attention_dropout_rate, self.qkv_bias, self.proj_bias, self.relative_position_grid,
-            self.rope_interleaved, self.norm_type if self.attention_norm else None, epsilon, name="attention",
-            dtype=self.dtype_policy,
+            self.rope_interleaved, self.norm_type if self.attention_norm else None, epsilon, self.num_kv_heads,
+            self.norm_type if self.qk_norm else None, name="attention", dtype=self.dtype_policy,
         )  # fmt: skip
         self.norm2 = norm("norm2")
         self.mlp = MlpBlock(
@@ -254,8 +265,11 @@ class EncoderBlock(keras.layers.Layer):
                 LayerScale(self.layer_scale_init, name=name, dtype=sublayer_policy(self, name))
                 for name in ("layer_scale1", "layer_scale2")
             )
+            if not self.layer_scale_mlp:
+                self.layer_scale2 = None
             for layer in (self.layer_scale1, self.layer_scale2):
-                layer.build((None, input_shape[-1]))
+                if layer is not None:
+                    layer.build((None, input_shape[-1]))
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=sublayer_policy(self, "dropout"))
         self.drop_path = DropPath(self.drop_path_rate, name="drop_path", dtype=sublayer_policy(self, "drop_path"))
         for layer in (self.norm1, self.attention, self.norm2, self.mlp, self.dropout, self.drop_path):

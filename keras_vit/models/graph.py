@@ -67,6 +67,7 @@ def make_layers(spec, dtype_for):
             relative_position_grid=spec.grid_size if spec.relative_position_bias else None,
             rope_interleaved=bool(spec.rope) and ROPE_FORMS[spec.rope],
             attention_norm=spec.attention_norm, mlp_norm=spec.mlp_norm, post_norm=spec.residual_post_norm,
+            num_kv_heads=spec.kv_heads_per_block[i], qk_norm=spec.qk_norm, layer_scale_mlp=spec.layer_scale_mlp,
         )  # fmt: skip
 
     def norm(name):

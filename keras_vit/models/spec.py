@@ -23,7 +23,7 @@ from keras_vit.layers.attention_pooling import ATTENTION_POOLING
 from keras_vit.layers.heads import POOLINGS
 from keras_vit.layers.layer_norm import NORM_TYPES
 from keras_vit.layers.resnet import check_block_units, resnet_feature_stride, resnet_out_channels
-from keras_vit.layers.rotary import GRID_INDEXINGS, ROPE_FORMS
+from keras_vit.layers.rotary import GRID_INDEXINGS, LEARNED_FORMS, ROPE_FORMS
 from keras_vit.layers.std_conv import check_std_conv_form
 from keras_vit.layers.tokens import POSITION_EMBEDDINGS
 
@@ -126,6 +126,9 @@ class ViTSpec(_Spec):
         patch_size: patch side in pixels (in feature-map cells for hybrids, usually 1).
         hidden_size, depth, num_heads, mlp_dim: the Transformer's width, number of
             blocks, heads and MLP width (the paper's Table 1).
+        num_kv_heads: key and value heads, each shared by ``num_heads / num_kv_heads``
+            query heads (grouped-query attention; timm's ``num_kv_heads``: Sapiens2): one
+            count for every block, or a tuple with one per block; None: ``num_heads``.
         num_channels: input channels.
         pooling: ``"token"`` (the class token, the paper's default), ``"gap"`` (mean of
             the patch tokens), ``"token_gap"`` (the two side by side, twice the width:
@@ -188,6 +191,10 @@ class ViTSpec(_Spec):
         layer_scale_init: LayerScale (Touvron et al., CaiT): each block's two residual
             branches scaled per channel by learned weights starting at this value (DeiT
             III, DINOv2; timm's ``init_values``); None for none.
+        layer_scale_mlp: with ``layer_scale_init``, the MLP's branch is scaled too; False:
+            the attention's alone (Sapiens2's; timm's ``attn_only_layer_scale``).
+        qk_norm: a norm (``norm_type``) on each head's queries and keys, before any rotary
+            turn (timm's ``qk_norm``: Sapiens2).
         attention_norm: a norm on each attention's heads before its output projection
             (EVA-02 CLIP's and BEiT-3's; timm's ``scale_attn_inner``, ``scale_attn_norm``).
         residual_post_norm: each block's norms on the outputs of its attention and MLP,
@@ -247,6 +254,9 @@ class ViTSpec(_Spec):
     hidden_size: int = _field(768, "the tokens' width, the Transformer's hidden size (divisible by --num-heads)")
     depth: int = _field(12, "number of Transformer blocks")
     num_heads: int = _field(12, "attention heads per block")
+    num_kv_heads: typing.Any = _field(
+        None, "key and value heads (grouped-query attention): one count, or one per block; none: --num-heads"
+    )
     mlp_dim: int = _field(3072, "hidden width of each block's MLP")
     num_channels: int = _field(3, "channels of the input images (3 for RGB)")
     pooling: str | None = _field(
@@ -292,7 +302,9 @@ class ViTSpec(_Spec):
     layer_scale_init: float | None = _field(
         None, "LayerScale: each residual branch scaled per channel, from this value (e.g. 1e-5); none: off"
     )
+    layer_scale_mlp: bool = _field(True, "LayerScale on the MLP's branch too; false: on the attention's alone")
     attention_norm: bool = _field(False, "a norm on each attention's heads before its output projection")
+    qk_norm: bool = _field(False, "a norm on each head's queries and keys")
     residual_post_norm: bool = _field(
         False, "each block's two norms on its attention's and MLP's outputs, inside the residual, not on their inputs"
     )
@@ -369,6 +381,7 @@ class ViTSpec(_Spec):
             rate = getattr(self, name)
             if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate < 1.0:
                 raise ValueError(f"{name} must be a rate in [0, 1); got {rate!r}.")
+        self._check_kv_heads(set_)
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}.")
         if self.rope_reference_grid is not None:
@@ -380,6 +393,8 @@ class ViTSpec(_Spec):
             raise ValueError(f"rope_grid_offset={self.rope_grid_offset!r} is the rotary embeddings'; got rope=None.")
         if self.rope is not None:
             _one_of(self.rope, tuple(ROPE_FORMS), "rope")
+            if self.rope in LEARNED_FORMS and self.num_kv_heads is not None:
+                raise ValueError(f"rope={self.rope!r} turns each query head apart: it takes no num_kv_heads.")
             if (self.hidden_size // self.num_heads) % 4:
                 raise ValueError(
                     f"rope={self.rope!r} needs a head width divisible by 4 (two axes, pairs of channels); "
@@ -395,6 +410,20 @@ class ViTSpec(_Spec):
                     else (f"the ResNet stride x patch size = {self.stride}")
                 )
                 raise ValueError(f"image size {self.image_size} is not divisible by {what}.")
+
+    def _check_kv_heads(self, set_):
+        heads = self.num_kv_heads
+        if heads is None:
+            return
+        if isinstance(heads, (list, tuple)):
+            heads = tuple(heads)
+            set_("num_kv_heads", heads)
+            if len(heads) != self.depth:
+                raise ValueError(f"num_kv_heads has {len(heads)} counts; expected one per block ({self.depth}).")
+        for count in heads if isinstance(heads, tuple) else (heads,):
+            checks.positive_int(count, "num_kv_heads")
+            if self.num_heads % count:
+                raise ValueError(f"num_kv_heads {count} does not divide num_heads {self.num_heads}.")
 
     def _check_relative_position_bias(self):
         # BEiT's index has one row for a class token before the grid, and a table per grid.
@@ -466,6 +495,16 @@ class ViTSpec(_Spec):
     def stride(self):
         """Pixels per token side: the patch, times the ResNet's stride for hybrids."""
         return self.patch_size * (self.resnet.stride if self.resnet else 1)
+
+    @property
+    def kv_heads_per_block(self):
+        """Each block's key/value heads (``num_heads`` where the attention is not grouped).
+
+        >>> ViTSpec(depth=2, num_heads=4, num_kv_heads=2).kv_heads_per_block
+        (2, 2)
+        """
+        heads = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+        return tuple(heads) if isinstance(heads, tuple) else (heads,) * self.depth
 
     @property
     def head_dim(self):
