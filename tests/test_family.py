@@ -61,6 +61,15 @@ EVA02 = "eva02_base_patch14_224"
 # BEiT (timm's beit module): a relative position bias in each block, no position table,
 # LayerScale, query and value biases apart, the final norm after average pooling.
 BEIT = "beit_base_patch16_224"
+# RoPE-Mixed (timm's eva module): rotary frequencies learned per block and head, the
+# column-first grid, the class token not turned.
+ROPE_MIXED = "vit_small_patch16_rope_mixed_224"
+# Perception Encoder (timm's eva module): the axial grid shifted by 1, a norm before the
+# blocks, attention pooling over every token with 8 heads of its own.
+PE_CORE = "vit_pe_core_tiny_patch16_384"
+# Sapiens2 (timm's eva module): grouped key/value heads, RMS norms on the queries and keys,
+# LayerScale on the attention alone.
+SAPIENS2 = "vit_large_patch16_sapiens2"
 # Attention weights (in [0, 1]) against timm's explicit softmax: float32 rounding.
 ATTENTION_ATOL = 1e-5
 # bfloat16 activations (8 significant bits) and int8 weights against float32, on the
@@ -73,8 +82,8 @@ INT8_RTOL = 0.02
 EXPORT_RTOL = 1e-5
 
 
-def assert_loads_by_hub_name_at_timms_logits(timm, mirror, architecture):
-    name, peer = serve_timm_model(timm, mirror, architecture, embedding_scale=EMBEDDING_SCALE)
+def assert_loads_by_hub_name_at_timms_logits(timm, mirror, architecture, **model_args):
+    name, peer = serve_timm_model(timm, mirror, architecture, embedding_scale=EMBEDDING_SCALE, **model_args)
     model = keras_vit.create_model(name)
     # Both files fetched through the mirror, from the hub's paths.
     files = ("config.json", "model.safetensors")
@@ -182,6 +191,34 @@ def test_eva02_loads_by_hub_name_at_timms_logits_features_and_attention(timm, mi
     two = np.concatenate([x, x[:, :, ::-1]])
     assert_close_to_scale(logits(model, two), torch_logits(peer, two), RTOL)
     assert_intermediates_are_timms(model, peer, x, norm=False)  # its final norm follows the pooling
+    assert_attention_is_timms(model, peer, x)
+
+
+def test_rope_mixed_loads_by_hub_name_at_timms_outputs_features_and_attention_at_any_size(timm, mirror):
+    import torch
+
+    _, model, peer, x = assert_loads_by_hub_name_at_timms_logits(timm, mirror, ROPE_MIXED, dynamic_img_size=True)
+    assert model.spec.rope == "mixed" and model.spec.dynamic_image_size
+    assert_intermediates_are_timms(model, peer, x)
+    assert_attention_is_timms(model, peer, x)
+    for size in ((64, 80), (32, 112)):  # each block's tables made for the grid, as timm's
+        images = to_numpy(keras.ops.image.resize(np.concatenate([x, x[:, :, ::-1]]), size))
+        with torch.no_grad():
+            expected = peer(torch.from_numpy(images.transpose(0, 3, 1, 2))).numpy()
+        assert_close_to_scale(logits(model, images), expected, RTOL, f"at {size}")
+
+
+@pytest.mark.parametrize("architecture", [PE_CORE, SAPIENS2])
+def test_perception_encoder_and_sapiens2_load_by_hub_name_at_timms_logits_features_and_attention(
+    timm, mirror, architecture
+):
+    _, model, peer, x = assert_loads_by_hub_name_at_timms_logits(timm, mirror, architecture)
+    spec = model.spec
+    if architecture == PE_CORE:
+        assert (spec.rope_grid_offset, spec.map_num_heads, spec.pool_include_prefix) == (1.0, 8, True)
+    else:
+        assert spec.qk_norm and not spec.layer_scale_mlp and spec.kv_heads_per_block[1] < spec.num_heads
+    assert_intermediates_are_timms(model, peer, x)
     assert_attention_is_timms(model, peer, x)
 
 
