@@ -65,17 +65,21 @@ def test_flops_equal_torch_flop_counter_on_timm(timm, name, timm_name, timm_kwar
 # DINOv2's registers, DeiT's distillation token and second head; each at depth 2 and a
 # small image, keras-vit's spec read from timm's own arguments.
 @pytest.mark.parametrize(
-    "architecture, image_size",
+    "architecture, image_size, options",
     [
-        ("vit_base_patch16_siglip_224", 64),
-        ("aimv2_large_patch14_224", 56),
-        ("vit_small_patch14_reg4_dinov2", 70),
-        ("deit_tiny_distilled_patch16_224", 48),
+        ("vit_base_patch16_siglip_224", 64, {}),
+        ("aimv2_large_patch14_224", 56, {}),
+        ("vit_small_patch14_reg4_dinov2", 70, {}),
+        ("deit_tiny_distilled_patch16_224", 48, {}),
+        # Perception Encoder's attention pooling with an MLP of its own width; Sapiens2's
+        # grouped key/value heads (a block of 16 and one of 8).
+        ("vit_pe_core_gigantic_patch14_448", 56, {}),
+        ("vit_large_patch16_sapiens2", 48, {"num_kv_heads": [16, 8]}),
     ],
 )
 @SPEC_ONLY
-def test_flops_of_timm_family_specs_equal_torch_flop_counter(timm, architecture, image_size):
-    model_args = dict(depth=2, img_size=image_size, num_classes=10)
+def test_flops_of_timm_family_specs_equal_torch_flop_counter(timm, architecture, image_size, options):
+    model_args = dict(depth=2, img_size=image_size, num_classes=10, **options)
     peer = timm.create_model(architecture, pretrained=False, **model_args).eval()
     spec = ViTSpec(**spec_options({**architecture_args(architecture), **model_args}))
     assert count_flops(spec) == _torch_flops(peer, (image_size, image_size))

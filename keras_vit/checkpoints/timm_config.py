@@ -47,8 +47,8 @@ _NOT_YET = {
     "norm_layer": "this norm",
     "embed_norm_layer": "a norm on the patch embedding of another kind than the blocks'",
     "mlp_layer": "this MLP",
-    "block_fn": "parallel blocks",
-    "attn_layer": "differential attention",
+    "block_fn": "parallel blocks: ViT-22B's attention and MLP side by side",
+    "attn_layer": "differential attention: two softmax maps subtracted",
     "pos_embed": "position embeddings other than timm's learned table",
 }
 _POSITION_EMBEDDINGS = {"learn": "learned", "none": "none"}  # timm's pos_embed: the spec's
@@ -320,7 +320,7 @@ def support(name):
     >>> support("vit_base_patch16_clip_224") is None
     True
     >>> support("vit_pwee_patch16_reg1_gap_256")
-    "keras-vit does not build these timm options yet: block_fn='parallelscalingblock' (parallel blocks)."
+    "keras-vit does not build these timm options yet: block_fn='parallelscalingblock' (parallel blocks: ViT-22B's attention and MLP side by side)."
     """
     try:
         spec_options(architecture_args(name))
