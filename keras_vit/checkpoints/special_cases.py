@@ -170,11 +170,53 @@ def _timm_eva_names(arrays):
     return arrays
 
 
+_PARALLEL_NAMES = re.compile(r"blocks\.(\d+)\.in_proj\.weight$")
+
+
+def _timm_parallel_names(arrays):
+    """timm's parallel blocks (``ParallelScalingBlock``, ``DiffParallelScalingBlock``) said
+    in ``Block``'s names: ``in_norm`` is ``norm1``; ``in_proj`` computes fc1 (its first
+    rows, or with ``mlp_bias`` beside it) then the query, key and value; the two outputs'
+    projections are ``attn.proj`` and ``mlp.fc2``, or one ``out_proj`` over the two side by
+    side (its columns split, its bias the attention's); ``ls`` is ``ls1``; differential
+    attention's weights (``lambda_*``, ``sub_norm``) the attention's."""
+    blocks = sorted({int(_PARALLEL_NAMES.match(k)[1]) for k in arrays if _PARALLEL_NAMES.match(k)})
+    if not blocks:
+        return arrays
+    arrays = dict(arrays)
+    for i in blocks:
+        b = f"blocks.{i}."
+        in_proj = np.asarray(arrays.pop(b + "in_proj.weight"))
+        width = in_proj.shape[1]
+        hidden = in_proj.shape[0] - 3 * width
+        arrays[b + "mlp.fc1.weight"], arrays[b + "attn.qkv.weight"] = in_proj[:hidden], in_proj[hidden:]
+        if b + "in_proj.bias" in arrays:
+            bias = np.asarray(arrays.pop(b + "in_proj.bias"))
+            arrays[b + "mlp.fc1.bias"], arrays[b + "attn.qkv.bias"] = bias[:hidden], bias[hidden:]
+        if b + "mlp_bias" in arrays:
+            arrays[b + "mlp.fc1.bias"] = arrays.pop(b + "mlp_bias")
+        if b + "out_proj.weight" in arrays:
+            out = np.asarray(arrays.pop(b + "out_proj.weight"))
+            arrays[b + "attn.proj.weight"], arrays[b + "mlp.fc2.weight"] = out[:, :width], out[:, width:]
+            if b + "out_proj.bias" in arrays:
+                arrays[b + "attn.proj.bias"] = arrays.pop(b + "out_proj.bias")
+                arrays[b + "mlp.fc2.bias"] = np.zeros_like(arrays[b + "attn.proj.bias"])
+        renames = {"in_norm.": "norm1.", "attn_out_proj.": "attn.proj.", "mlp_out_proj.": "mlp.fc2.", "ls.": "ls1.",
+                   "lambda_": "attn.lambda_", "sub_norm.": "attn.sub_norm."}  # fmt: skip
+        for key in [k for k in arrays if k.startswith(b)]:
+            rest = key[len(b) :]
+            for old, new in renames.items():
+                if rest.startswith(old):
+                    arrays[b + new + rest[len(old) :]] = arrays.pop(key)
+                    break
+    return arrays
+
+
 def timm_prepare(spec, arrays):
     """timm's ``Eva``/``Beit`` names as ``VisionTransformer``'s, the structure checked, its
     SwiGLU's ``fc1_g``/``fc1_x`` as one ``fc1``, and ``fc_norm`` (the final norm after the
     pooling) read as ``norm`` once the model is known to pool the same way."""
-    arrays = _timm_eva_names(arrays)
+    arrays = _timm_parallel_names(_timm_eva_names(arrays))
     _timm_structure(spec, arrays)
     arrays = _joined_gate(arrays, ".fc1_g.", ".fc1_x.", ".fc1.")
     return _final_norm_after_pool(spec, arrays, "fc_norm.", "norm.", "timm")

@@ -157,6 +157,9 @@ VIT = [
     (_B + r"attention/norm/(gamma|scale)", None, same("blocks.{0}.attn.norm.weight"), None),
     (_B + r"attention/norm/beta", None, same("blocks.{0}.attn.norm.bias"), None),
     (_B + r"mlp/norm/(gamma|scale)", None, same("blocks.{0}.mlp.norm.weight"), None),
+    # Differential attention's weights (timm's DiffAttention).
+    (_B + r"attention/(lambda_[qk][12])", None, same("blocks.{0}.attn.{1}"), None),
+    (_B + r"attention/sub_norm/scale", None, same("blocks.{0}.attn.sub_norm.weight"), None),
     # Norms on each head's queries and keys (qk_norm).
     (_B + r"attention/([qk])_norm/(gamma|scale)", None, same("blocks.{0}.attn.{1}_norm.weight"), None),
     (_B + r"attention/([qk])_norm/beta", None, same("blocks.{0}.attn.{1}_norm.bias"), None),

@@ -28,6 +28,7 @@ _DEFAULTS = dict(
     relative_position_bias=False,
     scale_attn_norm=False, scale_mlp_norm=False, pool_include_prefix=False, block_fn="block", rope_grid_offset=0.0,
     attn_pool_num_heads=None, attn_pool_mlp_ratio=None, num_kv_heads=None, attn_only_layer_scale=False,
+    attn_layer="attention",
 )  # fmt: skip
 # Arguments that change nothing keras-vit builds (drop rates are the recipe's).
 _IGNORED = ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
@@ -47,14 +48,17 @@ _NOT_YET = {
     "norm_layer": "this norm",
     "embed_norm_layer": "a norm on the patch embedding of another kind than the blocks'",
     "mlp_layer": "this MLP",
-    "block_fn": "parallel blocks: ViT-22B's attention and MLP side by side",
-    "attn_layer": "differential attention: two softmax maps subtracted",
+    "block_fn": "this block",
+    "attn_layer": "this attention",
     "pos_embed": "position embeddings other than timm's learned table",
 }
 _POSITION_EMBEDDINGS = {"learn": "learned", "none": "none"}  # timm's pos_embed: the spec's
 # timm's blocks by the names the table writes: residual_post_norm (ResPostBlock's norms on
-# the branches' outputs; it starts them at init_values, where Block has LayerScale).
-_BLOCKS = {"block": False, "respostblock": True}
+# the branches' outputs; it starts them at init_values, where the others have LayerScale).
+_BLOCKS = {"block": False, "respostblock": True, "parallelscalingblock": False, "diffparallelscalingblock": False}
+# The blocks whose attention and MLP run side by side, and those with differential attention.
+_PARALLEL_BLOCKS = ("parallelscalingblock", "diffparallelscalingblock")
+_DIFFERENTIAL_BLOCKS = ("diffparallelscalingblock",)
 
 # timm's Eva defaults for the arguments read here (its norm_layer: timm's LayerNorm, eps 1e-6).
 _EVA_DEFAULTS = dict(
@@ -250,6 +254,7 @@ def spec_options(args):
         "mlp_layer": args["mlp_layer"] in _MLPS,
         "pos_embed": args["pos_embed"] in _POSITION_EMBEDDINGS,
         "block_fn": args["block_fn"] in _BLOCKS,
+        "attn_layer": args["attn_layer"] in ("attention", "diff"),
     }
     problems += [k for k, fine in checks.items() if not fine]
     if problems:
@@ -288,6 +293,8 @@ def spec_options(args):
         map_num_heads=args["attn_pool_num_heads"],
         map_mlp_dim=None if map_ratio is None else int(args["embed_dim"] * map_ratio),
         residual_post_norm=post_norm,
+        parallel_blocks=args["block_fn"] in _PARALLEL_BLOCKS,
+        differential_attention=args["attn_layer"] == "diff" or args["block_fn"] in _DIFFERENTIAL_BLOCKS,
         num_kv_heads=args["num_kv_heads"],
         qk_norm=bool(args["qk_norm"]),
         layer_scale_mlp=not args["attn_only_layer_scale"],
@@ -319,8 +326,10 @@ def support(name):
 
     >>> support("vit_base_patch16_clip_224") is None
     True
-    >>> support("vit_pwee_patch16_reg1_gap_256")
-    "keras-vit does not build these timm options yet: block_fn='parallelscalingblock' (parallel blocks: ViT-22B's attention and MLP side by side)."
+    >>> support("vit_dpwee_patch16_reg1_gap_256") is None
+    True
+    >>> support("vit_base_patch16_224_bad")[:55]
+    "'vit_base_patch16_224_bad' is not one of timm's 233 pre"
     """
     try:
         spec_options(architecture_args(name))

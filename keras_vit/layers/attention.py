@@ -18,7 +18,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit.layers.dense import Dense
-from keras_vit.layers.initializers import deferrable
+from keras_vit.layers.initializers import deferrable, deferrable_weight
 from keras_vit.layers.inline import call_inline, composite_config, sublayer_policy
 from keras_vit.layers.layer_norm import make_norm
 from keras_vit.layers.rotary import rotate
@@ -110,6 +110,16 @@ def relative_position_index(grid_size):
     return index
 
 
+def differential_lambda_init(index):
+    """Differential attention's starting weight in block ``index`` (the Differential
+    Transformer's ``0.8 - 0.6 exp(-0.3 index)``, as timm sets it).
+
+    >>> round(differential_lambda_init(0), 2), round(differential_lambda_init(10), 3)
+    (0.2, 0.77)
+    """
+    return 0.8 - 0.6 * math.exp(-0.3 * index)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Scaled dot-product self-attention over all tokens.
@@ -146,6 +156,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             num_kv_heads) head_dim`` columns, query | key | value); None: ``num_heads``.
         qk_norm: a norm of this kind on each head's queries and keys (sublayers ``q_norm``,
             ``k_norm``, over the head's channels), before the rotary turn; None for none.
+        differential_lambda_init: differential attention (Ye et al., "Differential
+            Transformer", 2024; timm's ``DiffAttention``) with this starting part of its
+            weight (``differential_lambda_init(block index)``); None: the ordinary kind.
+            Each head's queries and keys split in two halves, two softmax maps, the
+            second subtracted with a learned weight ``exp(q1 . k1) - exp(q2 . k2) +
+            lambda_init`` (weights ``lambda_q1``, ``lambda_k1``, ``lambda_q2``, ``lambda_k2``,
+            one value per half-head channel); the heads' output RMS-normed (sublayer
+            ``sub_norm``) and scaled by ``1 - lambda_init``. Always written out (two maps
+            of another width than the values'); the attention weights returned are the
+            difference.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Call with ``rope=`` a ``RotaryEmbedding``'s table to turn the queries and keys by it
@@ -173,9 +193,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         output_norm_epsilon=1e-6,
         num_kv_heads=None,
         qk_norm=None,
+        differential_lambda_init=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        lambda_init = differential_lambda_init
+        self.differential_lambda_init = None if lambda_init is None else float(lambda_init)
         self.num_kv_heads = int(num_heads if num_kv_heads is None else num_kv_heads)
         if num_heads % self.num_kv_heads:
             raise ValueError(f"num_kv_heads {self.num_kv_heads} does not divide num_heads {num_heads}.")
@@ -219,6 +242,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 make_norm(self.output_norm, self.output_norm_epsilon, name="norm", dtype=sublayer_policy(self, "norm"))
             )
             self.norm.build(input_shape)
+        if self.differential_lambda_init is not None:
+            self._build_differential()
         self.attention_dropout = keras.layers.Dropout(
             self.attention_dropout_rate, name="attention_dropout", dtype=sublayer_policy(self, "attention_dropout")
         )
@@ -233,13 +258,31 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 initializer=keras.initializers.TruncatedNormal(stddev=0.02),
             )
 
+    def _build_differential(self):
+        if self.head_dim % 2 or self.num_kv_heads != self.num_heads or self.qk_norm or self.relative_position_grid:
+            raise ValueError(
+                f"{self.name}: differential attention takes an even head width and no grouped heads, query/key "
+                f"norm or relative position bias; got head width {self.head_dim}, num_kv_heads {self.num_kv_heads}, "
+                f"qk_norm {self.qk_norm!r}, relative_position_grid {self.relative_position_grid}."
+            )
+        for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+            setattr(self, name, deferrable_weight(
+                self, name=name, shape=(self.head_dim // 2,), dtype="float32", autocast=False,
+                initializer=keras.initializers.RandomNormal(stddev=0.1),
+            ))  # fmt: skip
+        # timm's RmsNorm, epsilon fixed at 1e-5 whatever the model's norms take.
+        self.sub_norm = deferrable(make_norm("rmsnorm", 1e-5, name="sub_norm", dtype=sublayer_policy(self, "sub_norm")))
+        self.sub_norm.build((None, self.head_dim))
+
     def call(self, tokens, return_attention_scores=False, training=None, as_rows=False, rope=None):
         length, width = ops.shape(tokens)[1], tokens.shape[2]  # length: a tensor where the graph has none
         qkv = self._qkv(tokens, length, width)
         if rope is not None or self.q_norm is not None or self.num_kv_heads != self.num_heads:
             qkv = self._per_head(qkv, rope)
         dropout = bool(training) and self.attention_dropout_rate > 0
-        if use_fused_attention(needs_weights=return_attention_scores or dropout):
+        if self.differential_lambda_init is not None:
+            out, weights = self._differential_attention(qkv, training)
+        elif use_fused_attention(needs_weights=return_attention_scores or dropout):
             out, weights = self._fused_attention(qkv, training), None
         else:
             out, weights = self._explicit_attention(qkv, training)
@@ -315,6 +358,32 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         weights = ops.cast(ops.softmax(logits, axis=-1), query.dtype)
         dropped = call_inline(self.attention_dropout, weights, training=training)
         return ops.transpose(ops.matmul(dropped, value), (0, 2, 1, 3)), weights
+
+    def _differential_attention(self, qkv, training):
+        # Each head's query and key channels are two half-heads (2h and 2h + 1 of twice the
+        # heads), its value channels whole: two maps over the same values.
+        batch_heads = ops.transpose(qkv, (2, 0, 3, 1, 4))  # (3, batch, heads, length, dim)
+        query, key, value = ops.unstack(batch_heads, 3, axis=0)
+        half = self.head_dim // 2
+        length = ops.shape(query)[2]
+
+        def halves(x):  # (batch, heads, length, dim) -> (batch, heads, 2, length, dim / 2)
+            x = ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (-1, length, self.num_heads * 2, half))
+            return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (-1, self.num_heads, 2, length, half))
+
+        query, key = halves(query), halves(key)
+        logits = ops.matmul(ops.cast(query, "float32") * half**-0.5, ops.swapaxes(ops.cast(key, "float32"), -1, -2))
+        maps = call_inline(self.attention_dropout, ops.softmax(logits, axis=-1), training=training)
+        weight = (
+            ops.exp(ops.sum(self.lambda_q1 * self.lambda_k1))
+            - ops.exp(ops.sum(self.lambda_q2 * self.lambda_k2))
+            + self.differential_lambda_init
+        )
+        weights = maps[:, :, 0] - weight * maps[:, :, 1]  # (batch, heads, length, length)
+        heads = ops.matmul(weights, ops.cast(value, "float32"))
+        heads = call_inline(self.sub_norm, heads) * (1.0 - self.differential_lambda_init)
+        out = ops.cast(ops.transpose(heads, (0, 2, 1, 3)), qkv.dtype)
+        return out, ops.cast(weights, qkv.dtype)
 
     def get_config(self):
         return composite_config(self, super().get_config())

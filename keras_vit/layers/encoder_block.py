@@ -164,6 +164,11 @@ class EncoderBlock(keras.layers.Layer):
             ``MultiHeadSelfAttention``).
         layer_scale_mlp: with ``layer_scale_init``, the MLP's branch scaled too (sublayer
             ``layer_scale2``); False: the attention's alone.
+        parallel: the attention and the MLP side by side on ``norm1``'s output, their sum
+            one residual branch (ViT-22B's; timm's ``ParallelScalingBlock``): ``x +
+            MSA(LN(x)) + MLP(LN(x))``, no ``norm2`` and one LayerScale (``layer_scale1``).
+        differential_lambda_init: differential attention (see ``MultiHeadSelfAttention``);
+            None: the ordinary kind.
         post_norm: ``norm1`` and ``norm2`` on the attention's and the MLP's outputs, inside
             the residual: ``x + norm1(MSA(x))`` then ``x + norm2(MLP(x))`` (timm's
             ``ResPostBlock``, ``EvaBlockPostNorm``).
@@ -210,9 +215,16 @@ class EncoderBlock(keras.layers.Layer):
         num_kv_heads=None,
         qk_norm=False,
         layer_scale_mlp=True,
+        parallel=False,
+        differential_lambda_init=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.parallel = bool(parallel)
+        lambda_init = differential_lambda_init
+        self.differential_lambda_init = None if lambda_init is None else float(lambda_init)
+        if self.parallel and post_norm:
+            raise ValueError("parallel blocks have one norm, on their input: they take no post_norm.")
         self.post_norm = bool(post_norm)
         self.num_kv_heads = None if num_kv_heads is None else int(num_kv_heads)
         self.qk_norm = bool(qk_norm)
@@ -252,9 +264,10 @@ class EncoderBlock(keras.layers.Layer):
         self.attention = MultiHeadSelfAttention(
             self.num_heads, self.attention_dropout_rate, self.qkv_bias, self.proj_bias, self.relative_position_grid,
             self.rope_interleaved, self.norm_type if self.attention_norm else None, epsilon, self.num_kv_heads,
-            self.norm_type if self.qk_norm else None, name="attention", dtype=self.dtype_policy,
+            self.norm_type if self.qk_norm else None, self.differential_lambda_init, name="attention",
+            dtype=self.dtype_policy,
         )  # fmt: skip
-        self.norm2 = norm("norm2")
+        self.norm2 = None if self.parallel else norm("norm2")
         self.mlp = MlpBlock(
             self.mlp_dim, self.dropout_rate, self.gelu_approximate, self.mlp_activation, self.gated_mlp,
             self.proj_bias, self.norm_type if self.mlp_norm else None, epsilon, name="mlp", dtype=self.dtype_policy,
@@ -265,7 +278,7 @@ class EncoderBlock(keras.layers.Layer):
                 LayerScale(self.layer_scale_init, name=name, dtype=sublayer_policy(self, name))
                 for name in ("layer_scale1", "layer_scale2")
             )
-            if not self.layer_scale_mlp:
+            if not self.layer_scale_mlp or self.parallel:
                 self.layer_scale2 = None
             for layer in (self.layer_scale1, self.layer_scale2):
                 if layer is not None:
@@ -273,7 +286,8 @@ class EncoderBlock(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=sublayer_policy(self, "dropout"))
         self.drop_path = DropPath(self.drop_path_rate, name="drop_path", dtype=sublayer_policy(self, "drop_path"))
         for layer in (self.norm1, self.attention, self.norm2, self.mlp, self.dropout, self.drop_path):
-            layer.build(input_shape)
+            if layer is not None:
+                layer.build(input_shape)
 
     def call(self, x, return_attention_scores=False, training=None, rope=None):
         if self.remat and not return_attention_scores:
@@ -291,28 +305,33 @@ class EncoderBlock(keras.layers.Layer):
         # The residual stream stays on the 2-D token rows that the attention's output
         # projection and fc2 compute, so that TensorFlow can fuse each add into that matmul.
         rows = ops.reshape(x, (-1, x.shape[-1]))
+        normed = x if self.post_norm else call_inline(self.norm1, x)
         y = call_inline(
             self.attention,
-            x if self.post_norm else call_inline(self.norm1, x),
+            normed,
             return_attention_scores=return_attention_scores,
             training=training,
             as_rows=True,
             rope=rope,
         )
         y, weights = y if return_attention_scores else (y, None)
-        if self.post_norm:
+        if self.parallel:  # the MLP on the same normed tokens, one branch
+            y = y + self._mlp(ops.reshape(normed, ops.shape(rows)), x, training)
+        elif self.post_norm:
             y = call_inline(self.norm1, y)
         rows = rows + self._residual(y, x, training, self.layer_scale1)
-        mlp = rows if self.post_norm else call_inline(self.norm2, rows)
-        if training and self.dropout_rate > 0:  # the MLP's dropouts over the tokens' view
-            mlp = ops.reshape(call_inline(self.mlp, ops.reshape(mlp, ops.shape(x)), training=training), ops.shape(rows))
-        else:
-            mlp = call_inline(self.mlp, mlp, training=training)
-        if self.post_norm:
-            mlp = call_inline(self.norm2, mlp)
-        rows = rows + self._residual(mlp, x, training, self.layer_scale2)
+        if not self.parallel:
+            mlp = self._mlp(rows if self.post_norm else call_inline(self.norm2, rows), x, training)
+            if self.post_norm:
+                mlp = call_inline(self.norm2, mlp)
+            rows = rows + self._residual(mlp, x, training, self.layer_scale2)
         x = ops.reshape(rows, ops.shape(x))
         return (x, weights) if return_attention_scores else x
+
+    def _mlp(self, rows, x, training):
+        if training and self.dropout_rate > 0:  # the MLP's dropouts over the tokens' view
+            return ops.reshape(call_inline(self.mlp, ops.reshape(rows, ops.shape(x)), training=training), ops.shape(rows))
+        return call_inline(self.mlp, rows, training=training)
 
     def _residual(self, branch, x, training, layer_scale):
         if layer_scale is not None:

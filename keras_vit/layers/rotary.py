@@ -242,6 +242,7 @@ class RotaryEmbedding(keras.layers.Layer):
                 shape=(2, self.depth, self.num_heads, self.head_dim // 2),
                 initializer=MixedFrequencies(self.temperature),
                 dtype="float32",  # angles in float32 under any policy
+                autocast=False,
             )
 
     def _coordinates(self, grid, xp):

@@ -10,6 +10,7 @@ import dataclasses
 import keras
 from keras.dtype_policies import DTypePolicyMap
 
+from keras_vit.layers.attention import differential_lambda_init
 from keras_vit.layers.attention_pooling import ATTENTION_POOLING, AttentionPooling
 from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.heads import TokenPooling
@@ -68,6 +69,8 @@ def make_layers(spec, dtype_for):
             rope_interleaved=bool(spec.rope) and ROPE_FORMS[spec.rope],
             attention_norm=spec.attention_norm, mlp_norm=spec.mlp_norm, post_norm=spec.residual_post_norm,
             num_kv_heads=spec.kv_heads_per_block[i], qk_norm=spec.qk_norm, layer_scale_mlp=spec.layer_scale_mlp,
+            parallel=spec.parallel_blocks,
+            differential_lambda_init=differential_lambda_init(i) if spec.differential_attention else None,
         )  # fmt: skip
 
     def norm(name):

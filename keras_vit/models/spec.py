@@ -197,6 +197,13 @@ class ViTSpec(_Spec):
             turn (timm's ``qk_norm``: Sapiens2).
         attention_norm: a norm on each attention's heads before its output projection
             (EVA-02 CLIP's and BEiT-3's; timm's ``scale_attn_inner``, ``scale_attn_norm``).
+        parallel_blocks: each block's attention and MLP side by side on one norm's output,
+            their sum one residual branch with one LayerScale (ViT-22B's, Dehghani et al.
+            2023; timm's ``ParallelScalingBlock``).
+        differential_attention: each head's queries and keys split in two, two softmax
+            maps over the same values, the second subtracted with a learned weight (Ye et
+            al., "Differential Transformer", 2024; timm's ``attn_layer="diff"``); always
+            written out (``keras_vit.layers.MultiHeadSelfAttention``).
         residual_post_norm: each block's norms on the outputs of its attention and MLP,
             inside the residual (``x + norm(attention(x))``; timm's ``ResPostBlock`` and
             ``EvaBlockPostNorm``: EVA-02 enormous), not on their inputs.
@@ -305,6 +312,12 @@ class ViTSpec(_Spec):
     layer_scale_mlp: bool = _field(True, "LayerScale on the MLP's branch too; false: on the attention's alone")
     attention_norm: bool = _field(False, "a norm on each attention's heads before its output projection")
     qk_norm: bool = _field(False, "a norm on each head's queries and keys")
+    parallel_blocks: bool = _field(
+        False, "each block's attention and MLP side by side on one norm's output, their sum one residual (ViT-22B's)"
+    )
+    differential_attention: bool = _field(
+        False, "differential attention: two softmax maps a head, the second subtracted with a learned weight"
+    )
     residual_post_norm: bool = _field(
         False, "each block's two norms on its attention's and MLP's outputs, inside the residual, not on their inputs"
     )
@@ -389,6 +402,17 @@ class ViTSpec(_Spec):
             if self.rope != "axial":
                 raise ValueError(f"rope_reference_grid is the axial rotary embeddings'; got rope={self.rope!r}.")
         _one_of(self.rope_grid_indexing, GRID_INDEXINGS, "rope_grid_indexing")
+        if self.parallel_blocks and self.residual_post_norm:
+            raise ValueError("parallel_blocks=True has one norm, on the block's input: it takes no residual_post_norm.")
+        if self.differential_attention:
+            conflicts = [f"{name}={getattr(self, name)!r}" for name in ("rope", "num_kv_heads", "relative_position_bias")
+                         if getattr(self, name)] + ([f"qk_norm={self.qk_norm}"] if self.qk_norm else [])  # fmt: skip
+            if conflicts or (self.hidden_size // self.num_heads) % 2:
+                raise ValueError(
+                    "differential_attention=True takes an even head width and no rotary embeddings, grouped heads, "
+                    f"relative position bias or query/key norm; got head width {self.hidden_size // self.num_heads}"
+                    + "".join(", " + c for c in conflicts) + "."
+                )
         if self.rope_grid_offset and self.rope is None:
             raise ValueError(f"rope_grid_offset={self.rope_grid_offset!r} is the rotary embeddings'; got rope=None.")
         if self.rope is not None:
