@@ -222,6 +222,37 @@ def test_perception_encoder_and_sapiens2_load_by_hub_name_at_timms_logits_featur
     assert_attention_is_timms(model, peer, x)
 
 
+# Differential attention in ViT-22B's parallel blocks (timm's DiffParallelScalingBlock).
+DIFFERENTIAL_PARALLEL = "vit_dpwee_patch16_reg1_gap_256"
+
+
+def test_differential_attention_in_parallel_blocks_loads_at_timms_logits_features_and_attention(timm, mirror):
+    import torch
+
+    _, model, peer, x = assert_loads_by_hub_name_at_timms_logits(timm, mirror, DIFFERENTIAL_PARALLEL)
+    assert model.spec.differential_attention and model.spec.parallel_blocks
+    assert_intermediates_are_timms(model, peer, x, norm=False)  # its final norm follows the pooling
+    # Each block's weights: timm's two softmax maps a head (read where its dropout takes
+    # them, fused attention off), the second subtracted with the block's learned weight.
+    theirs, hooks = [], []
+    for block in peer.blocks:
+        block.fused_attn = False
+        hooks.append(block.attn_drop.register_forward_hook(lambda m, i, out: theirs.append(out.numpy())))
+    try:
+        with torch.no_grad():
+            peer(torch.from_numpy(x.transpose(0, 3, 1, 2)))
+            weights = [float(block._compute_lambda()) for block in peer.blocks]
+    finally:
+        for hook in hooks:
+            hook.remove()
+    ours = [to_numpy(a) for a in model.attention_model().predict_on_batch(x)]
+    for i, (a, maps, weight) in enumerate(zip(ours, theirs, weights)):
+        maps = maps.reshape(maps.shape[0], -1, 2, *maps.shape[2:])
+        assert abs(weight - 1) > 0.05  # a weight other than 1: its value shows
+        np.testing.assert_allclose(a, maps[:, :, 0] - weight * maps[:, :, 1], rtol=0, atol=ATTENTION_ATOL,
+                                   err_msg=f"block {i}")  # fmt: skip
+
+
 def mirror_name(architecture, tag="random"):
     return f"hf-hub:timm/{architecture}.{tag}"
 
