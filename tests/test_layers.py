@@ -59,17 +59,30 @@ CASES = {
     "ResNetStage": (dict(num_units=2, filters=4, strides=2, num_groups=4), (2, 8, 8, 8)),
     "StdConv2D": (dict(filters=4, kernel_size=3, strides=2), (2, 9, 9, 3)),
     "TokenPooling": (dict(mode="gap", num_prefix_tokens=1), (2, 5, 8)),
+    # Variants, "<class>[<what>]": the options that add weights or change the computation.
+    "EncoderBlock[parallel, differential]": (
+        dict(num_heads=2, mlp_dim=16, layer_scale_init=0.5, parallel=True, differential_lambda_init=0.3), (2, 5, 8)
+    ),
+    "EncoderBlock[post-norm]": (dict(num_heads=2, mlp_dim=16, post_norm=True), (2, 5, 8)),
+    "MultiHeadSelfAttention[grouped, qk norm]": (dict(num_heads=4, num_kv_heads=2, qk_norm="rmsnorm"), (2, 5, 8)),
+    "RotaryEmbedding[mixed]": (
+        dict(grid_size=(2, 2), head_dim=4, num_prefix_tokens=1, form="mixed", depth=2, num_heads=2), (2, 5, 8)
+    ),
 }
 
 # Layers whose Keras sublayers `model.quantize` can quantize (their Dense layers).
 QUANTIZABLE = ("EncoderBlock", "MlpBlock", "MultiHeadSelfAttention")
 
 
-def _make(class_name, dtype=None, **extra):
-    kwargs, shape = CASES[class_name]
+def _class_name(case):
+    return case.split("[")[0]
+
+
+def _make(case, dtype=None, **extra):
+    kwargs, shape = CASES[case]
     if dtype is not None:
         extra["dtype"] = dtype
-    return getattr(keras_vit.layers, class_name)(**kwargs, **extra), shape
+    return getattr(keras_vit.layers, _class_name(case))(**kwargs, **extra), shape
 
 
 def _inputs(shape, seed=SEED):
@@ -105,7 +118,7 @@ def _float32(x):
 
 def test_every_public_layer_has_a_case():
     assert PUBLIC_LAYERS, "no layers found in keras_vit.layers"
-    assert sorted(CASES) == PUBLIC_LAYERS
+    assert sorted({_class_name(case) for case in CASES}) == PUBLIC_LAYERS
 
 
 @pytest.fixture
@@ -118,7 +131,7 @@ def force_inline(monkeypatch):
     return force
 
 
-@pytest.mark.parametrize("name", PUBLIC_LAYERS)
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_layer(name, tmp_path, force_inline):
     keras.utils.set_random_seed(SEED)
     layer, x = _built_layer(name)
@@ -160,7 +173,7 @@ def test_layer(name, tmp_path, force_inline):
         np.testing.assert_array_equal(_float32(inline), _float32(full))
 
 
-@pytest.mark.parametrize("name", PUBLIC_LAYERS)
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_layer_mixed_precision(name):
     keras.utils.set_random_seed(SEED)
     reference, x = _built_layer(name, dtype="float32")
@@ -171,7 +184,7 @@ def test_layer_mixed_precision(name):
     # Every layer here computes and returns the compute dtype (the rotary table float32, the
     # precision its angles need: the attention turns in float32, then casts back); weights
     # stay float32.
-    assert keras.backend.standardize_dtype(out.dtype) == ("float32" if name == "RotaryEmbedding" else "bfloat16")
+    assert keras.backend.standardize_dtype(out.dtype) == ("float32" if name.startswith("RotaryEmbedding") else "bfloat16")
     assert {keras.backend.standardize_dtype(w.dtype) for w in layer.weights} <= {"float32"}
     # bfloat16 keeps 8 significant bits (relative rounding 2**-9 per operation) and a
     # layer chains a few dozen operations, normalisations amplifying the rounding: so the

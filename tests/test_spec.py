@@ -67,6 +67,16 @@ def test_resnet_fields_by_prefix_and_nested_config():
         (dict(num_classes=0), "num_classes must be a positive integer"),
         (dict(depth=1.5), "depth must be a positive integer"),
         (dict(resnet_widht=8), r"unknown option\(s\) \['widht'\].*Did you mean 'width'"),
+        (dict(num_kv_heads=2), "num_kv_heads 2 does not divide num_heads 3"),
+        (dict(num_kv_heads=(3, 1)), r"num_kv_heads has 2 counts; expected one per block \(12\)"),
+        (dict(num_kv_heads=0), "num_kv_heads must be a positive integer"),
+        (dict(map_num_heads=4), "map_num_heads is map pooling's; got pooling='token'"),
+        (dict(pooling="map", map_mlp_dim=-1), "map_mlp_dim must be a positive integer"),
+        (dict(parallel_blocks=True, residual_post_norm=True), "parallel_blocks=True has one norm"),
+        (dict(differential_attention=True, rope="axial", position_embedding="none"),
+         "differential_attention=True takes an even head width and no rotary embeddings.*got head width 64, "
+         "rope='axial'"),
+        (dict(rope="mixed", num_kv_heads=1), "rope='mixed' turns each query head apart: it takes no num_kv_heads"),
     ],
 )
 def test_bad_options_name_what_was_expected(options, message):

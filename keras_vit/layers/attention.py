@@ -373,17 +373,18 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
         query, key = halves(query), halves(key)
         logits = ops.matmul(ops.cast(query, "float32") * half**-0.5, ops.swapaxes(ops.cast(key, "float32"), -1, -2))
-        maps = call_inline(self.attention_dropout, ops.softmax(logits, axis=-1), training=training)
+        # In the compute dtype as the written-out attention drops its weights out, then combined in float32.
+        maps = ops.cast(ops.softmax(logits, axis=-1), qkv.dtype)
+        maps = ops.cast(call_inline(self.attention_dropout, maps, training=training), "float32")
         weight = (
             ops.exp(ops.sum(self.lambda_q1 * self.lambda_k1))
             - ops.exp(ops.sum(self.lambda_q2 * self.lambda_k2))
             + self.differential_lambda_init
         )
         weights = maps[:, :, 0] - weight * maps[:, :, 1]  # (batch, heads, length, length)
-        heads = ops.matmul(weights, ops.cast(value, "float32"))
-        heads = call_inline(self.sub_norm, heads) * (1.0 - self.differential_lambda_init)
-        out = ops.cast(ops.transpose(heads, (0, 2, 1, 3)), qkv.dtype)
-        return out, ops.cast(weights, qkv.dtype)
+        weights = ops.cast(weights, qkv.dtype)
+        heads = call_inline(self.sub_norm, ops.matmul(weights, value)) * (1.0 - self.differential_lambda_init)
+        return ops.transpose(heads, (0, 2, 1, 3)), weights
 
     def get_config(self):
         return composite_config(self, super().get_config())

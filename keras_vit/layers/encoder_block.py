@@ -274,15 +274,12 @@ class EncoderBlock(keras.layers.Layer):
         )  # fmt: skip
         self.layer_scale1 = self.layer_scale2 = None
         if self.layer_scale_init is not None:
-            self.layer_scale1, self.layer_scale2 = (
-                LayerScale(self.layer_scale_init, name=name, dtype=sublayer_policy(self, name))
-                for name in ("layer_scale1", "layer_scale2")
-            )
-            if not self.layer_scale_mlp or self.parallel:
-                self.layer_scale2 = None
-            for layer in (self.layer_scale1, self.layer_scale2):
-                if layer is not None:
-                    layer.build((None, input_shape[-1]))
+            # The MLP's own only where it has a branch of its own, and asks for one.
+            names = ("layer_scale1", "layer_scale2") if self.layer_scale_mlp and not self.parallel else ("layer_scale1",)
+            for name in names:
+                layer = LayerScale(self.layer_scale_init, name=name, dtype=sublayer_policy(self, name))
+                layer.build((None, input_shape[-1]))
+                setattr(self, name, layer)
         self.dropout = keras.layers.Dropout(self.dropout_rate, name="dropout", dtype=sublayer_policy(self, "dropout"))
         self.drop_path = DropPath(self.drop_path_rate, name="drop_path", dtype=sublayer_policy(self, "drop_path"))
         for layer in (self.norm1, self.attention, self.norm2, self.mlp, self.dropout, self.drop_path):
