@@ -194,6 +194,7 @@ def test_a_keras_hub_siglip_or_clip_folders_image_converter_is_the_pre_processin
     photo = cat_photo()[None, :, :300].astype("float32")  # 300 x 300
     for folder, theirs in (("clip", converter), ("siglip", siglip_converter)):
         model = keras_vit.load_model(str(tmp_path / folder))
+        assert model.preprocessing is not None, folder
         np.testing.assert_allclose(
             to_numpy(model.preprocessing(photo)), to_numpy(theirs(photo)), atol=PREPROCESSING_ATOL, err_msg=folder
         )
