@@ -153,7 +153,11 @@ def test_a_keras_hub_siglip_or_clip_folder_loads_as_its_vision_towers_output(
     tmp_path, family, alone, activation, numerics
 ):
     vision = {} if activation is None else dict(intermediate_activation=activation)
-    model = getattr(keras_hub.models, f"{family}VisionEncoder")(**TOWER, **vision) if alone else two_towers(family, **vision)
+    model = (
+        getattr(keras_hub.models, f"{family}VisionEncoder")(**TOWER, **vision)
+        if alone
+        else two_towers(family, **vision)
+    )
     randomized(model).save_to_preset(str(tmp_path / "preset"))
     ours = keras_vit.load_model(str(tmp_path / "preset"))
     assert {name: getattr(ours.spec, name) for name in numerics} == numerics
@@ -223,6 +227,7 @@ def test_a_keras_hub_model_keras_vit_does_not_build_is_one_clear_error(tmp_path)
     with open(config, "w") as f:
         f.write(text)
     with pytest.raises(
-        UnsupportedKerasHubModelError, match="a keras-hub SwinBackbone; keras-vit builds CLIPBackbone, CLIPVisionEncoder"
+        UnsupportedKerasHubModelError,
+        match="a keras-hub SwinBackbone; keras-vit builds CLIPBackbone, CLIPVisionEncoder",
     ):
         keras_vit.load_model(str(tmp_path / "renamed"))
