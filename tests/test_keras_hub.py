@@ -1,7 +1,7 @@
 """keras-hub preset folders (``save_to_preset``) by their path: a small random keras-hub ViT,
-DINOv2 or DINOv3, written by keras-hub itself, loads with keras-hub's outputs on two images,
-and a ViT classifier's image converter is the model's pre-processing
-(``keras_vit/checkpoints/keras_hub_config.py``).
+DINOv2, DINOv3, or SigLIP's or CLIP's vision tower, written by keras-hub itself, loads with
+keras-hub's outputs on two images, and the folder's image converter is the model's
+pre-processing (``keras_vit/checkpoints/keras_hub_config.py``).
 """
 
 import os
@@ -29,13 +29,15 @@ def randomized(model, seed=0):
     rng = np.random.default_rng(seed)
     for variable in model.weights:
         shape = tuple(variable.shape)
-        if "gamma" in variable.path:
+        if "int" in str(variable.dtype):  # SigLIP's and CLIP's position_ids: which rows of the table go where
+            value = rng.permutation(shape[-1]).reshape(shape)
+        elif "gamma" in variable.path:
             value = 1.0 + 0.1 * rng.normal(size=shape)
         elif len(shape) > 1:
             value = rng.normal(size=shape) / np.sqrt(max(1, np.prod(shape[:-1])))
         else:
             value = 0.05 * rng.normal(size=shape)
-        variable.assign(value.astype("float32"))
+        variable.assign(value.astype(variable.dtype))
     return model
 
 
@@ -117,6 +119,103 @@ def test_a_keras_hub_dinov2_or_dinov3_folder_loads_as_the_tokens_keras_hub_outpu
     assert_close_to_scale(to_numpy(model(x)), to_numpy(reloaded(x)), RTOL)
 
 
+TOWER = dict(patch_size=16, hidden_dim=16, num_layers=2, num_heads=2, intermediate_dim=32, image_shape=(48, 48, 3))
+TEXT = dict(vocabulary_size=10, embedding_dim=16, hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32)
+
+
+def two_towers(family, **vision):
+    """A keras-hub ``SigLIPBackbone`` or ``CLIPBackbone`` (``family``) with a small text tower."""
+    encoder = getattr(keras_hub.models, f"{family}VisionEncoder")(**TOWER, **vision)
+    text = getattr(keras_hub.models, f"{family}TextEncoder")(**TEXT)
+    extra = dict(projection_dim=8) if family == "CLIP" else {}
+    return getattr(keras_hub.models, f"{family}Backbone")(encoder, text, **extra)
+
+
+def vision_output(model, x):
+    """What keras-hub's model computes of images: a two-tower backbone's image embedding, a
+    vision encoder's output."""
+    return model.get_vision_embeddings(x) if hasattr(model, "get_vision_embeddings") else model(x)
+
+
+@pytest.mark.parametrize(
+    "family, alone, activation, numerics",
+    [
+        ("SigLIP", False, None, dict(gelu_approximate=True, mlp_activation="gelu", layer_norm_epsilon=1e-6)),
+        ("SigLIP", False, "gelu", dict(gelu_approximate=False, mlp_activation="gelu", layer_norm_epsilon=1e-6)),
+        ("SigLIP", True, None, dict(gelu_approximate=True, mlp_activation="gelu", layer_norm_epsilon=1e-6)),
+        ("CLIP", False, None, dict(mlp_activation="quick_gelu", layer_norm_epsilon=1e-5)),
+        ("CLIP", False, "gelu", dict(gelu_approximate=False, mlp_activation="gelu", layer_norm_epsilon=1e-5)),
+        ("CLIP", True, None, dict(mlp_activation="quick_gelu", layer_norm_epsilon=1e-5)),
+    ],
+    ids=["siglip", "siglip_exact_gelu", "siglip_vision_encoder", "clip", "clip_exact_gelu", "clip_vision_encoder"],
+)
+def test_a_keras_hub_siglip_or_clip_folder_loads_as_its_vision_towers_output(
+    tmp_path, family, alone, activation, numerics
+):
+    vision = {} if activation is None else dict(intermediate_activation=activation)
+    model = (
+        getattr(keras_hub.models, f"{family}VisionEncoder")(**TOWER, **vision)
+        if alone
+        else two_towers(family, **vision)
+    )
+    randomized(model).save_to_preset(str(tmp_path / "preset"))
+    ours = keras_vit.load_model(str(tmp_path / "preset"))
+    assert {name: getattr(ours.spec, name) for name in numerics} == numerics
+    assert ours.preprocessing is None  # no converter in the folder: keras-vit's defaults, as a backbone's
+    # What keras-hub computes from the folder: SigLIP's pooled vector; CLIP's backbone, the
+    # class token projected (keras-vit's head), its vision encoder, the tokens.
+    reloaded = keras_hub.models.Backbone.from_preset(str(tmp_path / "preset"))
+    x = images()
+    assert_close_to_scale(to_numpy(ours(x)), to_numpy(vision_output(reloaded, x)), RTOL)
+
+
+def test_a_keras_hub_clip_folder_without_its_top_is_the_class_token_before_the_projection(tmp_path):
+    model = randomized(two_towers("CLIP"))
+    model.save_to_preset(str(tmp_path / "clip"))
+    with pytest.warns(UserWarning, match="not used by the model: vision_projection/kernel"):
+        ours = keras_vit.create_model(str(tmp_path / "clip"), include_top=False)
+    assert ours.spec.pooling == "token" and ours.output_shape == (None, 16)
+    x = images()
+    pooled = model.vision_pooler(model.vision_encoder(x))
+    assert_close_to_scale(to_numpy(ours(x)), to_numpy(pooled), RTOL)
+
+
+def test_a_keras_hub_siglip_or_clip_folders_image_converter_is_the_pre_processing(tmp_path):
+    converter = keras_hub.layers.CLIPImageConverter(
+        image_size=(48, 48), scale=[1 / (255 * s) for s in (0.27, 0.26, 0.28)],
+        offset=[-m / s for m, s in zip((0.48, 0.46, 0.41), (0.27, 0.26, 0.28))],
+    )  # fmt: skip
+    # CLIP's preprocessor (with its tokenizer) as a preset holds it ...
+    tokenizer = keras_hub.models.CLIPTokenizer(
+        vocabulary={"<|startoftext|>": 0, "<|endoftext|>": 1, "a": 2, "</w>": 3, "a</w>": 4}, merges=["a </w>"]
+    )
+    two_towers("CLIP").save_to_preset(str(tmp_path / "clip"))
+    keras_hub.models.CLIPPreprocessor(tokenizer, converter).save_to_preset(str(tmp_path / "clip"))
+    # ... and a converter saved alone beside SigLIP's encoder.
+    keras_hub.models.SigLIPVisionEncoder(**TOWER).save_to_preset(str(tmp_path / "siglip"))
+    siglip_converter = keras_hub.layers.SigLIPImageConverter(image_size=(48, 48), scale=1 / 127.5, offset=-1.0)
+    siglip_converter.save_to_preset(str(tmp_path / "siglip"))
+    photo = cat_photo()[None, :, :300].astype("float32")  # 300 x 300
+    for folder, theirs in (("clip", converter), ("siglip", siglip_converter)):
+        model = keras_vit.load_model(str(tmp_path / folder))
+        assert model.preprocessing is not None, folder
+        np.testing.assert_allclose(
+            to_numpy(model.preprocessing(photo)), to_numpy(theirs(photo)), atol=PREPROCESSING_ATOL, err_msg=folder
+        )
+
+
+def test_a_keras_hub_siglip_or_clip_tower_keras_vit_does_not_build_is_one_clear_error(tmp_path):
+    keras_hub.models.SigLIPVisionEncoder(**TOWER, layer_norm_epsilon=1e-5).save_to_preset(str(tmp_path / "eps"))
+    with pytest.raises(UnsupportedKerasHubModelError, match=r"layer_norm_epsilon=1e-05: its final norm's is 1e-6"):
+        keras_vit.load_model(str(tmp_path / "eps"))
+    two_towers("CLIP", intermediate_activation="silu").save_to_preset(str(tmp_path / "silu"))
+    with pytest.raises(
+        UnsupportedKerasHubModelError,
+        match=r"a CLIPBackbone with intermediate_activation='silu': keras-vit builds 'quick_gelu', 'gelu'",
+    ):
+        keras_vit.load_model(str(tmp_path / "silu"))
+
+
 def test_a_keras_hub_model_keras_vit_does_not_build_is_one_clear_error(tmp_path):
     keras_hub.models.ViTBackbone(**dict(SIZE, patch_size=(16, 8))).save_to_preset(str(tmp_path / "strange"))
     with pytest.raises(UnsupportedKerasHubModelError, match=r"patch_size=\[16, 8\].*square patches"):
@@ -128,6 +227,7 @@ def test_a_keras_hub_model_keras_vit_does_not_build_is_one_clear_error(tmp_path)
     with open(config, "w") as f:
         f.write(text)
     with pytest.raises(
-        UnsupportedKerasHubModelError, match="a keras-hub SwinBackbone; keras-vit builds DINOV2Backbone"
+        UnsupportedKerasHubModelError,
+        match="a keras-hub SwinBackbone; keras-vit builds CLIPBackbone, CLIPVisionEncoder",
     ):
         keras_vit.load_model(str(tmp_path / "renamed"))

@@ -2,16 +2,21 @@
 
 A keras-hub preset folder holds the backbone's ``config.json`` (its class, registered as
 ``keras_hub><Class>``, and its arguments), its weights (``model.weights.h5``), and for a
-task its ``task.json`` (the classifier's arguments) and ``preprocessor.json``. ``BACKBONES``
-maps a backbone class keras-vit builds to the function that reads its arguments; the
-weights are read by keras-hub itself (``read_weights``), by their variable paths, which the
-``keras_hub_vit`` column of ``table.py`` maps.
+task its ``task.json`` (the classifier's arguments) and ``preprocessor.json``; a model's
+preset may hold its image converter alone (``image_converter.json``). ``BACKBONES`` maps a
+backbone class keras-vit builds to the function that reads its arguments: ``ViTBackbone``
+(and its ``ViTImageClassifier``), ``DINOV2Backbone``, ``DINOV3Backbone``, and the vision
+towers of SigLIP and CLIP (``SigLIPBackbone``, ``CLIPBackbone``, or their vision encoders
+saved alone; the text tower is not read). The weights are read by keras-hub itself
+(``read_weights``), by their variable paths, which the ``keras_hub_*`` tables of
+``table.py`` map.
 """
 
 import json
 import os
 
 CONFIG_FILE, TASK_FILE, PREPROCESSOR_FILE = "config.json", "task.json", "preprocessor.json"
+CONVERTER_FILE = "image_converter.json"  # a preprocessor's converter, saved beside it or alone
 WEIGHTS_FILE = "model.weights.h5"
 
 
@@ -128,7 +133,95 @@ def _dinov3(config, task):
     )
 
 
-BACKBONES = {"ViTBackbone": _vit, "DINOV2Backbone": _dinov2, "DINOV3Backbone": _dinov3}
+# keras-hub's MLP activations (a Keras name, or keras-hub's own) as keras-vit's options.
+_ACTIVATIONS = {
+    "gelu_approximate": dict(gelu_approximate=True),  # keras-hub's: Keras' gelu in its tanh form
+    "gelu": dict(gelu_approximate=False),  # Keras' gelu is the exact erf form unless told
+    "quick_gelu": dict(mlp_activation="quick_gelu"),  # CLIP's layers' own, x * sigmoid(1.702 x)
+}
+
+
+def _activation(name, config, default, built):
+    """The MLP's activation of a vision encoder's ``intermediate_activation``, one of ``built``."""
+    act = config.get("intermediate_activation", default)
+    if act not in built:
+        raise UnsupportedKerasHubModelError(
+            f"a {name} with intermediate_activation={act!r}: keras-vit builds {', '.join(map(repr, built))}."
+        )
+    return _ACTIVATIONS[act]
+
+
+def _vision_encoder(config, expected):
+    """A two-tower backbone's (SigLIP's, CLIP's) vision encoder's arguments; it must be ``expected``."""
+    encoder = config.get("vision_encoder") or {}
+    name = str(encoder.get("registered_name", "")).removeprefix("keras_hub>")
+    if name != expected:
+        raise UnsupportedKerasHubModelError(f"a vision encoder {name or None}: keras-vit builds a {expected} there.")
+    return encoder["config"]
+
+
+def _siglip_vision(config, task, name="SigLIPVisionEncoder"):
+    """``SigLIPVisionEncoder``: no class token, the patch tokens after the final norm read by
+    attention pooling (its ``head``, a probe and an MLP, with the blocks' heads and width);
+    the output, the pooled vector (what the ``SigLIPBackbone`` compares with the text)."""
+    _backbone_only(name, task)
+    epsilon = float(config.get("layer_norm_epsilon", 1e-6))
+    if epsilon != 1e-6:  # keras-hub's final norm keeps 1e-6 whatever the config says
+        raise UnsupportedKerasHubModelError(
+            f"a {name} with layer_norm_epsilon={epsilon:g}: its final norm's is 1e-6, and keras-vit builds "
+            "one epsilon for every norm (1e-6)."
+        )
+    return dict(
+        _sizes(config, "intermediate_dim"),
+        **_activation(name, config, "gelu_approximate", ("gelu_approximate", "gelu")),
+        layer_norm_epsilon=epsilon,
+        class_token=False,
+        pooling="map",
+        include_top=False,
+    )
+
+
+def _siglip(config, task):
+    """``SigLIPBackbone``: its vision tower (``_siglip_vision``); the output, the backbone's
+    vision embedding (``get_vision_embeddings``)."""
+    return _siglip_vision(_vision_encoder(config, "SigLIPVisionEncoder"), task, "SigLIPBackbone")
+
+
+def _clip_vision(config, task, name="CLIPVisionEncoder"):
+    """``CLIPVisionEncoder``: a norm before the blocks, no bias in the patch embedding, every
+    norm's epsilon 1e-5 (fixed in keras-hub's layers); the output, the tokens after the final
+    norm (its ``sequence_output``)."""
+    _backbone_only(name, task)
+    return dict(
+        _sizes(config, "intermediate_dim"),
+        **_activation(name, config, "quick_gelu", ("quick_gelu", "gelu")),
+        layer_norm_epsilon=1e-5,
+        pre_norm=True,
+        patch_bias=False,
+        pooling=None,
+        include_top=False,
+    )
+
+
+def _clip(config, task):
+    """``CLIPBackbone``: its vision tower (``_clip_vision``) read at the class token, then its
+    ``vision_projection`` (no bias) as the head, as for transformers' ``CLIPModel``: the
+    output, the backbone's image embedding (``get_vision_embeddings``). Built with
+    ``include_top=False``, the class token after the final norm (before the projection)."""
+    options = _clip_vision(_vision_encoder(config, "CLIPVisionEncoder"), task, "CLIPBackbone")
+    return dict(options, pooling="token", include_top=True, num_classes=int(config["projection_dim"]),
+                head_zero_init=False)  # fmt: skip
+
+
+BACKBONES = {
+    "ViTBackbone": _vit,
+    "DINOV2Backbone": _dinov2,
+    "DINOV3Backbone": _dinov3,
+    "SigLIPBackbone": _siglip,
+    "SigLIPVisionEncoder": _siglip_vision,
+    "CLIPBackbone": _clip,
+    "CLIPVisionEncoder": _clip_vision,
+}
 
 
 def _read_json(folder, filename):
@@ -153,7 +246,7 @@ def from_preset_folder(folder):
         )
     task = _read_json(folder, TASK_FILE)
     options = BACKBONES[name](config["config"], None if task is None else task["config"])
-    return options, _preprocessing(_read_json(folder, PREPROCESSOR_FILE))
+    return options, _preprocessing(_converter(folder))
 
 
 def _per_channel(value, default):
@@ -161,10 +254,17 @@ def _per_channel(value, default):
     return tuple(float(v) for v in value) if isinstance(value, (list, tuple)) else (float(value),) * 3
 
 
-def _preprocessing(preprocessor):
+def _converter(folder):
+    """The arguments of a folder's image converter: its preprocessor's (a task's, SigLIP's and
+    CLIP's with their tokenizer), else one saved alone; ``{}`` where it has none."""
+    preprocessor = _read_json(folder, PREPROCESSOR_FILE) or {}
+    converter = preprocessor.get("config", {}).get("image_converter") or _read_json(folder, CONVERTER_FILE) or {}
+    return converter.get("config", {})
+
+
+def _preprocessing(converter):
     """The image converter's resize and ``x * scale + offset`` (on 0-255 pixels) as keras-vit's
     ``(x / 255 - mean) / std``; None where the folder has no preprocessor or converter."""
-    converter = ((preprocessor or {}).get("config", {}).get("image_converter") or {}).get("config", {})
     if converter.get("scale") is None:
         return None
     std = tuple(1.0 / (255.0 * s) for s in _per_channel(converter["scale"], None))
@@ -202,6 +302,17 @@ def read_weights(folder):
     # The task's own class loads it (keras-hub's Task refuses to guess one); else the backbone.
     loader = keras_hub.models.Backbone if task is None else keras.saving.get_registered_object(task["registered_name"])
     model = loader.from_preset(folder)
-    # Some backbones (DINOv2's, DINOv3's) name their layers after themselves: paths without it.
-    prefix = f"{getattr(model, 'backbone', model).name}_"
-    return {variable.path.removeprefix(prefix): keras.ops.convert_to_numpy(variable) for variable in model.weights}
+    backbone = getattr(model, "backbone", model)
+    # SigLIP's and CLIP's backbones hold a vision and a text encoder: keras-vit reads the first.
+    vision = getattr(backbone, "vision_encoder", backbone)
+    text = getattr(backbone, "text_encoder", None)
+    left_out = {variable.path for variable in text.weights} if text is not None else set()
+    # Some backbones (DINOv2's, DINOv3's, the vision encoders) name their layers after
+    # themselves: paths without it.
+    return {
+        variable.path.removeprefix(f"{backbone.name}_").removeprefix(f"{vision.name}_"): keras.ops.convert_to_numpy(
+            variable
+        )
+        for variable in model.weights
+        if variable.path not in left_out
+    }

@@ -276,6 +276,30 @@ LAYOUTS = {
             ignorable=("embeddings/mask_token", "embeddings/position_embeddings"),
             prepare=special_cases.keras_hub_registers_prepare,
         ),
+        # keras-hub's SigLIP and CLIP vision towers (keras_hub_config.read_weights): of a
+        # two-tower backbone, the similarity head and the text projection go unused.
+        Layout(
+            "keras_hub_siglip",
+            "head/attention/query/kernel",
+            ("",),
+            table.KERAS_HUB_SIGLIP,
+            "embedding/class_embedding",  # none: SigLIP has no class token
+            resampling=("bicubic", False),
+            numerics={"layer_norm_epsilon": 1e-6},  # its final norm's, fixed
+            ignorable=("embedding/position_ids", "siglip_head/"),
+            prepare=special_cases.keras_hub_siglip_prepare,
+        ),
+        Layout(
+            "keras_hub_clip",
+            "embedding/class_embedding",
+            ("",),
+            table.KERAS_HUB_CLIP,
+            "embedding/class_embedding",
+            resampling=("bicubic", False),
+            numerics={"layer_norm_epsilon": 1e-5},  # fixed in its layers
+            ignorable=("embedding/position_ids", "text_projection/", "clip_head/"),
+            prepare=special_cases.keras_hub_positions_prepare,
+        ),
         # keras-hub's ViT preset folders (keras_hub_config.read_weights).
         Layout(
             "keras_hub_vit",

@@ -273,3 +273,26 @@ def keras_hub_dinov3_prepare(spec, arrays):
     arrays = _zero_biases(arrays, ("q_proj", "k_proj", "v_proj"), "/", "kernel", -1)
     arrays = _joined_gate(arrays, "/mlp/gate_proj/", "/mlp/up_proj/", "/mlp/fc1/", axis=-1)
     return _renamed(arrays, "/mlp/down_proj/", "/mlp/fc2/")
+
+
+def keras_hub_positions_prepare(spec, arrays):
+    """keras-hub's SigLIP and CLIP add to the tokens the rows of their position table that a
+    weight of the file picks (``position_ids``; CLIP's layer leaves it as built, zeros: each
+    token gets row 0, where a converted preset's counts the rows in order): the table as added."""
+    if "embedding/position_ids" not in arrays:
+        return arrays
+    arrays = dict(arrays)
+    table = np.asarray(arrays["embedding/position_embedding/embeddings"])
+    arrays["embedding/position_embedding/embeddings"] = table[np.asarray(arrays["embedding/position_ids"])[0]]
+    return arrays
+
+
+_PROBE = re.compile(r"head/variable(_\d+)?$")
+
+
+def keras_hub_siglip_prepare(spec, arrays):
+    """keras-hub's SigLIP makes its attention pooling's probe without a name: Keras calls it
+    ``variable`` with a number that counts the unnamed weights made before it. Named
+    ``head/probe``; the position table as its ``position_ids`` pick (``keras_hub_positions_prepare``)."""
+    arrays = {("head/probe" if _PROBE.match(k) else k): v for k, v in arrays.items()}
+    return keras_hub_positions_prepare(spec, arrays)

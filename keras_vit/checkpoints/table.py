@@ -20,7 +20,9 @@ recognised, how its peer resamples, the numerics it was trained with) is its rec
   ``Dinov2WithRegistersModel`` files (``HF_DINOV2``, rows of their own); ``"hf_dinov3"``:
   its ``DINOv3ViTModel`` (``HF_DINOV3``; rotary embeddings, no position table); ``"hf_clip"``:
   its CLIP vision tower (``HF_CLIP``); ``"hf_siglip"``: its SigLIP vision tower (``HF_SIGLIP``).
-- ``"keras_hub_vit"``: a keras-hub ViT preset folder's variable paths (``KERAS_HUB_VIT``).
+- ``"keras_hub_vit"``: a keras-hub ViT preset folder's variable paths (``KERAS_HUB_VIT``);
+  its DINOv2's, DINOv3's, SigLIP's and CLIP's, rows of their own (``KERAS_HUB_DINOV2``,
+  ``KERAS_HUB_DINOV3``, ``KERAS_HUB_SIGLIP``, ``KERAS_HUB_CLIP``).
 - ``"keras"``: keras-vit's own variable paths (a ``.keras`` file), identity.
 """
 
@@ -382,6 +384,54 @@ KERAS_HUB_DINOV3 = [
     (_B + r"attention/qkv/bias", concat(*(_KD + f"attention/{n}_proj/bias" for n in "qkv"))),
     (_B + r"attention/out/(kernel|bias)", same(_KD + "attention/o_proj/{1}")),
     (_B + r"mlp/(fc[12])/(kernel|bias)", same(_KD + "mlp/{1}/{2}")),
+]
+
+# keras-hub's SigLIP and CLIP vision towers (SigLIPVisionEncoder, CLIPVisionEncoder, alone or in
+# their backbones; read_weights takes the encoder's name off its paths): Keras'
+# MultiHeadAttention kernels, the blocks counted from 0.
+_KV = "encoder_block_{0}/"
+
+
+def _keras_hub_attention(attention):
+    """A block's Keras ``MultiHeadAttention`` at ``attention`` (a path prefix with ``{0}``)."""
+    return [
+        (_B + r"attention/qkv/kernel", heads_in(*(attention + f"{n}/kernel" for n in _QKV))),
+        (_B + r"attention/qkv/bias", concat(*(attention + f"{n}/bias" for n in _QKV))),
+        (_B + r"attention/out/kernel", heads_out(attention + "attention_output/kernel")),
+        (_B + r"attention/out/bias", same(attention + "attention_output/bias")),
+    ]
+
+
+_KP = "head/attention/"  # SigLIP's attention pooling: its probe is the query, the tokens the keys and values
+KERAS_HUB_SIGLIP = [
+    (r"patch_embedding/(kernel|bias)", same("embedding/patch_embedding/{0}")),
+    (r"position_embedding/embedding", batched("embedding/position_embedding/embeddings")),
+    (_B + r"norm([12])/(gamma|beta)", same(_KV + "layer_norm{1}/{2}")),
+    *_keras_hub_attention(_KV + "self_attn/"),
+    (_B + r"mlp/(fc[12])/(kernel|bias)", same(_KV + "mlp/{1}/{2}")),
+    (r"encoder_norm/(gamma|beta)", same("post_layer_norm/{0}")),
+    (r"pooling/latent", same("head/probe")),  # an unnamed weight, named by the layout's prepare
+    (r"pooling/query/kernel", heads_in(_KP + "query/kernel")),
+    (r"pooling/query/bias", concat(_KP + "query/bias")),
+    (r"pooling/key_value/kernel", heads_in(_KP + "key/kernel", _KP + "value/kernel")),
+    (r"pooling/key_value/bias", concat(_KP + "key/bias", _KP + "value/bias")),
+    (r"pooling/out/kernel", heads_out(_KP + "attention_output/kernel")),
+    (r"pooling/out/bias", same(_KP + "attention_output/bias")),
+    (r"pooling/norm/(gamma|beta)", same("head/layernorm/{0}")),
+    (r"pooling/mlp/(fc[12])/(kernel|bias)", same("head/mlp/{0}/{1}")),
+]
+KERAS_HUB_CLIP = [
+    (r"patch_embedding/kernel", same("embedding/patch_embedding/kernel")),
+    (r"class_token/token", batched("embedding/class_embedding")),
+    (r"position_embedding/embedding", batched("embedding/position_embedding/embeddings")),
+    (r"pre_norm/(gamma|beta)", same("pre_layer_norm/{0}")),
+    (_B + r"norm([12])/(gamma|beta)", same(_KV + "layer_norm_{1}/{2}")),
+    *_keras_hub_attention(_KV + "attention/"),
+    (_B + r"mlp/fc([12])/(kernel|bias)", same(_KV + "dense_{1}/{2}")),
+    (r"encoder_norm/(gamma|beta)", same("layer_norm/{0}")),
+    # The CLIPBackbone's projection (a Dense without a bias, its kernel (in, out)) as the head.
+    (r"head/kernel", same("vision_projection/kernel")),
+    (r"head/bias", Source("vision_projection/kernel", lambda w: np.zeros(np.shape(w)[-1], np.asarray(w).dtype))),
 ]
 
 # The hybrids' BiT ResNet: the npz keeps the ResNet's own names (GroupNorm scale/bias =
