@@ -424,7 +424,6 @@ def test_every_architecture_builds_or_says_why_not():
 def test_list_models_names_the_family_and_create_model_builds_one_as_timm_does(timm):
     names = keras_vit.list_models()
     assert set(timm_config.buildable()) <= set(names) and {"vit_b16", "r50_vit_b16"} <= set(names)
-    assert "vit_base_patch16_rpn_224" not in names  # not built yet: not offered
     assert keras_vit.list_models("vit_small_patch14*") == ["vit_small_patch14_dinov2", "vit_small_patch14_reg4_dinov2"]
     # By timm's name, with random weights: timm's parameters (registers, LayerScale, the
     # position table without the prefix tokens), at a small size as timm builds it.
@@ -434,8 +433,6 @@ def test_list_models_names_the_family_and_create_model_builds_one_as_timm_does(t
     assert model.count_params() == sum(p.numel() for p in peer.parameters())
     with pytest.raises(ValueError, match=r"create_model\('hf-hub:timm/vit_small_patch14_reg4_dinov2.<tag>'\)"):
         keras_vit.create_model(DINOV2_REGISTERS, weights="lvd142m")
-    with pytest.raises(ValueError, match="does not build these timm options yet: block_fn='respostblock'"):
-        keras_vit.create_model("vit_base_patch16_rpn_224")
 
 
 def test_bad_names_configs_and_files_are_clear_errors_and_load_nothing(timm, mirror, tmp_path):
@@ -464,9 +461,12 @@ def test_bad_names_configs_and_files_are_clear_errors_and_load_nothing(timm, mir
     )
     with pytest.raises(ValueError, match=r"(?s)does not fit model.*nothing was loaded.*expected"):
         keras_vit.create_model(str(strange))
-    # An architecture keras-vit does not build yet says which option.
-    with pytest.raises(timm_config.UnsupportedArchitectureError, match="block_fn='respostblock'"):
-        timm_config.spec_options(timm_config.architecture_args("vit_base_patch16_rpn_224"))
+    # A block or an attention keras-vit does not build says which option, before any download.
+    for option, why in (("block_fn", "this block"), ("attn_layer", "this attention")):
+        (strange / "config.json").write_text(json.dumps({**config, "model_args": {option: "parallelthingsblock"}}))
+        with pytest.raises(timm_config.UnsupportedArchitectureError,
+                           match=rf"does not build these timm options yet: {option}='parallelthingsblock' \({why}\)"):
+            keras_vit.create_model(str(strange))  # fmt: skip
 
 
 def test_the_table_and_its_docs_page_are_what_the_script_writes_from_this_timm(timm):
