@@ -415,8 +415,9 @@ def test_every_architecture_builds_or_says_why_not():
         else:
             assert reason.startswith("keras-vit does not build these timm options yet: "), reason
             refused[name] = reason
-    # Every family the issue names that keras-vit builds today is among them.
-    for family in ("dinov2", "reg4", "clip", "deit3", "distilled", "siglip_gap", "gap"):
+    # Every family the issues name is among them.
+    for family in ("dinov2", "reg4", "clip", "deit3", "distilled", "siglip_gap", "gap", "dinov3", "eva02", "vit_pe_",
+                   "beit", "sapiens2", "rope_mixed"):  # fmt: skip
         assert any(family in n for n in built), family
     assert len(built) + len(refused) == len(ARCHITECTURES)
 
