@@ -70,6 +70,8 @@ PE_CORE = "vit_pe_core_tiny_patch16_384"
 # Sapiens2 (timm's eva module): grouped key/value heads, RMS norms on the queries and keys,
 # LayerScale on the attention alone.
 SAPIENS2 = "vit_large_patch16_sapiens2"
+# Differential attention in ViT-22B's parallel blocks (timm's DiffParallelScalingBlock).
+DIFFERENTIAL_PARALLEL = "vit_dpwee_patch16_reg1_gap_256"
 # Attention weights (in [0, 1]) against timm's explicit softmax: float32 rounding.
 ATTENTION_ATOL = 1e-5
 # bfloat16 activations (8 significant bits) and int8 weights against float32, on the
@@ -222,10 +224,6 @@ def test_perception_encoder_and_sapiens2_load_by_hub_name_at_timms_logits_featur
     assert_attention_is_timms(model, peer, x)
 
 
-# Differential attention in ViT-22B's parallel blocks (timm's DiffParallelScalingBlock).
-DIFFERENTIAL_PARALLEL = "vit_dpwee_patch16_reg1_gap_256"
-
-
 def test_differential_attention_in_parallel_blocks_loads_at_timms_logits_features_and_attention(timm, mirror):
     import torch
 
@@ -304,7 +302,7 @@ def test_siglip_intermediates_are_timms(timm, mirror):
 # backend built it: the layers' conversion is one, and each backend's export path is
 # test_export's.
 @once_on("tensorflow", "the converters see the layers as TensorFlow rebuilds them, whichever backend built them")
-@pytest.mark.parametrize("architecture", [DINOV2_REGISTERS, SIGLIP, DINOV3])
+@pytest.mark.parametrize("architecture", [DINOV2_REGISTERS, SIGLIP, DINOV3, ROPE_MIXED, DIFFERENTIAL_PARALLEL])
 def test_savedmodel_litert_and_onnx_exports_give_the_models_outputs(timm, mirror, architecture, tmp_path, rng):
     from keras_vit.export import export_model
     from keras_vit.export.runtime import load_exported
