@@ -102,15 +102,6 @@ def _formats(name):
     return [f for f in FORMATS if BACKEND == "tensorflow" or f not in QUANTISED_VARIANTS]
 
 
-def _hybrid_available():
-    # By name, not by building one: building the hybrid takes seconds on JAX.
-    try:
-        import keras_vit.layers.resnet  # noqa: F401
-    except ImportError:
-        return False
-    return TINY_HYBRID["name"] in keras_vit.list_models()
-
-
 MODELS = [
     pytest.param(
         TINY_VIT,
@@ -123,7 +114,6 @@ MODELS = [
         TINY_HYBRID,
         id="hybrid",
         marks=[
-            pytest.mark.skipif(not _hybrid_available(), reason="hybrid ResNet+ViT not available yet"),
             # The ViT takes each backend's own paths; the hybrid adds its layers and its own
             # pre-processing, exported from JAX through the .keras reload that JAX and
             # PyTorch share (and to .pt2 in a PyTorch process).

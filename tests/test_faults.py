@@ -146,6 +146,22 @@ def logged_epochs(run_dir):
         return [int(row["epoch"]) for row in csv.DictReader(f) if row["epoch"] != "epoch"]
 
 
+KILL_SEED = "KERAS_VIT_KILL_SEED"
+
+
+def kill_step(seed):
+    """The step the fault test kills its run after, from ``seed``: one of the second or third
+    epoch, never an epoch's first or last."""
+    steps = [s for s in range(STEPS + 2, 3 * STEPS - 1) if s % STEPS not in (0, STEPS - 1)]
+    return random.Random(seed).choice(steps)
+
+
+def test_the_kill_step_is_the_seeds_and_seeds_reach_every_allowed_step():
+    assert kill_step(3) == kill_step(3)
+    allowed = {s for s in range(STEPS + 2, 3 * STEPS - 1) if s % STEPS not in (0, STEPS - 1)}
+    assert {kill_step(seed) for seed in range(200)} == allowed
+
+
 # The tests that take this fixture are slow (tests/tiers.py): it kills a training run and runs it twice more.
 @pytest.fixture(scope="module")
 def killed_and_resumed(tmp_path_factory):
@@ -157,18 +173,21 @@ def killed_and_resumed(tmp_path_factory):
     code = RUN.replace("{OPTIONS}", repr(OPTIONS))
     run_dir, counter = tmp_path / "killed" / "run", tmp_path / "steps"
     command = [sys.executable, "-c", code, str(tmp_path / "killed"), str(counter)]
-    # A random step of the second or third epoch, never at an epoch's end; drawn from the OS,
-    # not the seeded generators (every run would kill at one step), and named in each assertion.
-    kill_at = random.SystemRandom().choice(
-        [s for s in range(STEPS + 2, 3 * STEPS - 1) if s % STEPS not in (0, STEPS - 1)]
-    )
+    # A step of the second or third epoch, never at an epoch's end, drawn with its own seed:
+    # a new one each run (the test's seeded generators would kill at one step every time),
+    # or KERAS_VIT_KILL_SEED's, which each assertion names so that a failure can be rerun.
+    seed = int(os.environ.get(KILL_SEED) or random.SystemRandom().randrange(2**32))
+    kill_at = kill_step(seed)
     child = subprocess.Popen(command, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and child.poll() is None and steps_done(counter) < kill_at:
         time.sleep(0.005)
     child.send_signal(signal.SIGKILL)
     _, err = child.communicate()
-    killed = f"aimed at step {kill_at}, killed after step {steps_done(counter)}; the child's stderr:\n{err[-3000:]}"
+    killed = (
+        f"aimed at step {kill_at} ({KILL_SEED}={seed} reruns it), killed after step {steps_done(counter)}; "
+        f"the child's stderr:\n{err[-3000:]}"
+    )
     assert child.returncode == -signal.SIGKILL, killed
     assert not (run_dir / "model.keras").exists(), killed  # it did not finish
     assert 1 <= read_state(run_dir / "backup")["epoch"] < EPOCHS, killed  # a finished epoch's backup to resume

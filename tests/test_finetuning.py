@@ -10,12 +10,12 @@ import textwrap
 import keras
 import numpy as np
 import pytest
-from helpers import TINY_ENCODER, randomize_keras, to_numpy
+from helpers import TINY_ENCODER, assert_close_to_scale, randomize_keras, to_numpy
 
 import keras_vit
 from keras_vit.data import load_dataset
 from keras_vit.training import finetune, make_config
-from keras_vit.training.lora import add_lora
+from keras_vit.training.lora import add_lora, merge_lora
 from keras_vit.training.optimizers import make_optimizer
 
 BACKEND = keras.backend.backend()
@@ -40,6 +40,39 @@ def tune(base, tmp_path, **options):
 
 def weights(model):
     return {v.path: to_numpy(v) for v in model.weights}
+
+
+# The LoRA model and its merge against W + (alpha / rank) A B computed here: at most float32
+# sums in another order (measured equal on the three backends: Keras forms the kernel so).
+LORA_RTOL = 1e-5
+
+
+def test_lora_and_its_merge_are_the_base_plus_alpha_over_rank_a_b_computed_apart(base):
+    model = keras_vit.load_model(base)
+    add_lora(model, rank=2, alpha=6.0)  # a scale of 3, not the default 1: a scale left out shows
+    rng = np.random.default_rng(0)
+    factors = {}
+    for layer in [layer for layer in model._flatten_layers() if getattr(layer, "lora_enabled", False)]:
+        a, b = (0.3 * rng.standard_normal(tuple(w.shape)).astype("float32") for w in
+                (layer.lora_kernel_a, layer.lora_kernel_b))  # fmt: skip
+        layer.lora_kernel_a.assign(a)
+        layer.lora_kernel_b.assign(b)
+        factors[layer.path + "/kernel"] = (a, b)
+    assert sorted(factors) == sorted(f"block_{i}/attention/{p}/kernel" for i in range(DEPTH) for p in ("qkv", "out"))
+    # The base's kernels with the adapters folded in by hand, on a model without LoRA.
+    reference = keras_vit.load_model(base)
+    for variable in reference.weights:
+        if variable.path in factors:
+            a, b = factors[variable.path]
+            variable.assign(to_numpy(variable) + 3.0 * (a @ b))
+    x = np.random.default_rng(1).standard_normal((4, 16, 16, 3)).astype("float32")
+    expected = to_numpy(reference(x))
+    ours, merged = to_numpy(model(x)), to_numpy(merge_lora(model)(x))
+    assert_close_to_scale(ours, expected, LORA_RTOL, "the LoRA model")
+    assert_close_to_scale(merged, expected, LORA_RTOL, "its merge")
+    # The adapters' effect is far past the bound: a merge that left them out would show.
+    moved = np.abs(expected - to_numpy(keras_vit.load_model(base)(x))).max()
+    assert moved > 100 * LORA_RTOL * np.abs(expected).max(), moved
 
 
 def test_lora_trains_its_adapters_and_the_head_alone_and_its_merged_model_equals_base_plus_adapter(base, tmp_path):

@@ -7,6 +7,7 @@ its quick mode runs in tests/test_benchmarks.py).
 
 import collections
 import functools
+import re
 
 import keras
 import numpy as np
@@ -52,7 +53,30 @@ def test_a_rematerialised_model_takes_the_same_training_step(dropout_rate, rng):
     assert remat.spec.remat and type(remat).from_config(remat.get_config()).spec.remat
 
 
-@pytest.mark.skipif(BACKEND != "torch", reason="torch's checkpoint reruns the block in Python; XLA and tf in graphs")
+@pytest.mark.skipif(BACKEND != "jax", reason="JAX's program; TensorFlow's and PyTorch's recomputation is counted below")
+def test_each_block_is_a_checkpoint_in_jaxs_gradient_program(rng):
+    import jax
+
+    x = rng.uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+
+    def checkpoints(remat):
+        model = keras_vit.create_model("vit_ti16", remat=remat, **TINY)
+        trainable = [v.value for v in model.trainable_variables]
+        frozen = [v.value for v in model.non_trainable_variables]
+
+        def loss(weights):
+            logits, _ = model.stateless_call(weights, frozen, x, training=True)
+            return logits.sum()
+
+        # The gradient's program: a rematerialised block is jax.checkpoint's primitive (named
+        # remat2, or checkpoint by other JAX versions), whose forward the backward pass runs
+        # again instead of keeping its activations.
+        return len(re.findall(r"\b(?:remat2?|checkpoint)\[", str(jax.make_jaxpr(jax.grad(loss))(trainable))))
+
+    assert (checkpoints(False), checkpoints(True)) == (0, TINY["depth"])
+
+
+@pytest.mark.skipif(BACKEND == "jax", reason="JAX traces a block once and reruns its program (above)")
 def test_each_blocks_body_runs_again_in_the_backward_pass(rng, monkeypatch):
     calls = collections.Counter()
 
@@ -72,8 +96,11 @@ def test_each_blocks_body_runs_again_in_the_backward_pass(rng, monkeypatch):
         keras.utils.set_random_seed(0)
         model = keras_vit.create_model("vit_ti16", remat=remat, **TINY)
         model.compile(keras.optimizers.SGD(0.5), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        model.train_on_batch(x, y)  # the first step also traces the model for its metrics
-        calls.clear()
+        if BACKEND == "torch":  # eager: every step runs the Python; the first also builds the metrics
+            model.train_on_batch(x, y)
+        calls.clear()  # the model's construction called its layers too
+        # TensorFlow runs the Python once, as it traces the step into a graph: a
+        # rematerialised block is traced again for the backward pass (tf.recompute_grad).
         model.train_on_batch(x, y)
         # Rematerialised, each block's body runs again in the backward pass: its attention
         # and MLP twice a step (once each without).
