@@ -31,21 +31,27 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TF_NUM_INTRAOP_THREADS=${TF_NUM_INT
 # process per backend).
 declare -A SECOND=(
   [jax]="tests/test_export.py tests/test_quantization.py tests/test_benchmarks.py tests/test_faults.py
-    tests/test_packaging.py tests/test_recipes.py tests/test_family.py tests/test_processes.py
-    tests/test_masked_patches.py"
+    tests/test_packaging.py tests/test_recipes.py tests/test_processes.py tests/test_masked_patches.py"
   [tensorflow]="tests/test_export.py tests/test_benchmarks.py tests/test_faults.py tests/test_packaging.py
     tests/test_recipes.py tests/test_quantization.py tests/test_family.py"
 )
 
+# The parity tests once with XLA as users run it (its default optimisation, where the other
+# processes compile cheaper: tests/conftest.py), on JAX, in a process of their own.
+declare -A USERS_COMPILER=(
+  [jax]="tests/test_family.py tests/test_checkpoint_parity.py tests/test_transformers.py tests/test_keras_hub.py"
+)
+
 # run NAME BACKEND PYTEST-ARGS...: one pytest process, its lines prefixed with [NAME].
 run() {
-  local name=$1 backend=$2
+  local name=$1 backend=$2 users=0
   shift 2
-  KERAS_BACKEND=$backend .venv/bin/python -m pytest -q -p no:cacheprovider "$@" 2>&1 |
+  [[ $name == *-users ]] && users=1
+  KERAS_VIT_USERS_COMPILER=$users KERAS_BACKEND=$backend .venv/bin/python -m pytest -q -p no:cacheprovider "$@" 2>&1 |
     sed -u "s/^/[$name] /" | tee "$logs/$name.log"
   local status=${PIPESTATUS[0]}
   # A second process may have nothing to run (-k, -m selecting none of its files).
-  [[ $name == *-2 ]] && [ "$status" = 5 ] && status=0
+  [[ $name == *-2 || $name == *-users ]] && [ "$status" = 5 ] && status=0
   echo "$status" >"$logs/$name.status"
 }
 
@@ -59,6 +65,16 @@ for backend in "${backends[@]}"; do
     runs+=("$backend-2")
     run "$backend-2" "$backend" "${second[@]}" "$@" &
     everything+=("${second[@]/#/--ignore=}")
+  fi
+  if [ -n "${USERS_COMPILER[$backend]:-}" ]; then
+    users=(${USERS_COMPILER[$backend]})
+    runs+=("$backend-users")
+    everything+=("${users[@]/#/--ignore=}")
+    if [ "${KERAS_VIT_TEST_SERIAL:-0}" = 1 ]; then
+      run "$backend-users" "$backend" "${users[@]}" "$@"
+    else
+      run "$backend-users" "$backend" "${users[@]}" "$@" &
+    fi
   fi
   runs+=("$backend")
   if [ "${KERAS_VIT_TEST_SERIAL:-0}" = 1 ]; then

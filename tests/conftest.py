@@ -15,9 +15,11 @@ import pytest
 # feel). Neither changes the HLO, and every parity bound holds with both. Set here, before
 # any framework is imported, so that the child processes inherit them; a flag XLA_FLAGS
 # already sets is left as it is.
+# KERAS_VIT_USERS_COMPILER=1 leaves XLA as users run it (scripts/test.sh runs the parity
+# tests so once).
 _XLA_TEST_FLAGS = {"xla_cpu_use_fusion_emitters": "false", "xla_backend_optimization_level": "0"}
 for _flag, _value in _XLA_TEST_FLAGS.items():
-    if _flag not in os.environ.get("XLA_FLAGS", ""):
+    if os.environ.get("KERAS_VIT_USERS_COMPILER") != "1" and _flag not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --{_flag}={_value}".strip()
 
 sys.path.insert(0, os.path.dirname(__file__))
