@@ -152,6 +152,55 @@ def test_layer_decay_gives_each_block_its_rate_and_scales_its_steps():
     assert np.abs(steps[1]["block_0/mlp/fc1/kernel"]).max() > 0
 
 
+def test_layer_decay_adamw_scales_each_weights_step_and_reloads_with_its_rates(tmp_path):
+    # Adam's first step is linear in the rate (without weight decay, which stays at the base
+    # rate): each weight's is its factor times the undecayed one.
+    # A large rate: each step far above the float32 spacing of the weights it moves.
+    common = dict(optimizer="adam", weight_decay=0.0, learning_rate=0.1, warmup_steps=0, global_clipnorm=None)
+    x = np.random.default_rng(0).standard_normal((4, 16, 16, 3)).astype("float32")
+    y = np.array([0, 1, 2, 0])
+    start, models, steps = None, [], []
+    for recipe in (make_config("digits_finetune", layer_decay=0.5, **common), make_config("digits_finetune", **common)):
+        model = keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=DEPTH, patch_size=4,
+                                       head_zero_init=False, **TINY_ENCODER)  # fmt: skip
+        if start is None:
+            randomize_keras(model)
+            start = weights(model)
+        model.set_weights([start[v.path] for v in model.weights])
+        model.compile(make_optimizer(recipe, 10, model), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.train_on_batch(x, y)
+        models.append(model)
+        steps.append({path: value - start[path] for path, value in weights(model).items()})
+    decayed = models[0]
+    assert type(decayed.optimizer).__name__ == "LayerDecayAdamW"
+    rates = decayed.optimizer.layer_rates
+    assert sorted(set(rates.values())) == [0.5 ** k for k in range(DEPTH + 1, -1, -1)]
+    def informative(path, step):
+        # The key's bias has no gradient but rounding (the softmax ignores a shift common to
+        # a query's logits), which Adam scales up to steps of the rate's size: left out.
+        if path.endswith("attention/qkv/bias"):
+            third = step.shape[0] // 3
+            return np.concatenate([step[:third], step[2 * third :]])
+        return step
+
+    for path, rate in rates.items():
+        # Relative to the step's scale (Adam divides each gradient by its size: rounding near
+        # its epsilon shows, measured up to 5e-4); a missing factor moves it 2 to 8 times as far.
+        assert_close_to_scale(informative(path, steps[0][path]), rate * informative(path, steps[1][path]), 2e-3, path)
+    # Saved with its optimizer and reloaded, it takes the next step the model it was takes.
+    path = str(tmp_path / "decayed.keras")
+    decayed.save(path)
+    reloaded = keras.saving.load_model(path)
+    assert type(reloaded.optimizer).__name__ == "LayerDecayAdamW" and reloaded.optimizer.layer_rates == rates
+    before = weights(decayed)
+    decayed.train_on_batch(x, y)
+    reloaded.train_on_batch(x, y)
+    after = weights(decayed)
+    for path, value in weights(reloaded).items():
+        assert_close_to_scale(informative(path, value - before[path]), informative(path, after[path] - before[path]),
+                              2e-3, path)  # fmt: skip
+
+
 class EpochWeights(keras.callbacks.Callback):
     def __init__(self):
         super().__init__()
