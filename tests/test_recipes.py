@@ -120,7 +120,8 @@ def test_pretrain_on_tfds_mock_data(tmp_path):
 
 
 TWO_DEVICES = textwrap.dedent("""
-    import os, sys
+    import json, os, sys
+    import numpy as np
     strategy, out = sys.argv[1:]
     if os.environ["KERAS_BACKEND"] == "tensorflow":
         import tensorflow as tf
@@ -128,18 +129,42 @@ TWO_DEVICES = textwrap.dedent("""
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from keras_vit.training import make_config, pretrain
     from keras_vit.training.distribution import num_replicas
-    config = make_config("digits_pretrain", output_dir=out, hidden_size=32, depth=1, num_heads=2,
-                         mlp_dim=64, epochs=1, batch_size=32, progress=0, strategy=strategy,
-                         steps_per_epoch=3, run_name=strategy)
-    result = pretrain(config)
-    print("REPLICAS", num_replicas(strategy), "LOSS", result.history["loss"][-1])
+
+    def run(name):
+        # No dropout (each replica would draw its own masks) and SGD (Adam would turn the
+        # rounding of a gradient that is zero in exact arithmetic, the key's bias, into whole
+        # steps): the strategy's steps are then one device's, up to float32 sums' order.
+        config = make_config("digits_pretrain", output_dir=out, hidden_size=32, depth=1, num_heads=2,
+                             mlp_dim=64, epochs=1, batch_size=32, progress=0, strategy=name, steps_per_epoch=3,
+                             run_name=name, dropout_rate=0.0, optimizer="sgd", momentum=0.9, learning_rate=0.1)
+        result = pretrain(config)
+        return result, {v.path: np.asarray(v.numpy() if hasattr(v, "numpy") else v.value) for v in result.model.weights}
+
+    (ours, weights), (one, alone) = run(strategy), run("default")
+    differences = {p: float(np.abs(weights[p] - alone[p]).max() / (np.abs(alone[p]).max() or 1.0)) for p in alone}
+    print("FACTS", json.dumps(dict(replicas=num_replicas(strategy), losses=[ours.history["loss"], one.history["loss"]],
+                                   differences=differences)))
 """)
 
 
+# TensorFlow's mirrored run of the recipe takes other steps than its one-device run (the
+# head's first step points elsewhere: other labels reach it), where plain Keras under the
+# same strategy takes the one-device step: found by this test, not resolved yet.
+MIRRORED_DIFFERS = pytest.mark.xfail(
+    reason="the recipe under MirroredStrategy trains on other batches than on one device (issue 61)", strict=True
+)
+
+
 def _strategies():
-    return {"tensorflow": ["mirrored"], "jax": ["data_parallel", "model_parallel"], "torch": []}[
-        keras.backend.backend()
-    ]
+    return {
+        "tensorflow": [pytest.param("mirrored", marks=MIRRORED_DIFFERS)],
+        "jax": ["data_parallel", "model_parallel"],
+        "torch": [],
+    }[keras.backend.backend()]
+
+
+# Two devices sum a batch's gradients in two halves: the same steps up to float32 rounding.
+STRATEGY_RTOL = 1e-5
 
 
 @pytest.mark.parametrize(
@@ -152,15 +177,18 @@ def _strategies():
         )
     ],
 )
-def test_two_device_run(strategy, tmp_path):
+def test_a_two_device_run_takes_the_one_device_runs_steps(strategy, tmp_path):
     env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"}
     out = subprocess.run(
         [sys.executable, "-c", TWO_DEVICES, strategy, str(tmp_path)], env=env, capture_output=True, text=True, cwd=ROOT
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    line = [text for text in out.stdout.splitlines() if text.startswith("REPLICAS")][-1].split()
-    expected_replicas = 1 if strategy == "model_parallel" else 2
-    assert int(line[1]) == expected_replicas and np.isfinite(float(line[3]))
+    facts = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("FACTS "))[6:])
+    assert facts["replicas"] == (1 if strategy == "model_parallel" else 2)
+    ours, alone = facts["losses"]
+    np.testing.assert_allclose(ours, alone, rtol=STRATEGY_RTOL)
+    worst = max(facts["differences"].items(), key=lambda item: item[1])
+    assert worst[1] <= STRATEGY_RTOL, worst
 
 
 # On two virtual devices: a model trained sharded and on one device, and a recipe run sharded.
