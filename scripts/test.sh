@@ -55,6 +55,17 @@ run() {
   echo "$status" >"$logs/$name.status"
 }
 
+# start NAME BACKEND PYTEST-ARGS...: run, side by side with the others (one after another
+# with KERAS_VIT_TEST_SERIAL=1).
+start() {
+  runs+=("$1")
+  if [ "${KERAS_VIT_TEST_SERIAL:-0}" = 1 ]; then
+    run "$@"
+  else
+    run "$@" &
+  fi
+}
+
 backends=(${KERAS_VIT_BACKENDS:-tensorflow jax torch})
 runs=()
 for backend in "${backends[@]}"; do
@@ -62,26 +73,15 @@ for backend in "${backends[@]}"; do
   everything=(tests keras_vit --doctest-modules)
   if [ -n "${SECOND[$backend]:-}" ] && [ "${KERAS_VIT_TEST_SERIAL:-0}" != 1 ] && [ "${KERAS_VIT_TEST_SPLIT:-1}" != 0 ]; then
     second=(${SECOND[$backend]})
-    runs+=("$backend-2")
-    run "$backend-2" "$backend" "${second[@]}" "$@" &
+    start "$backend-2" "$backend" "${second[@]}" "$@"
     everything+=("${second[@]/#/--ignore=}")
   fi
   if [ -n "${USERS_COMPILER[$backend]:-}" ]; then
     users=(${USERS_COMPILER[$backend]})
-    runs+=("$backend-users")
+    start "$backend-users" "$backend" "${users[@]}" "$@"
     everything+=("${users[@]/#/--ignore=}")
-    if [ "${KERAS_VIT_TEST_SERIAL:-0}" = 1 ]; then
-      run "$backend-users" "$backend" "${users[@]}" "$@"
-    else
-      run "$backend-users" "$backend" "${users[@]}" "$@" &
-    fi
   fi
-  runs+=("$backend")
-  if [ "${KERAS_VIT_TEST_SERIAL:-0}" = 1 ]; then
-    run "$backend" "$backend" "${everything[@]}" "$@"
-  else
-    run "$backend" "$backend" "${everything[@]}" "$@" &
-  fi
+  start "$backend" "$backend" "${everything[@]}" "$@"
 done
 wait
 

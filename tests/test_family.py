@@ -463,8 +463,10 @@ def test_bad_names_configs_and_files_are_clear_errors_and_load_nothing(timm, mir
     # A block or an attention keras-vit does not build says which option, before any download.
     for option, why in (("block_fn", "this block"), ("attn_layer", "this attention")):
         (strange / "config.json").write_text(json.dumps({**config, "model_args": {option: "parallelthingsblock"}}))
-        with pytest.raises(timm_config.UnsupportedArchitectureError,
-                           match=rf"does not build these timm options yet: {option}='parallelthingsblock' \({why}\)"):
+        with pytest.raises(
+            timm_config.UnsupportedArchitectureError,
+            match=rf"does not build these timm options yet: {option}='parallelthingsblock' \({why}\)",
+        ):
             keras_vit.create_model(str(strange))  # fmt: skip
 
 

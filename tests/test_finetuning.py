@@ -174,7 +174,8 @@ def test_layer_decay_adamw_scales_each_weights_step_and_reloads_with_its_rates(t
     decayed = models[0]
     assert type(decayed.optimizer).__name__ == "LayerDecayAdamW"
     rates = decayed.optimizer.layer_rates
-    assert sorted(set(rates.values())) == [0.5 ** k for k in range(DEPTH + 1, -1, -1)]
+    assert sorted(set(rates.values())) == [0.5**k for k in range(DEPTH + 1, -1, -1)]
+
     def informative(path, step):
         # The key's bias has no gradient but rounding (the softmax ignores a shift common to
         # a query's logits), which Adam scales up to steps of the rate's size: left out.

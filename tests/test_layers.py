@@ -61,12 +61,14 @@ CASES = {
     "TokenPooling": (dict(mode="gap", num_prefix_tokens=1), (2, 5, 8)),
     # Variants, "<class>[<what>]": the options that add weights or change the computation.
     "EncoderBlock[parallel, differential]": (
-        dict(num_heads=2, mlp_dim=16, layer_scale_init=0.5, parallel=True, differential_lambda_init=0.3), (2, 5, 8)
+        dict(num_heads=2, mlp_dim=16, layer_scale_init=0.5, parallel=True, differential_lambda_init=0.3),
+        (2, 5, 8),
     ),
     "EncoderBlock[post-norm]": (dict(num_heads=2, mlp_dim=16, post_norm=True), (2, 5, 8)),
     "MultiHeadSelfAttention[grouped, qk norm]": (dict(num_heads=4, num_kv_heads=2, qk_norm="rmsnorm"), (2, 5, 8)),
     "RotaryEmbedding[mixed]": (
-        dict(grid_size=(2, 2), head_dim=4, num_prefix_tokens=1, form="mixed", depth=2, num_heads=2), (2, 5, 8)
+        dict(grid_size=(2, 2), head_dim=4, num_prefix_tokens=1, form="mixed", depth=2, num_heads=2),
+        (2, 5, 8),
     ),
 }
 
@@ -184,7 +186,9 @@ def test_layer_mixed_precision(name):
     # Every layer here computes and returns the compute dtype (the rotary table float32, the
     # precision its angles need: the attention turns in float32, then casts back); weights
     # stay float32.
-    assert keras.backend.standardize_dtype(out.dtype) == ("float32" if name.startswith("RotaryEmbedding") else "bfloat16")
+    assert keras.backend.standardize_dtype(out.dtype) == (
+        "float32" if name.startswith("RotaryEmbedding") else "bfloat16"
+    )
     assert {keras.backend.standardize_dtype(w.dtype) for w in layer.weights} <= {"float32"}
     # bfloat16 keeps 8 significant bits (relative rounding 2**-9 per operation) and a
     # layer chains a few dozen operations, normalisations amplifying the rounding: so the

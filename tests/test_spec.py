@@ -73,9 +73,11 @@ def test_resnet_fields_by_prefix_and_nested_config():
         (dict(map_num_heads=4), "map_num_heads is map pooling's; got pooling='token'"),
         (dict(pooling="map", map_mlp_dim=-1), "map_mlp_dim must be a positive integer"),
         (dict(parallel_blocks=True, residual_post_norm=True), "parallel_blocks=True has one norm"),
-        (dict(differential_attention=True, rope="axial", position_embedding="none"),
-         "differential_attention=True takes an even head width and no rotary embeddings.*got head width 64, "
-         "rope='axial'"),
+        (
+            dict(differential_attention=True, rope="axial", position_embedding="none"),
+            "differential_attention=True takes an even head width and no rotary embeddings.*got head width 64, "
+            "rope='axial'",
+        ),
         (dict(rope="mixed", num_kv_heads=1), "rope='mixed' turns each query head apart: it takes no num_kv_heads"),
     ],
 )

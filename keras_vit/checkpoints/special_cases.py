@@ -171,6 +171,9 @@ def _timm_eva_names(arrays):
 
 
 _PARALLEL_NAMES = re.compile(r"blocks\.(\d+)\.in_proj\.weight$")
+# A parallel block's weights by their names in it: their names in a Block (Block's own, left).
+_PARALLEL_RENAMES = {"in_norm.": "norm1.", "attn_out_proj.": "attn.proj.", "mlp_out_proj.": "mlp.fc2.", "ls.": "ls1.",
+                     "lambda_": "attn.lambda_", "sub_norm.": "attn.sub_norm."}  # fmt: skip
 
 
 def _timm_parallel_names(arrays):
@@ -201,11 +204,9 @@ def _timm_parallel_names(arrays):
             if b + "out_proj.bias" in arrays:
                 arrays[b + "attn.proj.bias"] = arrays.pop(b + "out_proj.bias")
                 arrays[b + "mlp.fc2.bias"] = np.zeros_like(arrays[b + "attn.proj.bias"])
-        renames = {"in_norm.": "norm1.", "attn_out_proj.": "attn.proj.", "mlp_out_proj.": "mlp.fc2.", "ls.": "ls1.",
-                   "lambda_": "attn.lambda_", "sub_norm.": "attn.sub_norm."}  # fmt: skip
         for key in [k for k in arrays if k.startswith(b)]:
             rest = key[len(b) :]
-            for old, new in renames.items():
+            for old, new in _PARALLEL_RENAMES.items():
                 if rest.startswith(old):
                     arrays[b + new + rest[len(old) :]] = arrays.pop(key)
                     break

@@ -53,12 +53,16 @@ _NOT_YET = {
     "pos_embed": "position embeddings other than timm's learned table",
 }
 _POSITION_EMBEDDINGS = {"learn": "learned", "none": "none"}  # timm's pos_embed: the spec's
-# timm's blocks by the names the table writes: residual_post_norm (ResPostBlock's norms on
-# the branches' outputs; it starts them at init_values, where the others have LayerScale).
-_BLOCKS = {"block": False, "respostblock": True, "parallelscalingblock": False, "diffparallelscalingblock": False}
-# The blocks whose attention and MLP run side by side, and those with differential attention.
-_PARALLEL_BLOCKS = ("parallelscalingblock", "diffparallelscalingblock")
-_DIFFERENTIAL_BLOCKS = ("diffparallelscalingblock",)
+# timm's blocks and attentions by the names the table writes: the spec's options each sets
+# (ResPostBlock's norms on the branches' outputs start at init_values, where the others'
+# LayerScale does).
+_BLOCKS = {
+    "block": {},
+    "respostblock": dict(residual_post_norm=True),
+    "parallelscalingblock": dict(parallel_blocks=True),
+    "diffparallelscalingblock": dict(parallel_blocks=True, differential_attention=True),
+}
+_ATTENTIONS = {"attention": {}, "diff": dict(differential_attention=True)}
 
 # timm's Eva defaults for the arguments read here (its norm_layer: timm's LayerNorm, eps 1e-6).
 _EVA_DEFAULTS = dict(
@@ -254,7 +258,7 @@ def spec_options(args):
         "mlp_layer": args["mlp_layer"] in _MLPS,
         "pos_embed": args["pos_embed"] in _POSITION_EMBEDDINGS,
         "block_fn": args["block_fn"] in _BLOCKS,
-        "attn_layer": args["attn_layer"] in ("attention", "diff"),
+        "attn_layer": args["attn_layer"] in _ATTENTIONS,
     }
     problems += [k for k, fine in checks.items() if not fine]
     if problems:
@@ -265,7 +269,8 @@ def spec_options(args):
     norm_type, epsilon = _norm(args["norm_layer"])
     pooling = _POOLINGS.get(args["global_pool"])
     fc_norm = args["global_pool"] == "avg" if args["fc_norm"] is None else bool(args["fc_norm"])
-    post_norm = _BLOCKS[args["block_fn"]]
+    block = {**_BLOCKS[args["block_fn"]], **_ATTENTIONS[args["attn_layer"]]}
+    post_norm = block.get("residual_post_norm", False)
     map_ratio = args["attn_pool_mlp_ratio"]
     return dict(
         image_size=tuple(args["img_size"]) if isinstance(args["img_size"], (list, tuple)) else args["img_size"],
@@ -293,8 +298,8 @@ def spec_options(args):
         map_num_heads=args["attn_pool_num_heads"],
         map_mlp_dim=None if map_ratio is None else int(args["embed_dim"] * map_ratio),
         residual_post_norm=post_norm,
-        parallel_blocks=args["block_fn"] in _PARALLEL_BLOCKS,
-        differential_attention=args["attn_layer"] == "diff" or args["block_fn"] in _DIFFERENTIAL_BLOCKS,
+        parallel_blocks=block.get("parallel_blocks", False),
+        differential_attention=block.get("differential_attention", False),
         num_kv_heads=args["num_kv_heads"],
         qk_norm=bool(args["qk_norm"]),
         layer_scale_mlp=not args["attn_only_layer_scale"],

@@ -362,16 +362,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def _differential_attention(self, qkv, training):
         # Each head's query and key channels are two half-heads (2h and 2h + 1 of twice the
         # heads), its value channels whole: two maps over the same values.
-        batch_heads = ops.transpose(qkv, (2, 0, 3, 1, 4))  # (3, batch, heads, length, dim)
-        query, key, value = ops.unstack(batch_heads, 3, axis=0)
+        query, key, value = ops.unstack(qkv, 3, axis=2)  # (batch, length, heads, dim)
         half = self.head_dim // 2
-        length = ops.shape(query)[2]
+        length = ops.shape(query)[1]
 
-        def halves(x):  # (batch, heads, length, dim) -> (batch, heads, 2, length, dim / 2)
-            x = ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (-1, length, self.num_heads * 2, half))
-            return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (-1, self.num_heads, 2, length, half))
+        def halves(x):  # (batch, length, heads, dim) -> (batch, heads, 2, length, dim / 2)
+            return ops.transpose(ops.reshape(x, (-1, length, self.num_heads, 2, half)), (0, 2, 3, 1, 4))
 
-        query, key = halves(query), halves(key)
+        query, key, value = halves(query), halves(key), ops.transpose(value, (0, 2, 1, 3))
         logits = ops.matmul(ops.cast(query, "float32") * half**-0.5, ops.swapaxes(ops.cast(key, "float32"), -1, -2))
         # In the compute dtype as the written-out attention drops its weights out, then combined in float32.
         maps = ops.cast(ops.softmax(logits, axis=-1), qkv.dtype)

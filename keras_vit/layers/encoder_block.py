@@ -275,7 +275,9 @@ class EncoderBlock(keras.layers.Layer):
         self.layer_scale1 = self.layer_scale2 = None
         if self.layer_scale_init is not None:
             # The MLP's own only where it has a branch of its own, and asks for one.
-            names = ("layer_scale1", "layer_scale2") if self.layer_scale_mlp and not self.parallel else ("layer_scale1",)
+            names = (
+                ("layer_scale1", "layer_scale2") if self.layer_scale_mlp and not self.parallel else ("layer_scale1",)
+            )
             for name in names:
                 layer = LayerScale(self.layer_scale_init, name=name, dtype=sublayer_policy(self, name))
                 layer.build((None, input_shape[-1]))
@@ -327,7 +329,9 @@ class EncoderBlock(keras.layers.Layer):
 
     def _mlp(self, rows, x, training):
         if training and self.dropout_rate > 0:  # the MLP's dropouts over the tokens' view
-            return ops.reshape(call_inline(self.mlp, ops.reshape(rows, ops.shape(x)), training=training), ops.shape(rows))
+            return ops.reshape(
+                call_inline(self.mlp, ops.reshape(rows, ops.shape(x)), training=training), ops.shape(rows)
+            )
         return call_inline(self.mlp, rows, training=training)
 
     def _residual(self, branch, x, training, layer_scale):

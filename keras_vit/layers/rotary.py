@@ -46,23 +46,40 @@ ROPE_TEMPERATURES = {"dinov3": 100.0, "axial": 10_000.0, "mixed": 10.0}
 LEARNED_FORMS = ("mixed",)
 
 
-def dinov3_angles(grid, head_dim, temperature, xp=np, offset=0.0):
-    """Each patch's angles, ``(rows * cols, head_dim // 2)``: the row coordinate's
-    ``head_dim // 4`` frequencies, then the column's.
+def grid_coordinates(grid, grid_indexing="ij", offset=0.0, xp=np):
+    """Each patch's two indices (plus ``offset``), ``(rows * cols, 2)`` in row-major token
+    order: the row's then the column's (``"ij"``), or the column's first (``"xy"``).
 
     ``grid`` is ``(rows, cols)``, ints (numpy, in float64) or scalar tensors (``keras.ops``,
     float32) for a grid known only at run time.
+
+    >>> grid_coordinates((2, 3), "xy")[:4].tolist()
+    [[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [0.0, 1.0]]
+    """
+    dtype = "float64" if xp is np else "float32"
+    y, x = (xp.arange(side, dtype=dtype) + offset for side in grid)
+    y = xp.reshape(xp.tile(y[:, None], (1, grid[1])), (-1,))
+    x = xp.reshape(xp.tile(x[None, :], (grid[0], 1)), (-1,))
+    return xp.stack([y, x] if grid_indexing == "ij" else [x, y], axis=1)
+
+
+def _sides(grid, xp):
+    """The grid's two sides as floats (numpy) or float32 scalars (``keras.ops``)."""
+    return [float(side) if xp is np else xp.cast(side, "float32") for side in grid]
+
+
+def dinov3_angles(grid, head_dim, temperature, xp=np, offset=0.0):
+    """Each patch's angles, ``(rows * cols, head_dim // 2)``: the row coordinate's
+    ``head_dim // 4`` frequencies, then the column's (``grid`` as ``grid_coordinates``').
 
     >>> dinov3_angles((2, 3), 8, 100.0).shape
     (6, 4)
     """
     dtype = "float64" if xp is np else "float32"
-    rows, cols = (xp.cast(side, dtype) if xp is not np else float(side) for side in grid)
+    rows, cols = _sides(grid, xp)
     # Patch centres, row-major as the patch tokens: (k + 0.5) / n mapped to [-1, 1].
-    y = (xp.arange(grid[0], dtype=dtype) + 0.5 + offset) / rows * 2.0 - 1.0
-    x = (xp.arange(grid[1], dtype=dtype) + 0.5 + offset) / cols * 2.0 - 1.0
-    y = xp.reshape(xp.tile(y[:, None], (1, grid[1])), (-1,))
-    x = xp.reshape(xp.tile(x[None, :], (grid[0], 1)), (-1,))
+    centres = grid_coordinates(grid, "ij", 0.5 + offset, xp)
+    y, x = centres[:, 0] / rows * 2.0 - 1.0, centres[:, 1] / cols * 2.0 - 1.0
     quarter = head_dim // 4
     inverse_periods = 1.0 / xp.power(xp.array(temperature, dtype), xp.arange(quarter, dtype=dtype) * 4.0 / head_dim)
     turns = 2.0 * math.pi * inverse_periods
@@ -78,29 +95,14 @@ def axial_angles(grid, head_dim, temperature, reference_grid=None, xp=np, offset
     [0.0, 0.0, 0.0, 2.0, 2.0, 2.0]
     """
     dtype = "float64" if xp is np else "float32"
-    sides = [float(side) if xp is np else xp.cast(side, dtype) for side in grid]
-    y, x = (xp.arange(side, dtype=dtype) + offset for side in grid)
+    indices = grid_coordinates(grid, "ij", offset, xp)
+    y, x = indices[:, 0], indices[:, 1]
     if reference_grid is not None:
-        y, x = y / sides[0] * reference_grid[0], x / sides[1] * reference_grid[1]
-    y = xp.reshape(xp.tile(y[:, None], (1, grid[1])), (-1,))
-    x = xp.reshape(xp.tile(x[None, :], (grid[0], 1)), (-1,))
+        rows, cols = _sides(grid, xp)
+        y, x = y / rows * reference_grid[0], x / cols * reference_grid[1]
     quarter = head_dim // 4
     bands = 1.0 / xp.power(xp.array(temperature, dtype), xp.arange(quarter, dtype=dtype) / quarter)
     return xp.concatenate([y[:, None] * bands[None], x[:, None] * bands[None]], axis=1)
-
-
-def grid_coordinates(grid, grid_indexing="ij", offset=0.0, xp=np):
-    """Each patch's two indices (plus ``offset``), ``(rows * cols, 2)`` in row-major token
-    order: the row's then the column's (``"ij"``), or the column's first (``"xy"``).
-
-    >>> grid_coordinates((2, 3), "xy")[:4].tolist()
-    [[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [0.0, 1.0]]
-    """
-    dtype = "float64" if xp is np else "float32"
-    y, x = (xp.arange(side, dtype=dtype) + offset for side in grid)
-    y = xp.reshape(xp.tile(y[:, None], (1, grid[1])), (-1,))
-    x = xp.reshape(xp.tile(x[None, :], (grid[0], 1)), (-1,))
-    return xp.stack([y, x] if grid_indexing == "ij" else [x, y], axis=1)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -273,18 +275,17 @@ class RotaryEmbedding(keras.layers.Layer):
 
     def _mixed_tables(self, coordinates):
         # Each block's and head's angles: the learned mix of the two coordinates,
-        # (depth, tokens, heads, head_dim // 2); then sines and cosines with the block first.
+        # (depth, heads, tokens, head_dim // 2), the tokens next to last as _layout takes
+        # them; then sines and cosines with the block first.
         coordinates = ops.cast(coordinates, "float32")
         frequencies = ops.cast(self.frequencies, "float32")
-        angles = ops.einsum("tc,cdhf->dthf", coordinates, frequencies)
-        angles = ops.transpose(angles, (0, 2, 1, 3))  # tokens next to last, as _layout takes them
+        angles = ops.einsum("tc,cdhf->dhtf", coordinates, frequencies)
         table = self._layout(angles, ops)  # (2, depth, heads, tokens, head_dim)
         return ops.transpose(table, (1, 0, 3, 2, 4))
 
     def call(self, tokens, patch_map=None):
         if self.form in LEARNED_FORMS:
-            grid = self.grid_size if patch_map is None else tuple(ops.shape(patch_map)[1:3])
-            coordinates = self._fixed if patch_map is None else self._coordinates(grid, ops)
+            coordinates = self._fixed if patch_map is None else self._coordinates(tuple(ops.shape(patch_map)[1:3]), ops)
             return self._mixed_tables(coordinates)
         if patch_map is None:
             return ops.convert_to_tensor(self._fixed)

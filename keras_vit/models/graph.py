@@ -167,8 +167,8 @@ def pooling_layer(spec, make):
     skipped = 0 if spec.pool_include_prefix else spec.num_prefix_tokens
     if spec.pooling == ATTENTION_POOLING:
         return make(
-            "pooling", AttentionPooling, spec.map_num_heads or spec.num_heads, spec.map_mlp_dim or spec.mlp_dim, skipped,
-            composite=True,
+            "pooling", AttentionPooling, spec.map_num_heads or spec.num_heads, spec.map_mlp_dim or spec.mlp_dim,
+            skipped, composite=True,
             layer_norm_epsilon=spec.layer_norm_epsilon, gelu_approximate=spec.gelu_approximate,
             mlp_activation=spec.mlp_activation, qkv_bias=spec.qkv_bias, norm_type=spec.norm_type,
         )  # fmt: skip

@@ -405,13 +405,14 @@ class ViTSpec(_Spec):
         if self.parallel_blocks and self.residual_post_norm:
             raise ValueError("parallel_blocks=True has one norm, on the block's input: it takes no residual_post_norm.")
         if self.differential_attention:
-            conflicts = [f"{name}={getattr(self, name)!r}" for name in ("rope", "num_kv_heads", "relative_position_bias")
-                         if getattr(self, name)] + ([f"qk_norm={self.qk_norm}"] if self.qk_norm else [])  # fmt: skip
+            named = ("rope", "num_kv_heads", "relative_position_bias", "qk_norm")
+            conflicts = [f"{name}={getattr(self, name)!r}" for name in named if getattr(self, name)]
             if conflicts or (self.hidden_size // self.num_heads) % 2:
                 raise ValueError(
                     "differential_attention=True takes an even head width and no rotary embeddings, grouped heads, "
                     f"relative position bias or query/key norm; got head width {self.hidden_size // self.num_heads}"
-                    + "".join(", " + c for c in conflicts) + "."
+                    + "".join(", " + c for c in conflicts)
+                    + "."
                 )
         if self.rope_grid_offset and self.rope is None:
             raise ValueError(f"rope_grid_offset={self.rope_grid_offset!r} is the rotary embeddings'; got rope=None.")
