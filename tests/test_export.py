@@ -18,6 +18,7 @@ import contextlib
 import csv
 import functools
 import os
+import re
 import subprocess
 import sys
 
@@ -395,12 +396,14 @@ def test_onnx_matches_keras_at_two_batch_sizes(exported):
 
 
 def _runtimes(paths):
-    """``{name: run(images) -> probabilities}`` through each runtime's own API, as a client
-    calls it (nothing of keras-vit's in between)."""
+    """``{name: (run(images) -> probabilities, refusal)}`` through each runtime's own API, as a
+    client calls it (nothing of keras-vit's in between); ``refusal`` is the error type the
+    runtime refuses an input of another shape with, and a pattern of what it says."""
     import onnxruntime
     import tensorflow as tf
     import torch
     from ai_edge_litert.interpreter import Interpreter
+    from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
     savedmodel = tf.saved_model.load(paths["savedmodel"]).signatures["serving_default"]
     session = onnxruntime.InferenceSession(paths["onnx"], providers=["CPUExecutionProvider"])
@@ -424,14 +427,27 @@ def _runtimes(paths):
             return program(torch.from_numpy(images))["probabilities"].numpy()
 
     runs = {
-        "savedmodel": lambda images: savedmodel(images=tf.constant(images))["probabilities"].numpy(),
-        "onnx": lambda images: session.run(["probabilities"], {"images": images})[0],
-        "torch_export": pt2,
+        "savedmodel": (
+            lambda images: savedmodel(images=tf.constant(images))["probabilities"].numpy(),
+            (tf.errors.InvalidArgumentError, r"Shape of tensor images \S+ is not compatible with expected shape"),
+        ),
+        "onnx": (
+            lambda images: session.run(["probabilities"], {"images": images})[0],
+            (InvalidArgument, r"INVALID_ARGUMENT : Got invalid dimensions for input: images"),
+        ),
+        "torch_export": (pt2, (AssertionError, r"Guard failed: images\.size\(\)\[\d\] == \d+")),
     }
     for name in [n for n in paths if n.startswith("tflite")]:
-        # The signature runner resizes its input tensor to the images it is given.
-        runs[f"{name} (signature runner)"] = functools.partial(_litert_probabilities, paths[name])
-        runs[f"{name} (Interpreter)"] = litert_interpreter(paths[name])
+        # The signature runner resizes its input tensor to the images it is given, and its
+        # kernels refuse a shape they cannot reshape; the Interpreter's tensor keeps its shape.
+        runs[f"{name} (signature runner)"] = (
+            functools.partial(_litert_probabilities, paths[name]),
+            (RuntimeError, r"(RESHAPE\) failed to invoke|XNNPack delegate failed to reshape)"),
+        )
+        runs[f"{name} (Interpreter)"] = (
+            litert_interpreter(paths[name]),
+            (ValueError, r"Cannot set tensor: Dimension mismatch"),
+        )
     return runs
 
 
@@ -454,12 +470,14 @@ def test_every_runtime_answers_a_batch_a_wrong_size_and_a_grey_image_rightly_or_
         "grey": two[:1, ..., :1].copy(),
     }
     outcomes = {}
-    for runtime, run in _runtimes(exported["result"].paths).items():
+    for runtime, (run, (refusal, says)) in _runtimes(exported["result"].paths).items():
         for case, images in cases.items():
             try:
                 got = np.asarray(run(images))
-            except Exception as error:  # a refusal, whatever the runtime calls it
-                outcomes[runtime, case] = f"refused: {' '.join(str(error).split())[:600]}"
+            except refusal as error:  # the runtime's own refusal; any other error fails here
+                said = " ".join(str(error).split())
+                assert re.search(says, said), (runtime, case, said[:600])
+                outcomes[runtime, case] = f"refused: {said[:600]}"
                 continue
             assert got.shape == (len(images), 10), f"{runtime} answered {case} with {got.shape[0]} rows"
             if "int8" not in runtime and "float16" not in runtime:
