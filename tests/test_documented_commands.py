@@ -20,15 +20,13 @@ change to the docs or to the commands).
 
 import dataclasses
 import os
+import re
 
 import pytest
 from helpers import documented_commands, once_on, serve_preset, write_photo, write_photos
 
 import keras_vit
 
-ON_REQUEST = pytest.mark.skipif(
-    os.environ.get("KERAS_VIT_DOCS_COMMANDS") != "1", reason="the manual's commands: KERAS_VIT_DOCS_COMMANDS=1"
-)
 # What an offline test on one machine cannot run, by a part of the command line.
 NOT_RUN = {
     "imagenet2012": "ImageNet, which tensorflow-datasets cannot download (its files are the reader's)",
@@ -114,17 +112,117 @@ def _as_run(argv):
     return argv + TRAINING.get(name, [])
 
 
-def _run(folder, argv):
+def _run(folder, argv, capsys):
+    """Runs one command; returns what it printed."""
     from keras_vit.commands import main
 
     for word in argv:
         if word in PROVIDED and not os.path.exists(folder / word):
             PROVIDED[word](folder / word)
+    capsys.readouterr()
     try:
         status = main(argv)
     except SystemExit as stop:
         status = stop.code
+    printed = capsys.readouterr().out
     assert status in (0, None), f"keras-vit {' '.join(argv)} exited with {status}"
+    for what, check in PRINTS.items():
+        if check(folder, argv, printed) is False:
+            raise AssertionError(f"keras-vit {' '.join(argv)} printed otherwise than {what}:\n{printed[-3000:]}")
+
+
+# What the pages say a command prints or writes, each as a check of a command's output: a check
+# returns None for a command it is not about, else whether the output is what the pages say.
+RECIPE_LINE = r"^recipe \w+: the values not given on the command line are followed by \[where they came from\]$"
+
+
+def _summed_up(folder, printed, phase):
+    # The recipes' last line: the best and last validation accuracy, then model.keras's test
+    # accuracy, and the run folder it wrote (guide/recipes.md, quickstart.md).
+    last = re.search(rf"^{phase}: validation accuracy best [\d.]+ \(epoch \d+\), last [\d.]+; test accuracy [\d.]+; "
+                     rf"[\d.]+ s -> (?P<run>\S+)$", printed.strip().splitlines()[-1])  # fmt: skip
+    return bool(last) and (folder / last["run"] / "model.keras").is_file()
+
+
+def _recipe(folder, argv, printed):
+    phase = {"pretrain": r"(pre-training|masked patch prediction \(.+\))", "finetune": "fine-tuning"}.get(argv[0])
+    if phase:
+        return bool(re.match(RECIPE_LINE, printed, re.M)) and _summed_up(folder, printed, phase)
+
+
+def _main_job(folder, argv, printed):
+    # "the held-out test accuracy of each phase is printed" (README), at 16 then 24 pixels.
+    if argv[0] == "main":
+        rows = [r"^phase\s+image size\s+test accuracy\s+seconds\s+epochs\s+time per epoch$",
+                r"^pretrain\s+16\s+0\.\d{4}\s", r"^finetune\s+24\s+0\.\d{4}\s"]  # fmt: skip
+        return all(re.search(row, printed, re.M) for row in rows)
+
+
+def _classify(folder, argv, printed):
+    # The image, then its --top classes, most probable first: rank, probability, name (index).
+    if argv[0] == "classify":
+        top = int(argv[argv.index("--top") + 1]) if "--top" in argv else 5
+        top = min(top, keras_vit.create_model(argv[1]).spec.num_classes)  # a model of two classes shows two
+        ranks = re.findall(r"^\s+(\d+)\.\s+[\d.]+%\s+.+ \(\d+\)$", printed, re.M)
+        return printed.startswith(argv[2]) and ranks == [str(i) for i in range(1, top + 1)]
+
+
+def _presets(folder, argv, printed):
+    # "keras-vit presets prints them with their top-1" (README).
+    if argv == ["presets"]:
+        from keras_vit.presets import catalog
+
+        header = "| preset | image size | classes | ImageNet top-1 |"
+        return header in printed and all(f"| {name} |" in printed for name in catalog.PRESETS)
+
+
+def _export(folder, argv, printed):
+    # Each format asked for, with the file it wrote and that file's check against the model.
+    if argv[0] == "export":
+        formats = argv[argv.index("--formats") + 1]
+        if formats == "all":
+            from keras_vit.export.formats import FORMATS
+
+            formats = ",".join(FORMATS)
+        lines = {line.split()[0]: line.split() for line in printed.splitlines() if line.strip()}
+        return all(name in lines and os.path.exists(lines[name][3]) and "max_abs_diff=" in " ".join(lines[name])
+                   for name in formats.split(","))  # fmt: skip
+
+
+def _fewshot(folder, argv, printed):
+    # "digits: 1, 5, 10, 25 shots x 5 seeds" (guide/recipes.md).
+    if argv[0] == "fewshot":
+        rows = re.findall(r"^\s+(\d+)\s+0\.\d{4}\s+0\.\d{4}\s+(\d+)\s", printed, re.M)
+        return "few-shot linear accuracy" in printed and rows == [(k, "5") for k in ("1", "5", "10", "25")]
+
+
+def _inspect(folder, argv, printed):
+    # The paper's figures, each drawn and its numbers beside it (guide/inspect.md).
+    if argv[0] == "inspect":
+        paths = printed.split()
+        figures = ("attention_rollout", "attention_distance", "position_embedding_similarity", "embedding_filters")
+        return all(any(p.endswith(f"{f}{ext}") and os.path.isfile(p) for p in paths) for f in figures
+                   for ext in (".png", ".csv"))  # fmt: skip
+
+
+def _help(folder, argv, printed):
+    # "the commands" (README): each, with what it does.
+    if argv == ["--help"]:
+        from keras_vit.commands import COMMANDS
+
+        return all(re.search(rf"^\s+{name}\s+\S", printed, re.M) for name in COMMANDS)
+
+
+PRINTS = {
+    "the recipe's values first and its test accuracy and run folder last": _recipe,
+    "the main job's table of both phases": _main_job,
+    "the top classes of the image": _classify,
+    "the presets with their top-1": _presets,
+    "each format with its file and check": _export,
+    "few-shot accuracy at 1, 5, 10 and 25 shots over 5 seeds": _fewshot,
+    "the paper's figures and their numbers": _inspect,
+    "the commands": _help,
+}
 
 
 def _page_commands(backend):
@@ -144,20 +242,15 @@ def test_what_is_not_run_is_few_and_each_needs_what_a_test_cannot_have():
 
 
 @once_on("tensorflow", "the commands' code is one on every backend; each command's backend code is tested on all three")
-@pytest.mark.parametrize(
-    "page", [pytest.param(p, marks=[ON_REQUEST] * (p != "README.md")) for p in sorted(_page_commands("tensorflow"))]
-)
+@pytest.mark.parametrize("page", sorted(_page_commands("tensorflow")))
 def test_each_pages_commands_run_in_order(page, reader, capsys):
     for argv in _page_commands("tensorflow")[page]:
-        _run(reader, _as_run(argv))
-    capsys.readouterr()
+        _run(reader, _as_run(argv), capsys)
 
 
-@ON_REQUEST
 @once_on("jax", "what the pages run on JAX: several processes, keras.distribution")
 def test_the_commands_the_pages_run_on_jax_run(reader, capsys):
     commands = [argv for argvs in _page_commands("jax").values() for argv in argvs]
     assert commands, "the pages show commands on JAX"
     for argv in commands:
-        _run(reader, _as_run(argv))
-    capsys.readouterr()
+        _run(reader, _as_run(argv), capsys)
