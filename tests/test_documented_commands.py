@@ -10,12 +10,10 @@ on 127.0.0.1 under their own names and in their publishers' layouts, as small mo
 last flag given wins); every other command runs as written. A command that needs what an
 offline test cannot have is in ``NOT_RUN`` with the reason (test_docs.py still parses it).
 The commands run on TensorFlow, but those a page runs on JAX (``KERAS_BACKEND=jax``,
-``keras-vit launch``'s processes), which run in the JAX run.
-
-The whole suite (CI) runs the README's commands on TensorFlow, a new user's first ones. The
-manual's pages and the commands on JAX train, export and start processes for several
-minutes more: ``KERAS_VIT_DOCS_COMMANDS=1`` runs them too (docs/contributing.md: before a
-change to the docs or to the commands).
+``keras-vit launch``'s processes), which run in the JAX run. Where a page says what a
+command prints or writes (the recipe's values first, the test accuracy and run folder last,
+the main job's table, the top classes, each export's file, the few-shot table, the figures),
+its output is checked against that (``PRINTS``).
 """
 
 import dataclasses
