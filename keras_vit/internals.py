@@ -241,7 +241,41 @@ def not_implemented_error(layer, method):
     return getattr(layer, NOT_IMPLEMENTED.name)(method)
 
 
+CLIP_GRADIENTS = Entry(
+    "keras.optimizers:Optimizer",
+    "_clip_gradients",
+    why="global-norm clipping of the gradient summed over a TensorFlow strategy's replicas",
+    public_tried="global_clipnorm, which Keras applies to each replica's part of the gradient before summing the parts",
+    used_in="keras_vit/training/optimizers.py",
+)
+
+
+def clip_after_summing_replicas(optimizer):
+    """Makes ``optimizer``'s clipping (``global_clipnorm``), under a TensorFlow distribution
+    strategy of several replicas (mirrored, TPU), clip the gradient of the whole batch: the
+    replicas' parts summed, as one device clips it. Keras clips each replica's part before
+    it sums them, which is another step (``CLIP_GRADIENTS``). Outside such a strategy,
+    Keras' own clipping. Returns ``optimizer``."""
+    clip = getattr(optimizer, CLIP_GRADIENTS.name)
+
+    def clip_summed(grads):
+        import tensorflow as tf
+
+        context = tf.distribute.get_replica_context()
+        replicas = context.num_replicas_in_sync if context is not None else 1
+        if replicas == 1:
+            return clip(grads)
+        summed = iter(context.all_reduce(tf.distribute.ReduceOp.SUM, [g for g in grads if g is not None]))
+        clipped = clip([None if g is None else next(summed) for g in grads])
+        # Keras sums the replicas' gradients after this: each replica gives its share.
+        return [None if g is None else g / replicas for g in clipped]
+
+    setattr(optimizer, CLIP_GRADIENTS.name, clip_summed)
+    return optimizer
+
+
 ELSEWHERE = (
+    CLIP_GRADIENTS,
     INITIAL_EPOCH,
     VARIABLE_INDEX,
     NOT_IMPLEMENTED,

@@ -283,6 +283,34 @@ def test_training_pipeline_seeded_shuffled_and_drop_remainder(digits):
     assert [len(y) for _, y in _batches(build(0))][-1] == len(digits.train.labels) % 100
 
 
+def test_a_training_stream_of_epochs_is_the_same_however_often_it_is_read(digits):
+    # With ``epochs``, epoch e's order and crops are a function of the seed and e alone: a
+    # stream read again (a distribution strategy's copy of it, fit after a peek) is the
+    # same stream, each epoch another order holding every example once (full batches).
+    stream = make_pipeline(digits.train, 8, 100, training=True, seed=7, epochs=3, drop_remainder=True)
+    per_epoch = len(digits.train.labels) // 100
+
+    def read(batches):
+        iterator = iter(stream)
+        return [tuple(np.asarray(t) for t in next(iterator)) for _ in range(batches)]
+
+    first, again = read(3 * per_epoch), read(3 * per_epoch)
+    for (a, la), (b, lb) in zip(first, again):
+        assert np.array_equal(a, b) and np.array_equal(la, lb)
+    epochs = [np.concatenate([y for _, y in first[e * per_epoch : (e + 1) * per_epoch]]) for e in range(3)]
+    assert not np.array_equal(epochs[0], epochs[1]) and not np.array_equal(epochs[1], epochs[2])
+    for labels in epochs:  # each epoch its own full batches of distinct examples
+        assert len(labels) == per_epoch * 100
+        assert np.all(np.bincount(labels, minlength=10) <= np.bincount(digits.train.labels, minlength=10))
+    # Past its epochs the stream goes round again, for a run with more steps than batches.
+    assert np.array_equal(read(3 * per_epoch + 1)[-1][1], first[0][1])
+    # Without epochs, one epoch, reshuffled each time it is read (fit(epochs=n) on it).
+    once = make_pipeline(digits.train, 8, 100, training=True, seed=7, drop_remainder=True)
+    assert not np.array_equal(next(iter(once))[1], next(iter(once))[1])
+    with pytest.raises(ValueError, match="epochs is for training"):
+        make_pipeline(digits.test, 8, 100, training=False, epochs=2)
+
+
 def test_flip_follows_dataset_info():
     # Left half white, right half black: a flip is visible in the top-left pixel.
     image = np.zeros((8, 8, 3), np.uint8)

@@ -147,17 +147,9 @@ TWO_DEVICES = textwrap.dedent("""
 """)
 
 
-# TensorFlow's mirrored run of the recipe takes other steps than its one-device run (the
-# head's first step points elsewhere: other labels reach it), where plain Keras under the
-# same strategy takes the one-device step: found by this test, not resolved yet.
-MIRRORED_DIFFERS = pytest.mark.xfail(
-    reason="the recipe under MirroredStrategy trains on other batches than on one device (issue 61)", strict=True
-)
-
-
 def _strategies():
     return {
-        "tensorflow": [pytest.param("mirrored", marks=MIRRORED_DIFFERS)],
+        "tensorflow": ["mirrored"],
         "jax": ["data_parallel", "model_parallel"],
         "torch": [],
     }[keras.backend.backend()]

@@ -3,7 +3,9 @@
 The order of work, and why:
 
 1. (optional) cache the decoded source, before anything random;
-2. shuffle with the seed (training), reshuffled each epoch;
+2. shuffle with the seed (training), reshuffled each epoch: with ``epochs``, each epoch's
+   order and its images' seeds a function of the seed and the epoch's number alone
+   (``_epoch_seeds``);
 3. per image, in parallel: Inception crop or plain resize, random flip. Each image gets
    its own stateless seed from ``tf.data.Dataset.random``, so parallelism cannot change
    which image gets which crop;
@@ -18,6 +20,7 @@ The order of work, and why:
 7. prefetch, so the next batch is prepared while the model trains.
 """
 
+import functools
 import numbers
 
 import numpy as np
@@ -128,13 +131,29 @@ def _check_training_options(training, shuffle_buffer, seed):
         raise ValueError(f"seed must be an integer or None; got seed={seed!r}.")
 
 
-def _stream_seeds(seed, offset):
-    # An endless stream of [2] int64 seeds for stateless ops; a fresh but reproducible
-    # stream each epoch (rerandomize_each_iteration), so epochs differ.
+def _epoch_seeds(seed, epochs):
+    """Each training epoch's seed (its shuffle's, and its images' stream of crop seeds).
+
+    ``epochs`` None: one epoch of ``seed``, reshuffled (reproducibly) each time the dataset
+    is iterated, as ``fit(epochs=n)`` on it expects. Else that many epochs, epoch ``e``'s
+    seed a function of ``(seed, e)`` alone: a stream read again from its start (a
+    distribution strategy's copy of the pipeline, a resumed run skipping to its epoch, a
+    pipeline iterated before ``fit``) is the same stream."""
+    if epochs is None:
+        return [seed]
+    epochs = checks.positive_int(epochs, "epochs")
+    if seed is None:
+        return [None] * epochs
+    return [int(s) for s in np.random.SeedSequence(seed).generate_state(epochs)]
+
+
+def _stream_seeds(seed, offset, rerandomize=True):
+    # An endless stream of [2] int64 seeds for stateless ops; with ``rerandomize`` a fresh
+    # but reproducible stream each time it is iterated, so epochs differ.
     tf = require("tensorflow", "data")
 
     stream_seed = None if seed is None else seed + offset
-    return tf.data.Dataset.random(seed=stream_seed, rerandomize_each_iteration=True).batch(2)
+    return tf.data.Dataset.random(seed=stream_seed, rerandomize_each_iteration=rerandomize).batch(2)
 
 
 def make_pipeline(
@@ -159,6 +178,7 @@ def make_pipeline(
     cache=False,
     shard=None,
     pad_to_batches=False,
+    epochs=None,
 ):
     """Builds the batched, prefetched ``tf.data.Dataset`` that feeds ``model.fit``.
 
@@ -205,6 +225,10 @@ def make_pipeline(
         pad_to_batches: evaluation only: the last batch filled to ``batch_size`` with blank
             examples, and each example's weight (1; 0 for the blanks) as the batches' third
             element, so every batch has one shape and each example counts once.
+        epochs: training only: an endless stream going round that many epochs (each its
+            own batches), epoch ``e`` shuffled and cropped as a function of ``seed`` and
+            ``e`` alone, whatever read the pipeline before (``fit(steps_per_epoch=...)``
+            reads it as one stream); None: one epoch, reshuffled each time it is iterated.
 
     Raises:
         ValueError: on a bad ``image_size``, ``batch_size`` or option, naming the value.
@@ -229,6 +253,8 @@ def make_pipeline(
     shard = check_shard(shard, batch_size)
     if pad_to_batches and training:
         raise ValueError("pad_to_batches is for evaluation (training=False); training batches are full or dropped.")
+    if epochs is not None and not training:
+        raise ValueError(f"epochs is for training (training=True), an evaluation reads its split once; got {epochs!r}.")
 
     dataset, info = _as_examples(data)
     # Shared out, a split's last partial batch is dropped whole, before the sharing: each
@@ -265,10 +291,8 @@ def make_pipeline(
 
     if cache:
         dataset = dataset.cache()
+    per_process = batch_size // (shard[1] if shard else 1)
     if training:
-        dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-        dataset = full_batches(dataset, num_examples, batch_size) if cut else dataset
-        dataset = own_part(tf.data.Dataset.zip((dataset, _stream_seeds(seed, 0))), batch_size, shard)
 
         def transform(example, example_seed):
             image, label = example
@@ -282,16 +306,27 @@ def make_pipeline(
             # The crop's slice loses the static shape; the Keras layers downstream need it.
             return tf.ensure_shape(image, [height, width, 3]), label
 
+        def epoch_batches(epoch_seed):
+            examples = dataset.shuffle(shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=epochs is None)
+            examples = full_batches(examples, num_examples, batch_size) if cut else examples
+            examples = own_part(tf.data.Dataset.zip((examples, _stream_seeds(epoch_seed, 0, epochs is None))),
+                                batch_size, shard)  # fmt: skip
+            examples = examples.map(transform, num_parallel_calls=tf.data.AUTOTUNE)
+            return examples.batch(per_process, drop_remainder=drop_remainder)
+
+        dataset = functools.reduce(tf.data.Dataset.concatenate, map(epoch_batches, _epoch_seeds(seed, epochs)))
+        # A run longer than its epochs (more steps an epoch than the split has batches) goes round again.
+        dataset = dataset if epochs is None else dataset.repeat()
     else:
         dataset = own_part(full_batches(dataset, num_examples, batch_size) if cut else dataset, batch_size, shard)
 
         def transform(image, label):
             return tf.ensure_shape(resize(image, (height, width)), [height, width, 3]), label
 
-    dataset = dataset.map(transform, num_parallel_calls=tf.data.AUTOTUNE)
-    if pad_to_batches:
-        dataset = with_blanks(dataset, num_examples, batch_size, shard)
-    dataset = dataset.batch(batch_size // (shard[1] if shard else 1), drop_remainder=drop_remainder)
+        dataset = dataset.map(transform, num_parallel_calls=tf.data.AUTOTUNE)
+        if pad_to_batches:
+            dataset = with_blanks(dataset, num_examples, batch_size, shard)
+        dataset = dataset.batch(per_process, drop_remainder=drop_remainder)
 
     if label_one_hot:
         dataset = dataset.map(lambda images, labels, *weights: (images, tf.one_hot(labels, num_classes), *weights))

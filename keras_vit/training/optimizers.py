@@ -5,6 +5,7 @@ import re
 
 import keras
 
+from keras_vit import internals
 from keras_vit.models.graph import TASK_LAYERS
 from keras_vit.optimizers import LayerDecayAdamW, LayerDecaySGD, WarmupDecay
 
@@ -48,16 +49,20 @@ def make_optimizer(config, total_steps, model=None):
             **common,
         )
         optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
-        return optimizer
-    if config.optimizer == "sgd":
+    elif config.optimizer == "sgd":
         # The paper fine-tunes without weight decay; keep it an option all the same.
-        return (LayerDecaySGD if decayed else keras.optimizers.SGD)(
+        optimizer = (LayerDecaySGD if decayed else keras.optimizers.SGD)(
             learning_rate=schedule,
             momentum=config.momentum,
             weight_decay=config.weight_decay or None,
             **common,
         )
-    raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {config.optimizer!r}.")
+    else:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {config.optimizer!r}.")
+    if config.global_clipnorm and keras.backend.backend() == "tensorflow":
+        # Under a mirrored or TPU strategy, the norm of the whole batch's gradient.
+        internals.clip_after_summing_replicas(optimizer)
+    return optimizer
 
 
 def layer_rates(model, decay):

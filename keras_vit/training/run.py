@@ -87,6 +87,7 @@ def _pipelines(config, splits, replicas, shard):
     train = make_pipeline(
         splits.train,
         training=True,
+        epochs=config.epochs,  # one stream across the epochs, the same however often it is read
         # Full batches only, where the split has one (a freshly shuffled remainder is left
         # out each epoch): every step has the recipe's batch size, and a compiled train
         # step is compiled once, not again for a smaller last batch.
@@ -366,7 +367,6 @@ def _fit(config, recipe, extra_callbacks):
     # One stream of batches across the epochs, `steps` an epoch: a run resumed from its
     # backup skips the epochs it has done, so it sees the batches the uninterrupted run
     # would (the skipped ones are read again, not trained on).
-    train = train.repeat()
     state = read_state(backup_dir(run_dir)) if resumed else None
     if state is not None:
         train = train.skip(state["epoch"] * steps)
