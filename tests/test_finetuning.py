@@ -257,10 +257,10 @@ def test_add_lora_refuses_a_rank_it_cannot_have():
 
 # A small ViT learns the digits in a few epochs at 8 px (2-pixel patches, 16 tokens).
 LEARNER = dict(image_size=8, patch_size=2, depth=1, representation_size=None, **TINY_ENCODER)
-# Chance is 0.1 on the ten digits. Each way reaches 0.65-0.8 in three epochs on the three
-# backends (the pre-trained model itself 0.63-0.68); the bound is five times chance, far above
+# Chance is 0.1 on the ten digits. Each way reaches 0.75-0.81 in three epochs on the three
+# backends (the pre-trained model itself 0.73-0.77); the bound is six times chance, far above
 # what a fine-tuning that does not learn reaches (a head left at zero, labels not the images').
-LEARNS = 0.5
+LEARNS = 0.6
 WAYS = {
     "full, at 1.5x": dict(image_size=12),
     "LoRA": dict(lora_rank=4),
@@ -271,14 +271,14 @@ WAYS = {
 
 @pytest.fixture(scope="module")
 def learnt(tmp_path_factory):
-    """The digits' pre-training recipe, ten epochs of a small ViT: a model that has learnt."""
+    """The digits' pre-training recipe, sixteen epochs of a small ViT: a model that has learnt."""
     out = tmp_path_factory.mktemp("learnt")
-    config = make_config("digits_pretrain", output_dir=str(out), run_name="pre", epochs=10, learning_rate=5e-3,
+    config = make_config("digits_pretrain", output_dir=str(out), run_name="pre", epochs=16, learning_rate=5e-3,
                          warmup_steps=20, progress=0, **LEARNER)  # fmt: skip
     return pretrain(config)
 
 
-@pytest.mark.slow  # its fixture trains ten epochs
+@pytest.mark.slow  # its fixture trains sixteen epochs
 @pytest.mark.parametrize("way", WAYS)
 def test_fine_tuning_reaches_a_stated_accuracy_on_the_digits(learnt, way, tmp_path):
     assert learnt.test_accuracy >= LEARNS, learnt.test_accuracy
