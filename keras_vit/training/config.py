@@ -201,12 +201,16 @@ PAPER_FINETUNE = dict(
 # main command on a CPU. Tuned on the validation split: a milder crop than ImageNet's (8x8
 # digits lose their identity in small crops), a higher peak learning rate for the short
 # schedule, label smoothing 0.1 and 50 + 20 epochs, each kept for a higher mean fine-tuned
-# accuracy over seeds and backends. The data settings are the digits' own (DATASET_DEFAULTS),
-# which any recipe on the digits takes and no other dataset does.
+# accuracy over seeds and backends. Then, for the fine-tuned accuracy over seeds 0-2 on each
+# backend (issue 61: the class token's model learnt its 1259 training digits by heart and
+# its test accuracy hung on the machine's rounding): the patches' average pooled in place of
+# the class token (the paper's alternative, appendix D.3) and MixUp (0.2) in pre-training.
+# The data settings are the digits' own (DATASET_DEFAULTS), which any recipe on the digits
+# takes and no other dataset does.
 DIGITS_PRETRAIN = dict(
     PAPER_PRETRAIN, dataset="digits", model="vit_ti16", patch_size=4, hidden_size=128, depth=4, num_heads=4,
     mlp_dim=256, image_size=16, batch_size=64, epochs=50, learning_rate=2e-3, warmup_steps=100,
-    representation_size=128, weight_decay=0.1,
+    representation_size=128, weight_decay=0.1, pooling="gap", mixup_alpha=0.2,
 )
 DIGITS_FINETUNE = dict(
     PAPER_FINETUNE, dataset="digits", batch_size=64, epochs=20, learning_rate=0.03, warmup_steps=20,
