@@ -306,6 +306,9 @@ def make_pipeline(
             # The crop's slice loses the static shape; the Keras layers downstream need it.
             return tf.ensure_shape(image, [height, width, 3]), label
 
+        # Traced once, whatever the number of epochs that map it.
+        transform = tf.function(transform, reduce_retracing=True)
+
         def epoch_batches(epoch_seed):
             examples = dataset.shuffle(shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=epochs is None)
             examples = full_batches(examples, num_examples, batch_size) if cut else examples
@@ -331,7 +334,7 @@ def make_pipeline(
     if label_one_hot:
         dataset = dataset.map(lambda images, labels, *weights: (images, tf.one_hot(labels, num_classes), *weights))
     if augment is not None:
-        dataset = tf.data.Dataset.zip((dataset, _stream_seeds(seed, 1)))
+        dataset = tf.data.Dataset.zip((dataset, _stream_seeds(seed, 1, rerandomize=epochs is None)))
         # Sequential on purpose: the Keras layers' stateful seed generators must be drawn
         # in a fixed order for a seeded pipeline to repeat itself.
         dataset = dataset.map(lambda batch, batch_seed: augment(*batch, batch_seed), num_parallel_calls=None)
