@@ -131,15 +131,12 @@ TWO_DEVICES = textwrap.dedent("""
     from keras_vit.training.distribution import num_replicas
 
     def run(name):
-        # No dropout (each replica would draw its own masks), no MixUp (Keras' layer draws from
-        # a generator of its own, not from the stream's seeds: the mirrored run's steps differ
-        # with it, though its first batch is one device's) and SGD (Adam would turn the rounding of a gradient
+        # No dropout (each replica would draw its own masks) and SGD (Adam would turn the rounding of a gradient
         # that is zero in exact arithmetic, the key's bias, into whole steps): the strategy's
         # steps are then one device's, up to float32 sums' order.
         config = make_config("digits_pretrain", output_dir=out, hidden_size=32, depth=1, num_heads=2,
                              mlp_dim=64, epochs=1, batch_size=32, progress=0, strategy=name, steps_per_epoch=3,
-                             run_name=name, dropout_rate=0.0, optimizer="sgd", momentum=0.9, learning_rate=0.1,
-                             mixup_alpha=None)
+                             run_name=name, dropout_rate=0.0, optimizer="sgd", momentum=0.9, learning_rate=0.1)
         result = pretrain(config)
         return result, {v.path: np.asarray(v.numpy() if hasattr(v, "numpy") else v.value) for v in result.model.weights}
 

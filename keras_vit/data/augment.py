@@ -18,6 +18,11 @@ Facts about the layers in Keras 3.15 that shape this module:
   the labels linearly, so labels must be one-hot (float) vectors; integer labels would be
   averaged into wrong class indices. CutMix draws its Beta parameter uniformly from
   ``(0, factor)``; MixUp uses Beta(alpha, alpha).
+
+MixUp itself is ``mix_up`` here, as Keras' layer computes it but drawn from the batch's own
+seed: a batch's mix is then a function of its place in a seeded stream, as its crops are,
+whatever read the stream before (a resumed run skipping to its epoch, a trainer's reader
+that prefetches and drops), where the layer's generator moves with every read.
 """
 
 import keras
@@ -119,6 +124,31 @@ def mixes_labels(mixup_alpha=None, cutmix_factor=None):
     return alpha is not None or factor is not None
 
 
+def mix_up(images, labels, alpha, seed):
+    """MixUp (Zhang et al., 2018), drawn from ``seed`` (a ``[2]`` int tensor) alone: each
+    image and its one-hot label blended with another of the batch's, weight ~ Beta(alpha,
+    alpha) per image, as ``keras.layers.MixUp`` mixes them.
+
+    >>> import numpy as np, tensorflow as tf
+    >>> images, labels = mix_up(tf.zeros((4, 8, 8, 3)), tf.one_hot([0, 1, 2, 3], 10), 0.2, [1, 2])
+    >>> np.allclose(labels.numpy().sum(axis=1), 1.0), bool(tf.reduce_all(labels == mix_up(
+    ...     tf.zeros((4, 8, 8, 3)), tf.one_hot([0, 1, 2, 3], 10), 0.2, [1, 2])[1]))
+    (True, True)
+    """
+    tf = require("tensorflow", "data")
+
+    first, second, order = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
+    count = tf.shape(images)[0]
+    # Beta(alpha, alpha) as the share of two Gamma(alpha) draws.
+    a, b = (tf.random.stateless_gamma([count], s, alpha) for s in (first, second))
+    weight = a / (a + b)
+    partner = tf.argsort(tf.random.stateless_uniform([count], order))
+    image_weight = tf.reshape(weight, [-1, 1, 1, 1])
+    images = image_weight * images + (1.0 - image_weight) * tf.gather(images, partner)
+    label_weight = tf.reshape(weight, [-1, 1])
+    return images, label_weight * labels + (1.0 - label_weight) * tf.gather(labels, partner)
+
+
 def make_batch_augmentation(rand_augment=False, mixup_alpha=None, cutmix_factor=None, seed=None):
     """Returns ``augment(images, labels, seed) -> (images, labels)`` for one batch.
 
@@ -146,7 +176,7 @@ def make_batch_augmentation(rand_augment=False, mixup_alpha=None, cutmix_factor=
         return None if seed is None else seed + offset
 
     rand_aug = None if ra_kwargs is None else make_rand_augment(seed=sub_seed(0), **ra_kwargs)
-    mixup = None if mixup_alpha is None else keras.layers.MixUp(alpha=mixup_alpha, seed=sub_seed(1))
+    mixup = mixup_alpha is not None
     cutmix = None if cutmix_factor is None else keras.layers.CutMix(factor=cutmix_factor, seed=sub_seed(2))
 
     def apply_mixing(layer, images, labels):
@@ -155,18 +185,20 @@ def make_batch_augmentation(rand_augment=False, mixup_alpha=None, cutmix_factor=
 
     def augment(images, labels, batch_seed):
         images = tf.cast(images, tf.float32)
+        labels = tf.cast(labels, tf.float32) if mixup or cutmix is not None else labels
+        choice_seed, mix_seed = tf.unstack(tf.random.experimental.stateless_split(batch_seed, 2))
         if rand_aug is not None:
             images = tf.cast(rand_aug(images, training=True), tf.float32)
             images = tf.clip_by_value(images, 0.0, 255.0)
-        if mixup is not None and cutmix is not None:
-            use_mixup = tf.random.stateless_uniform([], seed=batch_seed) < 0.5
+        if mixup and cutmix is not None:
+            use_mixup = tf.random.stateless_uniform([], seed=choice_seed) < 0.5
             images, labels = tf.cond(
                 use_mixup,
-                lambda: apply_mixing(mixup, images, labels),
+                lambda: mix_up(images, labels, mixup_alpha, mix_seed),
                 lambda: apply_mixing(cutmix, images, labels),
             )
-        elif mixup is not None:
-            images, labels = apply_mixing(mixup, images, labels)
+        elif mixup:
+            images, labels = mix_up(images, labels, mixup_alpha, mix_seed)
         elif cutmix is not None:
             images, labels = apply_mixing(cutmix, images, labels)
         return images, labels
