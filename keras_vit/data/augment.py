@@ -1,4 +1,4 @@
-"""Batch augmentation with Keras core layers: RandAugment, MixUp and CutMix.
+"""Batch augmentation: Keras' RandAugment and CutMix layers, and MixUp drawn from the batch's seed.
 
 Keras 3 image-preprocessing layers run inside tf.data on every backend (they switch to
 TensorFlow ops in a tf.data graph). They draw randomness from a seeded, stateful Keras
