@@ -442,7 +442,7 @@ def _runtimes(paths):
         # kernels refuse a shape they cannot reshape; the Interpreter's tensor keeps its shape.
         runs[f"{name} (signature runner)"] = (
             functools.partial(_litert_probabilities, paths[name]),
-            (RuntimeError, r"(RESHAPE\) failed to invoke|XNNPack delegate failed to reshape)"),
+            (RuntimeError, r"(RESHAPE\) failed to (invoke|prepare)|XNNPack delegate failed to reshape)"),
         )
         runs[f"{name} (Interpreter)"] = (
             litert_interpreter(paths[name]),
