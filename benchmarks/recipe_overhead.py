@@ -75,7 +75,9 @@ def bare_step(config):
     config = resolved(config, "pretrain", None)  # the image size and normalisation the recipe trains with
     splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
     train, _, _ = run._pipelines(config, splits, replicas=1, shard=None)
-    batches = list(train.as_numpy_iterator())
+    # The recipe's stream runs across its epochs (and on): one epoch's batches, held in memory.
+    steps = run._steps_per_epoch(config, splits.train, drop_remainder=False) * config.accumulation_steps
+    batches = list(train.take(steps).as_numpy_iterator())
     images = np.concatenate([images for images, _ in batches])
     labels = np.concatenate([labels for _, labels in batches])
     spec = run._spec(config, "pretrain", splits.info.num_classes, None)
