@@ -226,10 +226,23 @@ def timm_prepare(spec, arrays):
 # --- HF transformers -----------------------------------------------------------------------------
 
 
+# Key prefixes some files have in place of the table's (HF): DeiT's teacher model names its
+# class-token head ``cls_classifier``, the ``classifier`` of the others; transformers 5's
+# ``save_pretrained`` writes ViTMAEForPreTraining's ``decoder.decoder_layers.`` (the hub's
+# files) as ``decoder.decoder_encoder.layer.``, its renaming of ``layers.`` reversed.
+_HF_RENAMED = {"cls_classifier.": "classifier.", "decoder.decoder_encoder.layer.": "decoder.decoder_layers."}
+
+
 def hf_prepare(spec, arrays):
-    """DeiT's teacher model names its class-token head ``cls_classifier``: the ``classifier`` of the others."""
-    return {("classifier." + k[len("cls_classifier.") :] if k.startswith("cls_classifier.") else k): v
-            for k, v in arrays.items()}  # fmt: skip
+    """The table's names for the keys some files name otherwise (``_HF_RENAMED``)."""
+
+    def renamed(key):
+        for old, new in _HF_RENAMED.items():
+            if key.startswith(old):
+                return new + key[len(old) :]
+        return key
+
+    return {renamed(k): v for k, v in arrays.items()}
 
 
 def hf_registers_prepare(spec, arrays):

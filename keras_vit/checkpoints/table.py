@@ -236,6 +236,41 @@ VIT = [
     (r"head_dist/bias", None, same("head_dist.bias"), same("distillation_classifier.bias")),
 ]
 
+
+# A masked autoencoder's decoder (keras_vit.models.masked_autoencoder) beside the encoder:
+# in the timm column the MAE authors' own files (their models are timm's blocks), in the HF
+# column transformers' ViTMAEForPreTraining. Its blocks are the encoder's rows, renamed.
+_DECODER_BLOCKS = {1: ("blocks.{0}.", "decoder_blocks.{0}."), 2: ("encoder.layer.{0}.", "decoder.decoder_layers.{0}.")}
+_DECODER_BLOCK_WEIGHTS = ("norm1/", "norm2/", "attention/qkv/", "attention/out/", "mlp/fc1/", "mlp/fc2/")
+
+
+def _renamed(source, old, new):
+    return None if source is None else Source([k.replace(old, new, 1) for k in source.keys], source.transform)
+
+
+def _decoder_rows():
+    rows = []
+    for pattern, _, *columns in VIT:
+        if pattern.startswith(_B) and pattern[len(_B) :].startswith(_DECODER_BLOCK_WEIGHTS):
+            renamed = [_renamed(source, *_DECODER_BLOCKS[i]) for i, source in enumerate(columns, 1)]
+            rows.append(("decoder_" + pattern, None, *renamed))
+    return rows
+
+
+# fmt: off
+VIT += [
+    (r"decoder_embed/kernel", None, linear("decoder_embed.weight"), linear("decoder.decoder_embed.weight")),
+    (r"decoder_embed/bias", None, same("decoder_embed.bias"), same("decoder.decoder_embed.bias")),
+    (r"mask_token/token", None, same("mask_token"), same("decoder.mask_token")),
+    (r"decoder_position_embedding/embedding", None, same("decoder_pos_embed"), same("decoder.decoder_pos_embed")),
+    *_decoder_rows(),
+    (r"decoder_norm/gamma", None, same("decoder_norm.weight"), same("decoder.decoder_norm.weight")),
+    (r"decoder_norm/beta", None, same("decoder_norm.bias"), same("decoder.decoder_norm.bias")),
+    (r"decoder_pred/kernel", None, linear("decoder_pred.weight"), linear("decoder.decoder_pred.weight")),
+    (r"decoder_pred/bias", None, same("decoder_pred.bias"), same("decoder.decoder_pred.bias")),
+]
+# fmt: on
+
 # HF transformers' DINOv2 (Dinov2Model): its own names for the blocks' norms, MLP and LayerScale.
 _D = "encoder.layer.{0}."
 HF_DINOV2 = [
@@ -379,8 +414,10 @@ KERAS_HUB_DINOV2 = [
 KERAS_HUB_DINOV3 = [
     *_KD_EMBEDDINGS,
     *_KD_BLOCKS,
-    (_B + r"attention/qkv/kernel", Source([_KD + f"attention/{n}_proj/kernel" for n in "qkv"],
-                                          lambda *a: np.concatenate(a, axis=-1))),
+    (
+        _B + r"attention/qkv/kernel",
+        Source([_KD + f"attention/{n}_proj/kernel" for n in "qkv"], lambda *a: np.concatenate(a, axis=-1)),
+    ),
     (_B + r"attention/qkv/bias", concat(*(_KD + f"attention/{n}_proj/bias" for n in "qkv"))),
     (_B + r"attention/out/(kernel|bias)", same(_KD + "attention/o_proj/{1}")),
     (_B + r"mlp/(fc[12])/(kernel|bias)", same(_KD + "mlp/{1}/{2}")),

@@ -37,6 +37,23 @@ def _encoder(config):
     return dict(_vit(config), representation_size=None)
 
 
+def masked_autoencoder_options(config):
+    """``MaskedAutoencoder``'s own options (beside the encoder's spec) of a ``vit_mae``
+    ``config.json``: its decoder, mask ratio and loss, with transformers' defaults.
+
+    >>> masked_autoencoder_options({"model_type": "vit_mae", "decoder_hidden_size": 64})["decoder_width"]
+    64
+    """
+    return dict(
+        mask_ratio=float(config.get("mask_ratio", 0.75)),
+        decoder_width=int(config.get("decoder_hidden_size", 512)),
+        decoder_depth=int(config.get("decoder_num_hidden_layers", 8)),
+        decoder_heads=int(config.get("decoder_num_attention_heads", 16)),
+        decoder_mlp_dim=int(config.get("decoder_intermediate_size", 2048)),
+        norm_pix_loss=bool(config.get("norm_pix_loss", False)),
+    )
+
+
 def _ijepa(config):
     """I-JEPA's encoder: no class token; the patch tokens' mean after the final norm (what
     ``IJepaForImageClassification`` classifies, and the backbone's output here)."""

@@ -4,6 +4,7 @@
     keras-vit pretrain --recipe paper_pretrain --dataset imagenet2012 --model vit_b16
     keras-vit pretrain --learning-rate 3e-4 --epochs 5  # any RecipeConfig field
     keras-vit pretrain --objective masked_patch_prediction   # self-supervised
+    keras-vit pretrain --objective mae --decoder-width 64     # a masked autoencoder
 
 Writes saved_models/<run>/ (model.keras, best.keras, backup/, log.csv, tensorboard/).
 
@@ -14,6 +15,11 @@ patch's, 10% kept) and the model predicts each corrupted patch's 3-bit mean colo
 classes); the labels are unused, and the accuracy printed is that colour accuracy on the
 corrupted patches. ``keras-vit finetune`` fine-tunes its model.keras as any other: the
 [mask] embedding and the colour head are dropped, a fresh zero head is put on.
+--objective mae pre-trains a masked autoencoder (He et al., 2022): --mask-ratio of each
+image's patches (0.75) are hidden, the encoder sees the rest only, and a decoder of its own
+(--decoder-width, --decoder-depth, --decoder-heads) reconstructs the hidden patches' pixels;
+the loss printed is that reconstruction's on the hidden patches. ``keras-vit finetune``
+fine-tunes its model.keras as any other: the decoder is dropped.
 """
 
 import sys
@@ -31,6 +37,8 @@ def main(argv=None):
     config, result = recipe_flags.run_command_line(pretrain, argv, "digits_pretrain", "pretrain", __doc__)
     if config.objective == "masked_patch_prediction":  # its accuracy: the colours of the corrupted patches
         print(f"masked patch prediction (colour accuracy on the corrupted patches): {result.summary()}")
+    elif config.objective == "mae":
+        print(f"masked autoencoder (reconstruction loss on the hidden patches): {result.summary()}")
     else:
         print(f"pre-training: {result.summary()}")
     return result

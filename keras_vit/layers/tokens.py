@@ -14,13 +14,20 @@ POSITION_EMBEDDINGS = (*POSITION_TABLES, "none")
 POSITION_INTERPOLATIONS = ("bicubic", "bilinear")
 
 
-def sincos_2d_position_embedding(grid_size, hidden_size, temperature=10_000.0, xp=np):
+# The sine-cosine tables' two forms, by the spacing of their frequencies
+# ``temperature ** -(i / d)`` over a quarter's ``i`` in 0..q-1: big_vision's ``d = q - 1``
+# (the last frequency is 1 / temperature), MAE's ``d = q`` (its ``get_2d_sincos_pos_embed``).
+SINCOS_FORMS = {"big_vision": -1, "mae": 0}
+
+
+def sincos_2d_position_embedding(grid_size, hidden_size, temperature=10_000.0, xp=np, form="big_vision"):
     """Fixed 2D sine-cosine position embedding, shape ``(grid_h * grid_w, hidden_size)``.
 
-    A quarter of the channels each for sin(x), cos(x), sin(y), cos(y) as in big_vision's
-    ``posemb_sincos_2d`` (which is what "sincos2d" ViTs were trained with). ``xp`` is numpy
-    (computed in float64, returned in float32) or ``keras.ops`` for a grid known only at
-    run time (float32 throughout).
+    A quarter of the channels each for sin(x), cos(x), sin(y), cos(y) (x the column) as in
+    big_vision's ``posemb_sincos_2d`` (which is what "sincos2d" ViTs were trained with) and
+    MAE's table, which differ in the spacing of the frequencies (``form``: ``SINCOS_FORMS``).
+    ``xp`` is numpy (computed in float64, returned in float32) or ``keras.ops`` for a grid
+    known only at run time (float32 throughout).
 
     >>> sincos_2d_position_embedding((2, 3), 8).shape
     (6, 8)
@@ -32,7 +39,9 @@ def sincos_2d_position_embedding(grid_size, hidden_size, temperature=10_000.0, x
     cells = xp.arange(grid_h * grid_w, dtype=dtype)  # row-major, as the patch tokens
     y = xp.floor(cells / xp.array(grid_w, dtype))
     x = cells - y * xp.array(grid_w, dtype)
-    omega = xp.arange(hidden_size // 4, dtype=dtype) / (hidden_size // 4 - 1 or 1)
+    if form not in SINCOS_FORMS:
+        raise ValueError(f"form must be one of {tuple(SINCOS_FORMS)}, got {form!r}.")
+    omega = xp.arange(hidden_size // 4, dtype=dtype) / (hidden_size // 4 + SINCOS_FORMS[form] or 1)
     omega = 1.0 / xp.power(xp.array(temperature, dtype), omega)
     y, x = y[:, None] * omega[None], x[:, None] * omega[None]
     table = xp.concatenate([xp.sin(x), xp.cos(x), xp.sin(y), xp.cos(y)], axis=1)

@@ -153,24 +153,26 @@ def read_state(backup_dir):
 
 class BestModel(keras.callbacks.Callback):
     """Saves the model to ``path`` (a ``.keras`` file, written atomically) each time
-    ``monitor`` reaches a new maximum at the end of an epoch.
+    ``monitor`` reaches a new maximum (a new minimum, ``lowest``) at the end of an epoch.
 
     Args:
         path: the ``.keras`` file.
-        monitor: the epoch log to maximise (default ``"val_accuracy"``); an epoch without
+        monitor: the epoch log to follow (default ``"val_accuracy"``); an epoch without
             it saves nothing.
+        lowest: the best value is the lowest (a loss), not the highest.
         write, snapshot: as ``RunBackup``'s (the processes agree on the monitored value).
     """
 
-    def __init__(self, path, monitor="val_accuracy", write=True, snapshot=None):
+    def __init__(self, path, monitor="val_accuracy", write=True, snapshot=None, lowest=False):
         super().__init__()
         self.path, self.monitor, self.best = path, monitor, -math.inf
+        self.sign = -1.0 if lowest else 1.0  # the best is the highest of sign * value
         self.write, self.snapshot = write, snapshot
 
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)
-        if value is not None and float(value) > self.best:
-            self.best = float(value)
+        if value is not None and self.sign * float(value) > self.best:
+            self.best = self.sign * float(value)
             model = self.snapshot() if self.snapshot is not None else self.model
             if self.write:
                 with processes.alone():

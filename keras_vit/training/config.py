@@ -17,6 +17,7 @@ from keras_vit.layers.attention_pooling import ATTENTION_POOLING
 from keras_vit.layers.heads import POOLINGS
 from keras_vit.layers.layer_norm import NORM_TYPES
 from keras_vit.layers.tokens import POSITION_EMBEDDINGS
+from keras_vit.models import masked_autoencoder as mae
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 from keras_vit.optimizers import DECAYS
 from keras_vit.training.distribution import STRATEGIES
@@ -62,9 +63,17 @@ class RecipeConfig:
     model: str = _flag("vit_b16", "the architecture to train, a name keras_vit.list_models() gives (vit_ti16, "
                        "vit_b16, ...); fine-tuning takes --init-from's own")
     # Fine-tuning is always classification; the masked objective is the paper's section 4.6
-    # (keras_vit/models/masked_patches.py).
-    objective: str = _flag("classification", "what pre-training learns: classification (the dataset's labels) or "
-                           "masked_patch_prediction (the paper's self-supervised objective, labels unused)")
+    # (keras_vit/models/masked_patches.py), mae He et al.'s (keras_vit/models/masked_autoencoder.py).
+    objective: str = _flag("classification", "what pre-training learns: classification (the dataset's labels), "
+                           "masked_patch_prediction (the paper's self-supervised objective) or mae (a masked "
+                           "autoencoder); the last two leave the labels unused")
+    # The masked autoencoder's (--objective mae), MAE's defaults.
+    mask_ratio: float = _flag(0.75, "mae: the share of each image's patches hidden from the encoder, in (0, 1)")
+    decoder_width: int = _flag(mae.DECODER_WIDTH, "mae: the decoder's width")
+    decoder_depth: int = _flag(mae.DECODER_DEPTH, "mae: the decoder's blocks")
+    decoder_heads: int = _flag(mae.DECODER_HEADS, "mae: the decoder's attention heads")
+    norm_pix_loss: bool = _flag(True, "mae: reconstruct each patch's pixels less their mean, over their standard "
+                                "deviation (MAE's); false: the pixels as they are")
     # ViTSpec fields over the named model's (architecture for pre-training; pooling,
     # pre-logits and dropouts for both). Each is a flag too (--depth 4, --dropout-rate 0.1).
     model_options: dict = dataclasses.field(default_factory=dict)
@@ -159,6 +168,10 @@ _RANGES = (
     ("epochs", 1, float("inf"), (True, False)),
     ("steps_per_epoch", 1, float("inf"), (True, False)),
     ("crop_area_min", 0.0, 1.0, (False, True)),
+    ("mask_ratio", 0.0, 1.0, (False, False)),
+    ("decoder_width", 1, float("inf"), (True, False)),
+    ("decoder_depth", 1, float("inf"), (True, False)),
+    ("decoder_heads", 1, float("inf"), (True, False)),
     ("mixup_alpha", 0.0, float("inf"), (False, False)),
     ("cutmix_factor", 0.0, float("inf"), (False, False)),
     ("learning_rate", 0.0, float("inf"), (False, False)),
@@ -227,7 +240,9 @@ PRESETS = {
     "digits_pretrain": DIGITS_PRETRAIN,
     "digits_finetune": DIGITS_FINETUNE,
 }
-OBJECTIVES = ("classification", "masked_patch_prediction")
+OBJECTIVES = ("classification", "masked_patch_prediction", "mae")
+# The objectives without a classifier: they compute their own loss, without the labels.
+SELF_SUPERVISED = ("masked_patch_prediction", "mae")
 FREEZE = ("backbone",)
 FIELDS = {f.name: f for f in dataclasses.fields(RecipeConfig) if "help" in f.metadata}
 # The spec's options that a recipe may set: all but the task's size and classes (the
@@ -257,6 +272,8 @@ GROUPS = {
     "augmentation": ("inception_crop", "crop_area_min", "horizontal_flip", "rand_augment", "mixup_alpha",
                      "cutmix_factor"),
     "model": ("model", "objective", "init_from", "init_model"),
+    "masked autoencoder (--objective mae)": ("mask_ratio", "decoder_width", "decoder_depth", "decoder_heads",
+                                             "norm_pix_loss"),
     "optimisation": ("optimizer", "learning_rate", "beta1", "beta2", "momentum", "weight_decay", "global_clipnorm",
                      "warmup_steps", "decay", "label_smoothing", "epochs", "accumulation_steps"),
     "fine-tuning": ("freeze", "lora_rank", "lora_alpha", "lora_targets", "lora_norms", "layer_decay", "ema"),

@@ -10,6 +10,7 @@ import numpy as np
 from keras_vit import factory
 from keras_vit.checks import flag
 from keras_vit.layers.preprocessing import ImagePreprocessing
+from keras_vit.models.masked_autoencoder import MaskedAutoencoder
 from keras_vit.models.masked_patches import MaskedPatchPrediction
 from keras_vit.models.registry import get_spec
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
@@ -18,7 +19,7 @@ from keras_vit.training.errors import MissingInputFileError, RecipeInputError
 
 def load_pretrained(config):
     """The model to fine-tune from ``init_from`` (what ``keras_vit.load_model`` loads; a
-    masked patch prediction model's backbone), or None for a checkpoint without
+    self-supervised model's backbone: masked patch prediction's, a masked autoencoder's encoder), or None for a checkpoint without
     architecture, which the recipe loads into the model it builds."""
     try:
         source = factory.resolve(config.init_from, loading=True)
@@ -35,7 +36,7 @@ def load_pretrained(config):
     if source.kind == factory.CHECKPOINT:
         return None  # loaded into the model to fine-tune by load_weights
     model = factory.build(source)
-    return model.backbone if isinstance(model, MaskedPatchPrediction) else model
+    return model.backbone if isinstance(model, (MaskedPatchPrediction, MaskedAutoencoder)) else model
 
 
 def _presets_of(model_name):

@@ -23,6 +23,8 @@ from keras_vit.data import load_dataset, make_pipeline, mixes_labels
 from keras_vit.factory import save_model
 from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.models.graph import TASK_LAYERS
+from keras_vit.models import masked_autoencoder
+from keras_vit.models.masked_autoencoder import MaskedAutoencoder
 from keras_vit.models.masked_patches import MaskedPatchPrediction
 from keras_vit.models.registry import get_spec
 from keras_vit.models.resize import copy_weights
@@ -30,7 +32,7 @@ from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 from keras_vit.models.vit import VisionTransformer
 from keras_vit.training import processes
 from keras_vit.training.checkpointing import BestModel, RunBackup, read_state
-from keras_vit.training.config import FREEZE, OBJECTIVES, describe, with_dataset_defaults
+from keras_vit.training.config import FREEZE, OBJECTIVES, SELF_SUPERVISED, describe, with_dataset_defaults
 from keras_vit.training.distribution import check_strategy, distribution_scope
 from keras_vit.training.epoch_times import EpochTimes
 from keras_vit.training.errors import RecipeInputError
@@ -60,14 +62,18 @@ class RunResult:
     seconds: float
     checks: dict  # fine-tuning start checks (head output, feature similarity)
     epoch_seconds: list = dataclasses.field(default_factory=list)  # each epoch's wall time
+    test_loss: float = float("nan")
+    metric: str = "accuracy"  # what the run is judged by: "loss" (lowest best) where it has no accuracy
 
     def summary(self):
-        """One line: the best and last validation accuracy, the test accuracy, the time, the folder."""
-        validation = self.history.get("val_accuracy") or [float("nan")]
-        best = int(np.nanargmax(validation)) if not np.isnan(validation).all() else 0
+        """One line: the best and last validation accuracy (or loss), the test's, the time, the folder."""
+        validation = self.history.get(f"val_{self.metric}") or [float("nan")]
+        pick = np.nanargmin if self.metric == "loss" else np.nanargmax
+        best = int(pick(validation)) if not np.isnan(validation).all() else 0
+        test = self.test_loss if self.metric == "loss" else self.test_accuracy
         return (
-            f"validation accuracy best {validation[best]:.4f} (epoch {best + 1}), last {validation[-1]:.4f}; "
-            f"test accuracy {self.test_accuracy:.4f}; {self.seconds:.1f} s -> {self.run_dir}"
+            f"validation {self.metric} best {validation[best]:.4f} (epoch {best + 1}), last {validation[-1]:.4f}; "
+            f"test {self.metric} {test:.4f}; {self.seconds:.1f} s -> {self.run_dir}"
         )
 
 
@@ -149,8 +155,8 @@ def _check_objective(config, recipe):
 
 
 def _objective_terms(config):
-    """``compile``'s loss and metrics; a masked patch prediction model computes its own."""
-    if config.objective == "masked_patch_prediction":
+    """``compile``'s loss and metrics; a self-supervised model computes its own."""
+    if config.objective in SELF_SUPERVISED:
         return {}
     # Weighted: the blanks that fill an evaluation's last batch count for nothing.
     return {"loss": _loss(config), "weighted_metrics": ["accuracy"]}
@@ -185,7 +191,20 @@ def _fewshot_callback(config, splits):
                            seeds=config.fewshot_seeds, predict=predict)  # fmt: skip
 
 
-def _callbacks(run_dir, extra, snapshot, fewshot=None, ema=False):
+def _judged_by(config):
+    """The metric a run is judged by (its best model's): the accuracy, or a masked
+    autoencoder's reconstruction loss."""
+    return "loss" if config.objective == "mae" else "accuracy"
+
+
+def _check_objective_options(config, spec):
+    """The masked autoencoder's options fit the model (before the run folder is made)."""
+    if config.objective == "mae":
+        masked_autoencoder.check_options(spec, config.mask_ratio, config.decoder_width, config.decoder_depth,
+                                         config.decoder_heads)  # fmt: skip
+
+
+def _callbacks(run_dir, extra, snapshot, fewshot=None, ema=False, metric="accuracy"):
     write = processes.is_writer()  # in a run of several processes, process 0 writes
     return [
         # Before the loggers: it writes its numbers into the epoch's logs, which they record.
@@ -194,7 +213,13 @@ def _callbacks(run_dir, extra, snapshot, fewshot=None, ema=False):
         # After the backup (the weights being trained, to resume), before the best model: the
         # moving average is what is validated and saved.
         *([keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if ema else []),
-        BestModel(os.path.join(run_dir, "best.keras"), monitor="val_accuracy", write=write, snapshot=snapshot),
+        BestModel(
+            os.path.join(run_dir, "best.keras"),
+            monitor=f"val_{metric}",
+            lowest=metric == "loss",
+            write=write,
+            snapshot=snapshot,
+        ),  # fmt: skip
         *(
             [
                 keras.callbacks.CSVLogger(os.path.join(run_dir, "log.csv"), append=True),
@@ -245,6 +270,12 @@ def _build(config, recipe, spec, class_names, pretrained):
     if config.objective == "masked_patch_prediction":
         # The ViT as its backbone, without classifier: the dataset's labels are unused.
         return MaskedPatchPrediction(spec, dtype, preprocessing, seed=config.seed, name=config.model)
+    if config.objective == "mae":  # the encoder and a decoder of its own
+        return MaskedAutoencoder(
+            spec, dtype, preprocessing, mask_ratio=config.mask_ratio, decoder_width=config.decoder_width,
+            decoder_depth=config.decoder_depth, decoder_heads=config.decoder_heads,
+            norm_pix_loss=config.norm_pix_loss, seed=config.seed, name=config.model,
+        )  # fmt: skip
     name = model_name(config, recipe, pretrained)
     # class_names: the dataset's.
     model = VisionTransformer(spec, dtype=dtype, preprocessing=preprocessing, class_names=class_names,
@@ -362,6 +393,7 @@ def _fit(config, recipe, extra_callbacks):
         updates = _steps_per_epoch(config, splits.train, drop_remainder=replicas > 1)
         steps = updates * config.accumulation_steps  # fit's steps: micro-batches
         _check_fine_tuning(config, recipe, spec)
+        _check_objective_options(config, spec)
         run_dir, resumed = open_run_dir(config, run_name(config, recipe, model_name(config, recipe, pretrained)))
         record_config(run_dir, config, recipe, resumed)
     # One stream of batches across the epochs, `steps` an epoch: a run resumed from its
@@ -388,7 +420,12 @@ def _fit(config, recipe, extra_callbacks):
                 epochs=config.epochs,
                 steps_per_epoch=steps,
                 validation_data=validation,
-                callbacks=[*_callbacks(run_dir, extra_callbacks, snapshot, fewshot, ema=bool(config.ema)), epochs],
+                callbacks=[
+                    *_callbacks(
+                        run_dir, extra_callbacks, snapshot, fewshot, ema=bool(config.ema), metric=_judged_by(config)
+                    ),
+                    epochs,
+                ],  # fmt: skip
                 verbose=config.progress if processes.is_writer() else 0,  # one progress bar a run
                 shuffle=False,  # the pipeline shuffles, seeded
             )
@@ -397,6 +434,7 @@ def _fit(config, recipe, extra_callbacks):
             with processes.alone():
                 _save(config, written, run_dir)
         with _finite_evaluation():  # for masked patch prediction: the colour accuracy on the corrupted patches
-            test_accuracy = model.evaluate(test, verbose=0, return_dict=True)["accuracy"]
+            tested = model.evaluate(test, verbose=0, return_dict=True)
     seconds = time.perf_counter() - started
-    return RunResult(model, run_dir, history.history, float(test_accuracy), seconds, checks, epochs.seconds)
+    return RunResult(model, run_dir, history.history, float(tested.get("accuracy", "nan")), seconds, checks,
+                     epochs.seconds, test_loss=float(tested["loss"]), metric=_judged_by(config))  # fmt: skip

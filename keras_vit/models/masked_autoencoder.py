@@ -1,0 +1,473 @@
+"""Masked autoencoders (He et al., "Masked Autoencoders Are Scalable Vision Learners", 2022).
+
+Hide most of each image's patches (75%), encode the visible ones only, and reconstruct the
+hidden pixels with a small decoder of its own width and depth; the loss is the mean squared
+error on the hidden patches, against pixels normalised per patch. The encoder is the ViT
+itself (``model.backbone``, without its classifier), so its weights keep the
+``VisionTransformer``'s paths and the saved file fine-tunes like any pre-trained ViT; the
+decoder is kept beside it, for reconstructions and for pre-training on. Parts usable alone:
+
+- ``patchify`` / ``unpatchify``: images to one row of pixels per patch and back;
+- ``pixel_targets``: the reconstruction targets, normalised per patch as MAE's
+  ``norm_pix_loss``;
+- ``random_masking``: which patches each image keeps, from uniform noise;
+- ``reconstruction_loss``: the mean squared error over the hidden patches;
+- ``MaskTokens``: the decoder's [mask] tokens for the hidden patches;
+- ``MaskedAutoencoder``: the model; ``fit`` trains the objective, ``evaluate`` measures it.
+"""
+
+import numbers
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_vit import checks
+from keras_vit.layers.encoder_block import EncoderBlock
+from keras_vit.layers.layer_norm import make_norm
+from keras_vit.layers.tokens import PositionEmbedding, sincos_2d_position_embedding
+from keras_vit.models.graph import embed, final_norm
+from keras_vit.models.spec import ViTSpec
+from keras_vit.models.vit import VisionTransformer
+
+# Outside training the masks are drawn from this fixed seed: ``evaluate`` measures the
+# objective on the same hidden patches every time.
+EVALUATION_SEED = 4321
+# MAE's base decoder (its paper's default for every encoder size).
+DECODER_WIDTH, DECODER_DEPTH, DECODER_HEADS = 512, 8, 16
+# Added to each patch's variance before its square root: MAE's.
+PIXEL_EPSILON = 1e-6
+
+
+def patchify(images, patch_size):
+    """``(batch, height, width, channels)`` images -> ``(batch, patches, patch_size ** 2 *
+    channels)``: one row per patch, row-major over the grid, each row's pixels row by row
+    with the channels innermost (MAE's and transformers' order).
+
+    >>> import numpy as np
+    >>> tuple(patchify(np.zeros((2, 8, 12, 3), "float32"), 4).shape)
+    (2, 6, 48)
+    """
+    batch, height, width, channels = ops.shape(images)
+    rows, cols = height // patch_size, width // patch_size
+    x = ops.reshape(images, (batch, rows, patch_size, cols, patch_size, channels))
+    x = ops.transpose(x, (0, 1, 3, 2, 4, 5))
+    return ops.reshape(x, (batch, rows * cols, patch_size * patch_size * channels))
+
+
+def unpatchify(patches, patch_size, grid, channels=3):
+    """``patchify``'s inverse: ``(batch, rows * cols, patch_size ** 2 * channels)`` ->
+    ``(batch, rows * patch_size, cols * patch_size, channels)`` for a ``(rows, cols)`` grid.
+
+    >>> import numpy as np
+    >>> images = np.random.default_rng(0).normal(size=(2, 8, 12, 3)).astype("float32")
+    >>> bool(np.array_equal(keras.ops.convert_to_numpy(unpatchify(patchify(images, 4), 4, (2, 3))), images))
+    True
+    """
+    rows, cols = grid
+    batch = ops.shape(patches)[0]
+    x = ops.reshape(patches, (batch, rows, cols, patch_size, patch_size, channels))
+    x = ops.transpose(x, (0, 1, 3, 2, 4, 5))
+    return ops.reshape(x, (batch, rows * patch_size, cols * patch_size, channels))
+
+
+def pixel_targets(images, patch_size, normalize=True, epsilon=PIXEL_EPSILON):
+    """What the decoder reconstructs: each patch's pixels (``patchify``), and with
+    ``normalize`` each patch less its mean, over its standard deviation: ``(x - mean) /
+    sqrt(var + epsilon)`` with the unbiased variance (Bessel's correction, as MAE's and
+    transformers' ``target.var``).
+
+    >>> import numpy as np
+    >>> targets = pixel_targets(np.arange(16, dtype="float32").reshape(1, 4, 4, 1), 2)
+    >>> np.round(keras.ops.convert_to_numpy(targets)[0, 0], 3).tolist()  # pixels 0, 1, 4, 5
+    [-0.889, -0.684, 0.684, 0.889]
+    """
+    targets = ops.cast(patchify(images, patch_size), "float32")
+    if not normalize:
+        return targets
+    mean = ops.mean(targets, axis=-1, keepdims=True)
+    count = targets.shape[-1]
+    variance = ops.sum(ops.square(targets - mean), axis=-1, keepdims=True) / max(count - 1, 1)
+    return (targets - mean) / ops.sqrt(variance + epsilon)
+
+
+def visible_count(num_patches, mask_ratio):
+    """How many of ``num_patches`` each image keeps: ``int(num_patches * (1 - mask_ratio))``,
+    rounded down as MAE does (49 of 196 at 0.75).
+
+    >>> visible_count(196, 0.75), visible_count(16, 0.6)
+    (49, 6)
+    """
+    return int(num_patches * (1 - mask_ratio))
+
+
+def random_masking(noise, keep):
+    """Which patches each image keeps: the ``keep`` of lowest ``noise`` (MAE's per-image
+    shuffle by ``argsort``).
+
+    Args:
+        noise: ``(batch, patches)`` floats, uniform for a uniform choice.
+        keep: patches kept per image (``visible_count``).
+
+    Returns:
+        ``(kept, restore, mask)``: int32 ``(batch, keep)`` indices of the kept patches (in
+        the shuffled order), int32 ``(batch, patches)`` that puts the shuffled sequence
+        (kept ones first) back in grid order, and float32 ``(batch, patches)``: 1 where a
+        patch is hidden.
+
+    >>> import numpy as np
+    >>> kept, restore, mask = random_masking(np.array([[0.9, 0.1, 0.5, 0.3]], "float32"), 2)
+    >>> keras.ops.convert_to_numpy(kept).tolist(), keras.ops.convert_to_numpy(mask).tolist()
+    ([[1, 3]], [[1.0, 0.0, 1.0, 0.0]])
+    """
+    shuffle = ops.cast(ops.argsort(noise, axis=1), "int32")
+    restore = ops.cast(ops.argsort(shuffle, axis=1), "int32")
+    kept = shuffle[:, :keep]
+    # 1 for the hidden ones: a patch is hidden when its place in the shuffle is keep or later.
+    mask = ops.cast(restore >= keep, "float32")
+    return kept, restore, mask
+
+
+def gather_tokens(tokens, index):
+    """``tokens[b, index[b, i]]`` for each image ``b``: ``(batch, n, width)``, int
+    ``(batch, k)`` -> ``(batch, k, width)``. One flat ``take``, the same on every backend.
+
+    >>> import numpy as np
+    >>> x = np.arange(12, dtype="float32").reshape(2, 3, 2)
+    >>> keras.ops.convert_to_numpy(gather_tokens(x, np.array([[2], [0]]))).tolist()
+    [[[4.0, 5.0]], [[6.0, 7.0]]]
+    """
+    shape = ops.shape(tokens)
+    batch, length, width = shape[0], shape[1], tokens.shape[-1]
+    offsets = ops.arange(batch, dtype="int32")[:, None] * length
+    flat = ops.reshape(ops.cast(index, "int32") + offsets, (-1,))
+    picked = ops.take(ops.reshape(tokens, (-1, width)), flat, axis=0)
+    return ops.reshape(picked, (batch, -1, width))
+
+
+def reconstruction_loss(predictions, targets, mask):
+    """The mean over the hidden patches (``mask`` 1) of each patch's mean squared error.
+
+    >>> import numpy as np
+    >>> p, t = np.zeros((1, 2, 4), "float32"), np.ones((1, 2, 4), "float32")
+    >>> float(reconstruction_loss(p, t * [[[1.0], [3.0]]], np.array([[0.0, 1.0]], "float32")))
+    9.0
+    """
+    per_patch = ops.mean(ops.square(ops.cast(predictions, "float32") - targets), axis=-1)
+    mask = ops.cast(mask, "float32")
+    return ops.sum(per_patch * mask) / ops.sum(mask)
+
+
+def mae_position_table(grid_size, width, num_prefix_tokens):
+    """MAE's fixed 2-D sine-cosine table, ``(1, prefix + rows * cols, width)``, the prefix
+    rows zero: the columns' sines and cosines then the rows', frequencies
+    ``10000 ** -(i / (width / 4))`` (MAE's ``get_2d_sincos_pos_embed``, which its checkpoints
+    store)."""
+    table = sincos_2d_position_embedding(grid_size, width, form="mae")
+    return np.concatenate([np.zeros((num_prefix_tokens, width), "float32"), table])[None]
+
+
+def _ratio(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 < value < 1.0:
+        raise ValueError(f"mask_ratio must be a number in (0, 1), the share of patches hidden; got {value!r}.")
+    return float(value)
+
+
+def check_options(spec, mask_ratio, decoder_width, decoder_depth, decoder_heads, decoder_mlp_dim=None):
+    """Raises ``ValueError`` for what a masked autoencoder of these options cannot be (the
+    recipes call it before any step); returns the decoder's checked ``(width, depth, heads,
+    mlp_dim)``."""
+    _refuse_unbuildable(spec)
+    patches = spec.grid_size[0] * spec.grid_size[1]
+    if visible_count(patches, _ratio(mask_ratio)) < 1:
+        raise ValueError(
+            f"mask_ratio={mask_ratio!r} hides all {patches} patches of a {spec.grid_size} grid: "
+            "expected a ratio that keeps at least one."
+        )
+    return _decoder_checked(decoder_width, decoder_depth, decoder_heads, decoder_mlp_dim)
+
+
+def _refuse_unbuildable(spec):
+    """MAE encodes a subset of the patch tokens: what a spec needs that the subset breaks."""
+    why = None
+    if spec.resnet is not None:
+        why = ("a hybrid's ResNet stem convolves across patch borders, so every visible token would carry "
+               "pixels of the hidden patches around it and the reconstruction would not be a prediction")  # fmt: skip
+    elif spec.rope:
+        why = "its rotary embeddings are tables over the whole grid, not built for a subset of the patches"
+    elif spec.relative_position_bias:
+        why = "its relative position bias is a table over the whole grid, not built for a subset of the patches"
+    elif spec.dynamic_image_size:
+        why = "MAE pre-trains at one size (the decoder's position table is the grid's): build it without " \
+              "dynamic_image_size; the saved encoder loads into a dynamic model"  # fmt: skip
+    elif spec.position_embedding != "learned":
+        why = (f"MAE adds its fixed sine-cosine table where the ViT's learned one is (position_embedding "
+               f"'learned'); this spec has {spec.position_embedding!r}")  # fmt: skip
+    if why:
+        raise ValueError(f"A masked autoencoder cannot be built on this ViT: {why}.")
+
+
+def _decoder_checked(width, depth, heads, mlp_dim):
+    width = checks.positive_int(width, "decoder_width")
+    depth = checks.positive_int(depth, "decoder_depth")
+    heads = checks.positive_int(heads, "decoder_heads")
+    mlp_dim = checks.positive_int(mlp_dim if mlp_dim is not None else 4 * width, "decoder_mlp_dim")
+    if width % heads or width % 4:
+        raise ValueError(
+            f"decoder_width must be a multiple of decoder_heads (each head's share) and of 4 (the sine-cosine "
+            f"table's quarters); got decoder_width={width}, decoder_heads={heads}."
+        )
+    return width, depth, heads, mlp_dim
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MaskTokens(keras.layers.Layer):
+    """Appends ``count`` copies of one learned [mask] token to the tokens: the decoder's
+    stand-ins for the hidden patches. Its weight is ``token``, shape ``(1, 1, width)``.
+
+    Examples:
+        >>> import numpy as np
+        >>> tuple(MaskTokens(3)(np.zeros((2, 4, 8), "float32")).shape)
+        (2, 7, 8)
+    """
+
+    def __init__(self, count, **kwargs):
+        super().__init__(**kwargs)
+        self.count = int(count)
+
+    def build(self, input_shape):
+        # As MAE's: small random values, learned.
+        self.token = self.add_weight(
+            name="token", shape=(1, 1, input_shape[-1]), initializer=keras.initializers.RandomNormal(stddev=0.02)
+        )
+
+    def call(self, tokens):
+        batch = ops.shape(tokens)[0]
+        masks = ops.broadcast_to(ops.cast(self.token, tokens.dtype), (batch, self.count, tokens.shape[-1]))
+        return ops.concatenate([tokens, masks], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        batch, length, width = input_shape
+        return (batch, None if length is None else length + self.count, width)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(count=self.count)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MaskedAutoencoder(keras.Model):
+    """A ViT pre-trained as a masked autoencoder (MAE).
+
+    Each image's patch tokens get the encoder's position table (MAE's fixed sine-cosine
+    one, not trained here; a fine-tuned ViT trains it as a learned table); ``mask_ratio``
+    of them are dropped at random (``random_masking``) and the encoder's blocks and final
+    norm run on the class token and the visible rest. The decoder projects those to its
+    width, puts a learned [mask] token at every hidden patch, adds its own fixed
+    sine-cosine table, runs its blocks and norm and predicts each patch's pixels
+    (``patch_size ** 2 * channels``). ``compile`` takes only the optimiser and its options:
+    the loss is ``reconstruction_loss`` against ``pixel_targets`` of the input (the
+    pre-processed images), over the hidden patches.
+
+    Masks are random in training, and the same for the same batch shape otherwise (so
+    ``evaluate`` measures the objective repeatably); ``model(images, noise=...)`` takes
+    them from given ``(batch, patches)`` noise, as transformers' ``ViTMAEForPreTraining``.
+
+    Args:
+        spec, dtype, preprocessing, **options: as ``VisionTransformer``'s (``name`` is this
+            model's); the backbone is built without classifier and pre-logits layer.
+            A hybrid, a RoPE or relative-position-bias model and a dynamic-size one are
+            refused, saying why.
+        mask_ratio: the share of each image's patches hidden, in (0, 1); MAE's 0.75.
+        decoder_width, decoder_depth, decoder_heads, decoder_mlp_dim: the decoder's (MAE's
+            512, 8, 16 and 4 times the width); its blocks take the encoder's numerics.
+        norm_pix_loss: reconstruct pixels normalised per patch (MAE's best), else raw.
+        seed: the training masks' seed (None: from Keras' global seed).
+
+    Call: ``model(images, training=None, noise=None)`` -> ``{"predictions": (batch,
+    patches, pixels per patch), "mask": (batch, patches)}``, 1 in ``mask`` where hidden.
+
+    Examples:
+        >>> import numpy as np
+        >>> model = MaskedAutoencoder(image_size=16, patch_size=4, hidden_size=32, depth=1, num_heads=2,
+        ...                           mlp_dim=64, decoder_width=16, decoder_depth=1, decoder_heads=2, seed=0)
+        >>> out = model(np.zeros((2, 16, 16, 3), "float32"))
+        >>> tuple(out["predictions"].shape), keras.ops.convert_to_numpy(out["mask"]).sum(axis=1).tolist()
+        ((2, 16, 48), [12.0, 12.0])
+        >>> model.compile("adam")
+        >>> sorted(model.evaluate(np.zeros((2, 16, 16, 3), "float32"), verbose=0, return_dict=True))
+        ['loss']
+    """
+
+    def __init__(
+        self,
+        spec=None,
+        dtype=None,
+        preprocessing=None,
+        mask_ratio=0.75,
+        decoder_width=DECODER_WIDTH,
+        decoder_depth=DECODER_DEPTH,
+        decoder_heads=DECODER_HEADS,
+        decoder_mlp_dim=None,
+        norm_pix_loss=True,
+        seed=None,
+        **options,
+    ):
+        keras_options = {k: options.pop(k) for k in ("name", "trainable") if k in options}
+        no_top = {"include_top": False, "representation_size": None}
+        spec = (spec if isinstance(spec, ViTSpec) else ViTSpec.from_config(spec or {})).replace(**{**options, **no_top})
+        # Checked before anything is built.
+        checked = check_options(spec, mask_ratio, decoder_width, decoder_depth, decoder_heads, decoder_mlp_dim)
+        backbone = VisionTransformer(spec, dtype, preprocessing, name="backbone")
+        policy = backbone.dtype_policy
+        super().__init__(dtype=policy, **keras_options)
+        self.backbone = backbone
+        self.mask_ratio = _ratio(mask_ratio)
+        self.num_patches = spec.grid_size[0] * spec.grid_size[1]
+        self.num_visible = visible_count(self.num_patches, self.mask_ratio)
+        width, depth, heads, mlp_dim = checked
+        self.decoder_width, self.decoder_depth, self.decoder_heads, self.decoder_mlp_dim = width, depth, heads, mlp_dim
+        self.norm_pix_loss = bool(norm_pix_loss)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        prefix = spec.num_prefix_tokens
+        # MAE's encoder table: fixed sine-cosine values, not trained in pre-training.
+        position = backbone._vit_layers["position_embedding"]
+        position.embedding.assign(mae_position_table(spec.grid_size, spec.hidden_size, position.num_prefix_tokens))
+        position.trainable = False
+        # Built here, outside any name scope, so that their paths are short and fixed
+        # ("decoder_embed/kernel", "decoder_block_0/...") beside the backbone's.
+        self.decoder_embed = keras.layers.Dense(width, name="decoder_embed", dtype=policy)
+        self.decoder_embed.build((None, None, spec.hidden_size))
+        self.mask_tokens = MaskTokens(self.num_patches - self.num_visible, name="mask_token", dtype=policy)
+        self.mask_tokens.build((None, None, width))
+        self.decoder_position = PositionEmbedding(spec.grid_size, prefix, name="decoder_position_embedding",
+                                                  dtype=policy)  # fmt: skip
+        self.decoder_position.build((None, prefix + self.num_patches, width))
+        self.decoder_position.embedding.assign(mae_position_table(spec.grid_size, width, prefix))
+        self.decoder_position.trainable = False
+        self.decoder_blocks = []
+        for i in range(depth):
+            block = EncoderBlock(
+                heads, mlp_dim, layer_norm_epsilon=spec.layer_norm_epsilon, gelu_approximate=spec.gelu_approximate,
+                qkv_bias=spec.qkv_bias, norm_type=spec.norm_type, name=f"decoder_block_{i}", dtype=policy,
+            )  # fmt: skip
+            block.build((None, prefix + self.num_patches, width))
+            self.decoder_blocks.append(block)
+        self.decoder_norm = make_norm(spec.norm_type, spec.layer_norm_epsilon, name="decoder_norm", dtype=policy)
+        self.decoder_norm.build((None, None, width))
+        # Under mixed precision the prediction computes in float32, as a ViT's head, for a stable loss.
+        mixed = policy.compute_dtype != policy.variable_dtype
+        pixels = spec.stride**2 * spec.num_channels
+        self.decoder_pred = keras.layers.Dense(pixels, name="decoder_pred", dtype="float32" if mixed else policy)
+        self.decoder_pred.build((None, None, width))
+        # The mean over the hidden patches; scaled per replica under tf.distribute.
+        self._objective = keras.losses.MeanSquaredError(reduction="mean_with_sample_weight")
+        self.built = True
+
+    @property
+    def spec(self):
+        return self.backbone.spec
+
+    def masking(self, batch, training=False, noise=None):
+        """``random_masking`` of a batch: from ``noise``, else from the seed generator in
+        training and from ``EVALUATION_SEED`` otherwise."""
+        if noise is None:
+            seed = self.seed_generator if training else EVALUATION_SEED
+            noise = keras.random.uniform((batch, self.num_patches), dtype="float32", seed=seed)
+        return random_masking(noise, self.num_visible)
+
+    def encode(self, images, kept):
+        """The encoder on the visible patches: ``(batch, prefix + keep, width)`` after its final norm."""
+        layers = self.backbone._vit_layers
+        x, _ = embed(layers, images)
+        prefix = self.spec.num_prefix_tokens
+        x = ops.concatenate([x[:, :prefix], gather_tokens(x[:, prefix:], kept)], axis=1)
+        for block in layers["blocks"]:
+            x = block(x)
+        if not self.spec.norm_after_pool:  # else the norm is the pooled vector's
+            x = final_norm(layers, x)
+        return x
+
+    def decode(self, latent, restore):
+        """The decoder: the encoder's tokens and the grid order -> each patch's predicted pixels."""
+        prefix = self.spec.num_prefix_tokens
+        x = self.decoder_embed(latent)
+        patches = gather_tokens(self.mask_tokens(x[:, prefix:]), restore)
+        x = self.decoder_position(ops.concatenate([x[:, :prefix], patches], axis=1))
+        for block in self.decoder_blocks:
+            x = block(x)
+        return self.decoder_pred(self.decoder_norm(x))[:, prefix:]
+
+    def call(self, images, training=None, noise=None):
+        kept, restore, mask = self.masking(ops.shape(images)[0], training=bool(training), noise=noise)
+        return {"predictions": self.decode(self.encode(images, kept), restore), "mask": mask}
+
+    def targets(self, images):
+        """``pixel_targets`` of pre-processed images, with this model's patch size and ``norm_pix_loss``."""
+        return pixel_targets(images, self.spec.stride, self.norm_pix_loss)
+
+    def reconstruct(self, images, noise=None):
+        """``(masked input, reconstruction)`` images at the input's scale: the hidden patches
+        blanked (zeros), and the visible patches with the decoder's pixels in the hidden ones
+        (its normalised predictions scaled back with each patch's own mean and deviation)."""
+        out = self(images, training=False, noise=noise)
+        patches = ops.cast(patchify(images, self.spec.stride), "float32")
+        predicted = ops.cast(out["predictions"], "float32")
+        if self.norm_pix_loss:
+            mean = ops.mean(patches, axis=-1, keepdims=True)
+            count = patches.shape[-1]
+            variance = ops.sum(ops.square(patches - mean), axis=-1, keepdims=True) / max(count - 1, 1)
+            predicted = predicted * ops.sqrt(variance + PIXEL_EPSILON) + mean
+        hidden = out["mask"][..., None]
+        grid, channels = self.spec.grid_size, self.spec.num_channels
+        masked = unpatchify(patches * (1 - hidden), self.spec.stride, grid, channels)
+        filled = unpatchify(patches * (1 - hidden) + predicted * hidden, self.spec.stride, grid, channels)
+        return masked, filled
+
+    def compile(self, optimizer="rmsprop", loss=None, metrics=None, **kwargs):
+        if loss is not None or metrics is not None:
+            raise ValueError(
+                "MaskedAutoencoder computes its own loss (the reconstruction of the hidden patches): "
+                "compile it with the optimiser only, e.g. model.compile(optimizer)."
+            )
+        super().compile(optimizer=optimizer, **kwargs)
+
+    def compile_from_config(self, config):
+        # Keras' own skips models that override compile; this one's takes the same config.
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        self.optimizer.build(self.trainable_variables)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        weights = y_pred["mask"]
+        if sample_weight is not None:
+            weights = weights * ops.reshape(ops.cast(sample_weight, "float32"), (-1, 1))
+        loss = self._objective(self.targets(x), ops.cast(y_pred["predictions"], "float32"), sample_weight=weights)
+        if self.losses:  # regularisers, if a layer has any
+            loss = loss + ops.sum([ops.cast(extra, loss.dtype) for extra in self.losses])
+        return loss
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        return self.get_metrics_result()
+
+    def get_config(self):
+        # The backbone's config (its spec at the top level, as a VisionTransformer file has
+        # it, so that load_weights reads this file's patch grid) with this model's options.
+        config = {k: v for k, v in self.backbone.get_config().items() if k not in ("name", "trainable")}
+        config.update(
+            name=self.name,
+            trainable=self.trainable,
+            mask_ratio=self.mask_ratio,
+            decoder_width=self.decoder_width,
+            decoder_depth=self.decoder_depth,
+            decoder_heads=self.decoder_heads,
+            decoder_mlp_dim=self.decoder_mlp_dim,
+            norm_pix_loss=self.norm_pix_loss,
+            seed=self.seed,
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
