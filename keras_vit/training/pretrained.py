@@ -19,8 +19,9 @@ from keras_vit.training.errors import MissingInputFileError, RecipeInputError
 
 def load_pretrained(config):
     """The model to fine-tune from ``init_from`` (what ``keras_vit.load_model`` loads; a
-    self-supervised model's backbone: masked patch prediction's, a masked autoencoder's encoder), or None for a checkpoint without
-    architecture, which the recipe loads into the model it builds."""
+    self-supervised model's backbone: masked patch prediction's, a masked autoencoder's
+    encoder), or None for a checkpoint without architecture, which the recipe loads into
+    the model it builds."""
     try:
         source = factory.resolve(config.init_from, loading=True)
     except factory.NoWeightsError:

@@ -22,8 +22,8 @@ from keras_vit.checks import flag
 from keras_vit.data import load_dataset, make_pipeline, mixes_labels
 from keras_vit.factory import save_model
 from keras_vit.layers.preprocessing import ImagePreprocessing
-from keras_vit.models.graph import TASK_LAYERS
 from keras_vit.models import masked_autoencoder
+from keras_vit.models.graph import TASK_LAYERS
 from keras_vit.models.masked_autoencoder import MaskedAutoencoder
 from keras_vit.models.masked_patches import MaskedPatchPrediction
 from keras_vit.models.registry import get_spec
