@@ -460,6 +460,28 @@ def _(tmp):
     cli("--epochs", "many")
 
 
+@case("a mask ratio outside (0, 1)", SystemExit, "--mask-ratio must be in (0.0, 1.0)", "got 1.5")
+def _(tmp):
+    cli("--objective", "mae", "--mask_ratio", "1.5", "--output_dir", str(tmp))
+
+
+@case("a mask ratio that hides every patch", SystemExit, "mask_ratio=0.99 hides all 16 patches")
+def _(tmp):
+    cli("--objective", "mae", "--mask_ratio", "0.99", "--output_dir", str(tmp))
+
+
+@case("an MAE decoder its heads do not divide", SystemExit, "decoder_width must be a multiple of decoder_heads",
+      "decoder_width=100, decoder_heads=16")  # fmt: skip
+def _(tmp):
+    cli("--objective", "mae", "--decoder_width", "100", "--output_dir", str(tmp))
+
+
+@case("MAE on a hybrid", SystemExit, "A masked autoencoder cannot be built on this ViT",
+      "ResNet stem convolves across patch borders")  # fmt: skip
+def _(tmp):
+    cli("--objective", "mae", "--model", "r26_vit_s32", "--image_size", "32", "--output_dir", str(tmp))
+
+
 @case("an unknown objective", SystemExit, "--objective: invalid choice: 'colour'", "masked_patch_prediction")
 def _(tmp):
     cli("--objective", "colour", "--output_dir", str(tmp))

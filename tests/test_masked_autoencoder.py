@@ -197,3 +197,26 @@ def test_what_a_masked_autoencoder_cannot_be_is_a_clear_error(options, message):
         options = dict(spec=keras_vit.get_spec(options["spec"]), image_size=64)
     with pytest.raises(ValueError, match=message):
         small_mae(**options) if "spec" not in options else MaskedAutoencoder(**options)
+
+
+def test_the_recipe_pre_trains_a_masked_autoencoder_and_fine_tuning_starts_from_its_encoder(tmp_path):
+    from keras_vit.training import finetune, make_config, pretrain
+    from keras_vit.training.pretrained import load_pretrained
+
+    tiny = dict(epochs=2, steps_per_epoch=2, depth=1, progress=0, output_dir=str(tmp_path))
+    mae = dict(objective="mae", mask_ratio=0.5, decoder_width=32, decoder_depth=1, decoder_heads=2)
+    result = pretrain(make_config("digits_pretrain", **mae, **tiny))
+    assert isinstance(result.model, MaskedAutoencoder) and result.model.num_visible == 8  # of the 4x4 grid
+    assert result.metric == "loss" and np.isfinite(result.test_loss) and np.isnan(result.test_accuracy)
+    assert len(result.history["val_loss"]) == 2 and "test loss" in result.summary()
+    assert os.path.isfile(os.path.join(result.run_dir, "best.keras"))  # the lowest validation loss's
+    saved = os.path.join(result.run_dir, "model.keras")
+    config = make_config("digits_finetune", init_from=saved, **tiny)
+    encoder = load_pretrained(config)
+    assert isinstance(encoder, keras_vit.VisionTransformer)
+    np.testing.assert_array_equal(
+        to_numpy(encoder.get_layer("block_0").mlp.fc1.kernel),
+        to_numpy(result.model.backbone.get_layer("block_0").mlp.fc1.kernel),
+    )
+    tuned = finetune(config)
+    assert tuned.metric == "accuracy" and 0.0 <= tuned.test_accuracy <= 1.0

@@ -142,7 +142,8 @@ def gather_tokens(tokens, index):
     offsets = ops.arange(batch, dtype="int32")[:, None] * length
     flat = ops.reshape(ops.cast(index, "int32") + offsets, (-1,))
     picked = ops.take(ops.reshape(tokens, (-1, width)), flat, axis=0)
-    return ops.reshape(picked, (batch, -1, width))
+    count = index.shape[-1] if index.shape[-1] is not None else -1  # known in a graph: kept there
+    return ops.reshape(picked, (batch, count, width))
 
 
 def reconstruction_loss(predictions, targets, mask):
