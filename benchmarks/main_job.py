@@ -46,7 +46,7 @@ def summarise(rows):
     for (backend, recipe, machine), runs in groups.items():
         tuned = [float(r["finetune_test_accuracy"]) for r in runs]
         out.append({
-            "backend": backend, "recipe": recipe, "seeds": " ".join(r["seed"] for r in runs),
+            "backend": backend, "recipe": recipe, "seeds": " ".join(str(r["seed"]) for r in runs),
             "finetune_test_accuracy_mean": f"{statistics.mean(tuned):.4f}",
             "finetune_test_accuracy_min": f"{min(tuned):.4f}",
             "pretrain_test_accuracy_mean": f"{statistics.mean(float(r['pretrain_test_accuracy']) for r in runs):.4f}",

@@ -220,3 +220,50 @@ def test_the_recipe_pre_trains_a_masked_autoencoder_and_fine_tuning_starts_from_
     )
     tuned = finetune(config)
     assert tuned.metric == "accuracy" and 0.0 <= tuned.test_accuracy <= 1.0
+
+
+def test_a_reconstruction_keeps_the_visible_patches_and_fills_the_hidden_ones():
+    model = small_mae()
+    images, noise = images_and_noise()
+    out = model.reconstruct(images, noise=noise)
+    hidden = pixel_mask(numpy_hidden(noise, model.num_visible))
+    np.testing.assert_array_equal(to_numpy(out["hidden"]), hidden)
+    filled = to_numpy(out["reconstruction"])
+    np.testing.assert_allclose(filled * (1 - hidden), images * (1 - hidden), atol=1e-5)
+    assert np.abs((filled - images) * hidden).max() > 0.1  # the hidden pixels are the decoder's
+    # Each image's loss, over its own hidden patches; their mean weighted alike is the batch's loss.
+    losses = to_numpy(out["losses"])
+    batch = float(to_numpy(model.compute_loss(x=images, y_pred=model(images, noise=noise))))
+    assert losses.shape == (3,) and abs(losses.mean() - batch) <= 1e-5 * batch
+    masked, pictures = model.reconstruct_images(images, noise=noise)
+    assert (masked[np.broadcast_to(hidden, masked.shape) == 1] == 0).all() and masked.max() > 0
+    assert pictures.min() >= 0 and pictures.max() <= 255
+
+
+def test_inspect_reconstruct_draws_and_lists_a_masked_autoencoders_reconstructions(tmp_path, capsys):
+    from keras_vit.commands import main
+    from keras_vit.commands.inspect_model import load_images, preprocess
+
+    model = small_mae()
+    path = os.path.join(tmp_path, "mae.keras")
+    model.save(path)
+    out = os.path.join(tmp_path, "figures")
+    main(["inspect", path, "--reconstruct", "--num-images", "3", "--output", out])
+    assert sorted(os.listdir(out)) == ["reconstructions.csv", "reconstructions.png"]
+    with open(os.path.join(out, "reconstructions.png"), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    with open(os.path.join(out, "reconstructions.csv")) as f:
+        rows = [line.strip().split(",") for line in f][1:]
+    images, _ = preprocess(model.backbone, load_images(None, 3))  # the digits' first test images
+    expected = model.reconstruction_losses(images)
+    assert [int(r[1]) for r in rows] == [PATCHES - model.num_visible] * 3
+    np.testing.assert_allclose([float(r[2]) for r in rows], expected, rtol=1e-4)
+    with pytest.raises(SystemExit) as exit_status:  # a plain ViT has no reconstructions to draw
+        vit = keras_vit.create_model("vit_ti16", image_size=16, patch_size=4, hidden_size=32, depth=1, num_heads=2,
+                                     mlp_dim=64, num_classes=3)  # fmt: skip
+        vit.save(os.path.join(tmp_path, "vit.keras"))
+        main(["inspect", os.path.join(tmp_path, "vit.keras"), "--reconstruct", "--output", str(tmp_path / "none")])
+    assert exit_status.value.code == 2 and "expected a model pre-trained with keras-vit pretrain --objective mae" in (
+        capsys.readouterr().err
+    )
+    assert not os.path.exists(tmp_path / "none")

@@ -18,6 +18,12 @@ numbers behind it:
 - ``embedding_filters.png`` / ``.csv``: the principal components of the patch filters
   (figure 7, left; a plain ViT's only).
 
+With ``--reconstruct``, for a masked autoencoder's model (``keras-vit pretrain --objective
+mae``), one figure instead: ``reconstructions.png`` / ``.csv``, each image, its masked
+input (the hidden patches black) and the reconstruction (the visible patches as they are,
+the decoder's pixels in the hidden ones), with each image's reconstruction loss on its
+hidden patches. The masks are the model's evaluation masks: the same every time.
+
 The files appear together or not at all. Exit status: 0 done, 2 bad input (nothing
 written).
 """
@@ -56,6 +62,11 @@ def build_parser():
     )
     parser.add_argument(
         "--num-components", type=int, default=28, help="principal components of the patch filters drawn"
+    )
+    parser.add_argument(
+        "--reconstruct",
+        action="store_true",
+        help="a masked autoencoder's reconstructions of the images (reconstructions.png), not the figures above",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace figures already there")
     return parser
@@ -172,6 +183,32 @@ def plot_filters(plt, path, components, title):
     plt.close(fig)
 
 
+def plot_reconstructions(plt, path, rows, title):
+    count = len(rows[0][1])
+    fig, axes = plt.subplots(len(rows), count, figsize=(1.6 * count + 0.4, 1.3 * len(rows) + 0.5), squeeze=False)
+    for r, (label, pictures) in enumerate(rows):
+        for i, picture in enumerate(pictures):
+            axes[r, i].imshow(picture.astype("uint8"), interpolation="nearest")
+            axes[r, i].set_xticks([])
+            axes[r, i].set_yticks([])
+        axes[r, 0].set_ylabel(label)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=120)
+    plt.close(fig)
+
+
+def _checked_model(model, reconstruct, what):
+    from keras_vit.models.masked_autoencoder import MaskedAutoencoder
+
+    if reconstruct and not isinstance(model, MaskedAutoencoder):
+        raise ValueError(
+            f"--reconstruct draws a masked autoencoder's reconstructions: expected a model pre-trained with "
+            f"keras-vit pretrain --objective mae; got a {type(model).__name__} {getattr(model, 'name', '')!r} ({what})."
+        )
+    return model if reconstruct else inspect.attention.check_vit(model, what)
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     require("matplotlib", "inspect").use("Agg")  # files only: no display needed
@@ -179,7 +216,7 @@ def main(argv=None):
     try:
         if args.num_images < 1:
             raise ValueError(f"--num-images must be at least 1; got {args.num_images}.")
-        model = inspect.attention.check_vit(load_model(args.model), args.model)
+        model = _checked_model(load_model(args.model), args.reconstruct, args.model)
         raw = load_images(args.images, args.num_images)
         if args.output:
             output = args.output
@@ -187,13 +224,18 @@ def main(argv=None):
             output = os.path.join(os.path.dirname(os.path.abspath(args.model)), "figures")
         else:
             output = os.path.join("saved_models", os.path.basename(os.path.normpath(args.model)), "figures")
-        # A hybrid's patch embedding sees ResNet features: it has no pixel filters to draw.
-        paths = figure_paths(output, FIGURES if model.spec.resnet is None else FIGURES[:-1])
+        if args.reconstruct:
+            figures = ("reconstructions",)
+        else:  # a hybrid's patch embedding sees ResNet features: it has no pixel filters to draw
+            figures = FIGURES if model.spec.resnet is None else FIGURES[:-1]
+        paths = figure_paths(output, figures)
         from keras_vit.atomic import check_targets
 
         check_targets(paths.values(), args.overwrite)
     except (ValueError, OSError) as error:
         commands.bad_input(error)
+    if args.reconstruct:
+        return _reconstruct(plt, model, raw, paths, args.overwrite)
 
     images, shown = preprocess(model, raw)
     spec = model.spec
@@ -226,6 +268,23 @@ def main(argv=None):
                          f"{name}: embedding filters, first {count} principal components")  # fmt: skip
             write_csv(staged["embedding_filters.csv"], ["component", "explained_variance"],
                       [(k, f"{v:.6g}") for k, v in enumerate(explained)])  # fmt: skip
+        staging.commit()
+    for target in staging.targets.values():
+        print(target)
+    return staging.targets
+
+
+def _reconstruct(plt, model, raw, paths, overwrite):
+    """``--reconstruct``: a masked autoencoder's reconstructions, drawn and listed."""
+    images, shown = preprocess(model.backbone, raw)
+    masked, filled = (np.asarray(x) for x in model.reconstruct_images(images))
+    losses = model.reconstruction_losses(images)
+    with StagedWrites(paths, overwrite=overwrite) as staging:
+        rows = [("input", shown), ("masked", masked), ("reconstruction", filled)]
+        plot_reconstructions(plt, staging.paths["reconstructions.png"], rows,
+                             f"{model.name}: reconstructions ({model.mask_ratio:.0%} of the patches hidden)")  # fmt: skip
+        write_csv(staging.paths["reconstructions.csv"], ["image", "hidden_patches", "reconstruction_loss"],
+                  [(i, model.num_patches - model.num_visible, f"{v:.6g}") for i, v in enumerate(losses)])  # fmt: skip
         staging.commit()
     for target in staging.targets.values():
         print(target)

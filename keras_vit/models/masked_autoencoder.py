@@ -411,22 +411,43 @@ class MaskedAutoencoder(keras.Model):
         return pixel_targets(images, self.spec.stride, self.norm_pix_loss)
 
     def reconstruct(self, images, noise=None):
-        """``(masked input, reconstruction)`` images at the input's scale: the hidden patches
-        blanked (zeros), and the visible patches with the decoder's pixels in the hidden ones
-        (its normalised predictions scaled back with each patch's own mean and deviation)."""
+        """The decoder's reconstruction of pre-processed images, in their units:
+        ``{"reconstruction": the visible patches as they are, the decoder's pixels in the
+        hidden ones (its normalised predictions scaled back with each patch's own mean and
+        deviation), "hidden": (batch, height, width, 1), 1 in the hidden patches' pixels,
+        "losses": (batch,) each image's reconstruction loss on its hidden patches}``.
+        The masks are the evaluation's (or from ``noise``)."""
         out = self(images, training=False, noise=noise)
-        patches = ops.cast(patchify(images, self.spec.stride), "float32")
+        stride, grid, channels = self.spec.stride, self.spec.grid_size, self.spec.num_channels
+        patches = ops.cast(patchify(images, stride), "float32")
         predicted = ops.cast(out["predictions"], "float32")
+        targets = self.targets(images)
+        hidden = out["mask"]
+        errors = ops.mean(ops.square(predicted - targets), axis=-1)
+        losses = ops.sum(errors * hidden, axis=1) / ops.sum(hidden, axis=1)
         if self.norm_pix_loss:
             mean = ops.mean(patches, axis=-1, keepdims=True)
             count = patches.shape[-1]
             variance = ops.sum(ops.square(patches - mean), axis=-1, keepdims=True) / max(count - 1, 1)
             predicted = predicted * ops.sqrt(variance + PIXEL_EPSILON) + mean
-        hidden = out["mask"][..., None]
-        grid, channels = self.spec.grid_size, self.spec.num_channels
-        masked = unpatchify(patches * (1 - hidden), self.spec.stride, grid, channels)
-        filled = unpatchify(patches * (1 - hidden) + predicted * hidden, self.spec.stride, grid, channels)
-        return masked, filled
+        hidden = hidden[..., None]
+        filled = unpatchify(patches * (1 - hidden) + predicted * hidden, stride, grid, channels)
+        hidden_pixels = unpatchify(ops.repeat(hidden, stride * stride, axis=-1), stride, grid, 1)
+        return {"reconstruction": filled, "hidden": hidden_pixels, "losses": losses}
+
+    def reconstruct_images(self, images, noise=None):
+        """``reconstruct`` as 0..255 pictures, the pre-processing undone: ``(masked,
+        reconstruction)``, numpy, the masked images' hidden patches black."""
+        out = {k: ops.convert_to_numpy(v) for k, v in self.reconstruct(images, noise).items()}
+        preprocessing = self.backbone.preprocessing
+        mean, std = (0.5, 0.5) if preprocessing is None else (preprocessing.mean, preprocessing.std)
+        mean, std = np.asarray(mean, "float32"), np.asarray(std, "float32")
+        pixels = lambda x: np.clip((np.asarray(x, "float32") * std + mean) * 255.0, 0.0, 255.0)  # noqa: E731
+        return pixels(ops.convert_to_numpy(images)) * (1 - out["hidden"]), pixels(out["reconstruction"])
+
+    def reconstruction_losses(self, images, noise=None):
+        """Each image's reconstruction loss on its hidden patches (numpy, ``(batch,)``)."""
+        return ops.convert_to_numpy(self.reconstruct(images, noise)["losses"])
 
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, **kwargs):
         if loss is not None or metrics is not None:
