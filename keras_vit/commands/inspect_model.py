@@ -281,8 +281,8 @@ def _reconstruct(plt, model, raw, paths, overwrite):
     losses = model.reconstruction_losses(images)
     with StagedWrites(paths, overwrite=overwrite) as staging:
         rows = [("input", shown), ("masked", masked), ("reconstruction", filled)]
-        plot_reconstructions(plt, staging.paths["reconstructions.png"], rows,
-                             f"{model.name}: reconstructions ({model.mask_ratio:.0%} of the patches hidden)")  # fmt: skip
+        title = f"{model.name}: reconstructions ({model.mask_ratio:.0%} of the patches hidden)"
+        plot_reconstructions(plt, staging.paths["reconstructions.png"], rows, title)
         write_csv(staging.paths["reconstructions.csv"], ["image", "hidden_patches", "reconstruction_loss"],
                   [(i, model.num_patches - model.num_visible, f"{v:.6g}") for i, v in enumerate(losses)])  # fmt: skip
         staging.commit()
