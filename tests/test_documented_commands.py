@@ -134,18 +134,22 @@ def _run(folder, argv, capsys):
 RECIPE_LINE = r"^recipe \w+: the values not given on the command line are followed by \[where they came from\]$"
 
 
-def _summed_up(folder, printed, phase):
-    # The recipes' last line: the best and last validation accuracy, then model.keras's test
-    # accuracy, and the run folder it wrote (guide/recipes.md, quickstart.md).
-    last = re.search(rf"^{phase}: validation accuracy best [\d.]+ \(epoch \d+\), last [\d.]+; test accuracy [\d.]+; "
+def _summed_up(folder, printed, phase, metric):
+    # The recipes' last line: the best and last validation accuracy (a masked autoencoder's
+    # loss), then model.keras's test accuracy (loss), and the run folder it wrote
+    # (guide/recipes.md, quickstart.md).
+    last = re.search(rf"^{phase}: validation {metric} best [\d.]+ \(epoch \d+\), last [\d.]+; test {metric} [\d.]+; "
                      rf"[\d.]+ s -> (?P<run>\S+)$", printed.strip().splitlines()[-1])  # fmt: skip
     return bool(last) and (folder / last["run"] / "model.keras").is_file()
 
 
 def _recipe(folder, argv, printed):
     phase = {"pretrain": r"(pre-training|masked patch prediction \(.+\))", "finetune": "fine-tuning"}.get(argv[0])
+    metric = "accuracy"
+    if argv[0] == "pretrain" and "mae" in argv:  # --objective mae
+        phase, metric = r"masked autoencoder \(.+\)", "loss"
     if phase:
-        return bool(re.match(RECIPE_LINE, printed, re.M)) and _summed_up(folder, printed, phase)
+        return bool(re.match(RECIPE_LINE, printed, re.M)) and _summed_up(folder, printed, phase, metric)
 
 
 def _main_job(folder, argv, printed):
@@ -199,6 +203,8 @@ def _inspect(folder, argv, printed):
     if argv[0] == "inspect":
         paths = printed.split()
         figures = ("attention_rollout", "attention_distance", "position_embedding_similarity", "embedding_filters")
+        if "--reconstruct" in argv:  # a masked autoencoder's reconstructions (guide/recipes.md)
+            figures = ("reconstructions",)
         return all(any(p.endswith(f"{f}{ext}") and os.path.isfile(p) for p in paths) for f in figures
                    for ext in (".png", ".csv"))  # fmt: skip
 
