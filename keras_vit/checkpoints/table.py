@@ -257,7 +257,6 @@ def _decoder_rows():
     return rows
 
 
-# fmt: off
 VIT += [
     (r"decoder_embed/kernel", None, linear("decoder_embed.weight"), linear("decoder.decoder_embed.weight")),
     (r"decoder_embed/bias", None, same("decoder_embed.bias"), same("decoder.decoder_embed.bias")),
@@ -269,7 +268,6 @@ VIT += [
     (r"decoder_pred/kernel", None, linear("decoder_pred.weight"), linear("decoder.decoder_pred.weight")),
     (r"decoder_pred/bias", None, same("decoder_pred.bias"), same("decoder.decoder_pred.bias")),
 ]
-# fmt: on
 
 # HF transformers' DINOv2 (Dinov2Model): its own names for the blocks' norms, MLP and LayerScale.
 _D = "encoder.layer.{0}."
@@ -414,10 +412,8 @@ KERAS_HUB_DINOV2 = [
 KERAS_HUB_DINOV3 = [
     *_KD_EMBEDDINGS,
     *_KD_BLOCKS,
-    (
-        _B + r"attention/qkv/kernel",
-        Source([_KD + f"attention/{n}_proj/kernel" for n in "qkv"], lambda *a: np.concatenate(a, axis=-1)),
-    ),
+    (_B + r"attention/qkv/kernel", Source([_KD + f"attention/{n}_proj/kernel" for n in "qkv"],
+                                          lambda *a: np.concatenate(a, axis=-1))),
     (_B + r"attention/qkv/bias", concat(*(_KD + f"attention/{n}_proj/bias" for n in "qkv"))),
     (_B + r"attention/out/(kernel|bias)", same(_KD + "attention/o_proj/{1}")),
     (_B + r"mlp/(fc[12])/(kernel|bias)", same(_KD + "mlp/{1}/{2}")),

@@ -86,10 +86,16 @@ def pixel_targets(images, patch_size, normalize=True, epsilon=PIXEL_EPSILON):
     targets = ops.cast(patchify(images, patch_size), "float32")
     if not normalize:
         return targets
-    mean = ops.mean(targets, axis=-1, keepdims=True)
-    count = targets.shape[-1]
-    variance = ops.sum(ops.square(targets - mean), axis=-1, keepdims=True) / max(count - 1, 1)
-    return (targets - mean) / ops.sqrt(variance + epsilon)
+    mean, scale = _mean_and_scale(targets, epsilon)
+    return (targets - mean) / scale
+
+
+def _mean_and_scale(patches, epsilon=PIXEL_EPSILON):
+    """Each patch's mean and ``sqrt(unbiased variance + epsilon)``, by which its pixels are normalised."""
+    mean = ops.mean(patches, axis=-1, keepdims=True)
+    count = patches.shape[-1]
+    variance = ops.sum(ops.square(patches - mean), axis=-1, keepdims=True) / max(count - 1, 1)
+    return mean, ops.sqrt(variance + epsilon)
 
 
 def visible_count(num_patches, mask_ratio):
@@ -425,11 +431,9 @@ class MaskedAutoencoder(keras.Model):
         hidden = out["mask"]
         errors = ops.mean(ops.square(predicted - targets), axis=-1)
         losses = ops.sum(errors * hidden, axis=1) / ops.sum(hidden, axis=1)
-        if self.norm_pix_loss:
-            mean = ops.mean(patches, axis=-1, keepdims=True)
-            count = patches.shape[-1]
-            variance = ops.sum(ops.square(patches - mean), axis=-1, keepdims=True) / max(count - 1, 1)
-            predicted = predicted * ops.sqrt(variance + PIXEL_EPSILON) + mean
+        if self.norm_pix_loss:  # back to the patch's own mean and deviation
+            mean, scale = _mean_and_scale(patches)
+            predicted = predicted * scale + mean
         hidden = hidden[..., None]
         filled = unpatchify(patches * (1 - hidden) + predicted * hidden, stride, grid, channels)
         hidden_pixels = unpatchify(ops.repeat(hidden, stride * stride, axis=-1), stride, grid, 1)
