@@ -27,6 +27,7 @@ from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.layer_norm import make_norm
 from keras_vit.layers.tokens import PositionEmbedding, sincos_2d_position_embedding
 from keras_vit.models.graph import embed, final_norm
+from keras_vit.models.self_supervised import SelfSupervisedModel
 from keras_vit.models.spec import ViTSpec
 from keras_vit.models.vit import VisionTransformer
 
@@ -265,7 +266,7 @@ class MaskTokens(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class MaskedAutoencoder(keras.Model):
+class MaskedAutoencoder(SelfSupervisedModel):
     """A ViT pre-trained as a masked autoencoder (MAE).
 
     Each image's patch tokens get the encoder's position table (MAE's fixed sine-cosine
@@ -307,6 +308,8 @@ class MaskedAutoencoder(keras.Model):
         >>> sorted(model.evaluate(np.zeros((2, 16, 16, 3), "float32"), verbose=0, return_dict=True))
         ['loss']
     """
+
+    OWN_TERMS = "its own loss (the reconstruction of the hidden patches)"
 
     def __init__(
         self,
@@ -443,9 +446,7 @@ class MaskedAutoencoder(keras.Model):
         """``reconstruct`` as 0..255 pictures, the pre-processing undone: ``(masked,
         reconstruction)``, numpy, the masked images' hidden patches black."""
         out = {k: ops.convert_to_numpy(v) for k, v in self.reconstruct(images, noise).items()}
-        preprocessing = self.backbone.preprocessing
-        mean, std = (0.5, 0.5) if preprocessing is None else (preprocessing.mean, preprocessing.std)
-        mean, std = np.asarray(mean, "float32"), np.asarray(std, "float32")
+        mean, std = (np.asarray(v, "float32") for v in self.pixel_scale())
         pixels = lambda x: np.clip((np.asarray(x, "float32") * std + mean) * 255.0, 0.0, 255.0)  # noqa: E731
         return pixels(ops.convert_to_numpy(images)) * (1 - out["hidden"]), pixels(out["reconstruction"])
 
@@ -453,38 +454,18 @@ class MaskedAutoencoder(keras.Model):
         """Each image's reconstruction loss on its hidden patches (numpy, ``(batch,)``)."""
         return ops.convert_to_numpy(self.reconstruct(images, noise)["losses"])
 
-    def compile(self, optimizer="rmsprop", loss=None, metrics=None, **kwargs):
-        if loss is not None or metrics is not None:
-            raise ValueError(
-                "MaskedAutoencoder computes its own loss (the reconstruction of the hidden patches): "
-                "compile it with the optimiser only, e.g. model.compile(optimizer)."
-            )
-        super().compile(optimizer=optimizer, **kwargs)
-
-    def compile_from_config(self, config):
-        # Keras' own skips models that override compile; this one's takes the same config.
-        self.compile(**keras.saving.deserialize_keras_object(config))
-        self.optimizer.build(self.trainable_variables)
-
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         weights = y_pred["mask"]
         if sample_weight is not None:
             weights = weights * ops.reshape(ops.cast(sample_weight, "float32"), (-1, 1))
         loss = self._objective(self.targets(x), ops.cast(y_pred["predictions"], "float32"), sample_weight=weights)
-        if self.losses:  # regularisers, if a layer has any
-            loss = loss + ops.sum([ops.cast(extra, loss.dtype) for extra in self.losses])
-        return loss
+        return self.with_regularisers(loss)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         return self.get_metrics_result()
 
     def get_config(self):
-        # The backbone's config (its spec at the top level, as a VisionTransformer file has
-        # it, so that load_weights reads this file's patch grid) with this model's options.
-        config = {k: v for k, v in self.backbone.get_config().items() if k not in ("name", "trainable")}
-        config.update(
-            name=self.name,
-            trainable=self.trainable,
+        return self.config_with(
             mask_ratio=self.mask_ratio,
             decoder_width=self.decoder_width,
             decoder_depth=self.decoder_depth,
@@ -493,8 +474,3 @@ class MaskedAutoencoder(keras.Model):
             norm_pix_loss=self.norm_pix_loss,
             seed=self.seed,
         )
-        return config
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)

@@ -25,6 +25,7 @@ from keras import ops
 
 from keras_vit import checks
 from keras_vit.models.graph import encode, final_norm
+from keras_vit.models.self_supervised import SelfSupervisedModel
 from keras_vit.models.vit import VisionTransformer
 
 # What ``PatchCorruption`` did to each patch.
@@ -172,7 +173,7 @@ class PatchCorruption(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class MaskedPatchPrediction(keras.Model):
+class MaskedPatchPrediction(SelfSupervisedModel):
     """A ViT pre-trained by masked patch prediction (the paper's section 4.6).
 
     Images run through the backbone's own layers with ``PatchCorruption`` right after the
@@ -212,6 +213,8 @@ class MaskedPatchPrediction(keras.Model):
         >>> sorted(model.evaluate(np.zeros((2, 16, 16, 3), "float32"), verbose=0, return_dict=True))
         ['accuracy', 'loss']
     """
+
+    OWN_TERMS = "its own loss and accuracy (on the corrupted patches)"
 
     def __init__(
         self,
@@ -275,8 +278,7 @@ class MaskedPatchPrediction(keras.Model):
 
     def colour_targets(self, images):
         """``mean_colour_targets`` of pre-processed images, with this model's pre-processing."""
-        preprocessing = self.backbone.preprocessing
-        mean, std = (0.5, 0.5) if preprocessing is None else (preprocessing.mean, preprocessing.std)
+        mean, std = self.pixel_scale()
         return mean_colour_targets(images, self.backbone.spec.stride, mean, std, self.colour_bits)
 
     def _targets_and_weights(self, x, y_pred, sample_weight):
@@ -285,25 +287,9 @@ class MaskedPatchPrediction(keras.Model):
             weights = weights * ops.reshape(ops.cast(sample_weight, "float32"), (-1, 1))
         return self.colour_targets(x), weights
 
-    def compile(self, optimizer="rmsprop", loss=None, metrics=None, **kwargs):
-        if loss is not None or metrics is not None:
-            raise ValueError(
-                "MaskedPatchPrediction computes its own loss and accuracy (on the corrupted patches): "
-                "compile it with the optimiser only, e.g. model.compile(optimizer)."
-            )
-        super().compile(optimizer=optimizer, **kwargs)
-
-    def compile_from_config(self, config):
-        # Keras' own skips models that override compile; this one's takes the same config.
-        self.compile(**keras.saving.deserialize_keras_object(config))
-        self.optimizer.build(self.trainable_variables)
-
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         targets, weights = self._targets_and_weights(x, y_pred, sample_weight)
-        loss = self._objective(targets, y_pred["logits"], sample_weight=weights)
-        if self.losses:  # regularisers, if a layer has any
-            loss = loss + ops.sum([ops.cast(extra, loss.dtype) for extra in self.losses])
-        return loss
+        return self.with_regularisers(self._objective(targets, y_pred["logits"], sample_weight=weights))
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         targets, weights = self._targets_and_weights(x, y_pred, sample_weight)
@@ -311,20 +297,10 @@ class MaskedPatchPrediction(keras.Model):
         return self.get_metrics_result()
 
     def get_config(self):
-        # The backbone's config (its spec at the top level, as a VisionTransformer file has
-        # it, so that load_weights reads this file's patch grid) with this model's options.
-        config = {k: v for k, v in self.backbone.get_config().items() if k not in ("name", "trainable")}
-        config.update(
-            name=self.name,
-            trainable=self.trainable,
+        return self.config_with(
             corrupt_fraction=self.corruption.corrupt_fraction,
             mask_fraction=self.corruption.mask_fraction,
             random_fraction=self.corruption.random_fraction,
             colour_bits=self.colour_bits,
             seed=self.corruption.seed,
         )
-        return config
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
