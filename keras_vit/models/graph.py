@@ -145,7 +145,10 @@ def make_layers(spec, dtype_for):
         # DeiT's second head, on the distillation token; the model outputs the two heads'
         # mean (the two tokens' without a top), in the head's dtype.
         distillation_pooling=(
-            make("distillation_pooling", TokenPooling, "token", spec.num_prefix_tokens, index=1) if distilled else None
+            # The token after the class token, or the first where there is none.
+            make("distillation_pooling", TokenPooling, "token", spec.num_prefix_tokens, index=int(spec.has_class_token))
+            if distilled
+            else None
         ),
         head_dist=head("head_dist") if distilled and spec.include_top else None,
         distillation_mean=(

@@ -2,6 +2,7 @@
 weight copy it makes, which fine-tuning also uses."""
 
 import keras
+import numpy as np
 
 from keras_vit.internals import sublayers
 from keras_vit.models.rebuild import rebuild
@@ -48,7 +49,8 @@ def copy_weights(source, target, exclude=(), method="bicubic", antialias=True):
     position embeddings resampled to ``target``'s patch grid (both ``VisionTransformer``).
 
     Weights whose path starts with one of ``exclude`` (``("head/",)``) keep their values, as
-    do those ``source`` lacks: their paths are returned, to refuse or to accept.
+    do those ``source`` lacks: their paths are returned, to refuse or to accept. Where
+    ``target`` adds DeiT's distillation token, its position starts as the class token's.
 
     Examples:
         >>> import keras_vit
@@ -66,6 +68,8 @@ def copy_weights(source, target, exclude=(), method="bicubic", antialias=True):
             lacking.append(variable.path)
             continue
         value = keras.ops.convert_to_numpy(values[variable.path])
+        if variable.path == "position_embedding/embedding":
+            value = _with_distillation_position(value, source.spec, target.spec)
         # By grid, not by shape: a 6x10 table and a 10x6 one have the same shape.
         if variable.path == "position_embedding/embedding" and source.spec.grid_size != target.spec.grid_size:
             value = resample_position_embedding(
@@ -73,3 +77,15 @@ def copy_weights(source, target, exclude=(), method="bicubic", antialias=True):
             )
         variable.assign(value)
     return lacking
+
+
+def _with_distillation_position(table, source, target):
+    """``table`` (``(1, rows, width)``) with a row for the distillation token where ``target``
+    has the token in its table and ``source`` not: after the class token's row and a copy of
+    it, or first and zero where there is no class token."""
+    added = target.distillation_token and not source.distillation_token
+    if not (added and target.position_prefix_rows == source.position_prefix_rows + 1):
+        return table
+    at = int(source.has_class_token)
+    row = table[:, :1] if at else np.zeros_like(table[:, :1])
+    return np.concatenate([table[:, :at], row, table[:, at:]], axis=1)

@@ -143,7 +143,9 @@ class ViTSpec(_Spec):
             al., "Training data-efficient image transformers & distillation through
             attention"; timm's ``distilled``), read by a second classifier ``head_dist``:
             the logits are the mean of the two heads', the pooled features the mean of the
-            two tokens, as timm's inference. Needs ``pooling="token"``.
+            two tokens, as timm's inference. Needs ``pooling="token"`` (DeiT's) or ``"gap"``
+            (the first head then reads the patches' average; the token is the first one
+            where there is no class token).
         distillation_head: with ``distillation_token``, the second head and the two means
             (timm's inference); False: the class token's head alone, the distillation token
             only attended to (transformers' ``DeiTForImageClassification``, ``DeiTModel``).
@@ -273,7 +275,9 @@ class ViTSpec(_Spec):
     )
     class_token: bool | None = _field(None, "prepend a class token; none: one unless --pooling gap")
     num_register_tokens: int = _field(0, "learned tokens after the class token that no output reads (register tokens)")
-    distillation_token: bool = _field(False, "DeiT's distillation token, read by a second head (needs --pooling token)")
+    distillation_token: bool = _field(
+        False, "DeiT's distillation token, read by a second head (with --pooling token or gap)"
+    )
     distillation_head: bool = _field(
         True, "the distillation token's own head, averaged with the class token's; false: the class token's alone"
     )
@@ -477,7 +481,7 @@ class ViTSpec(_Spec):
         conflicts = [
             f"{name}={getattr(self, name)!r}"
             for name, fine in (
-                ("pooling", self.pooling == "token"),
+                ("pooling", self.pooling in ("token", "gap")),
                 ("num_register_tokens", not self.num_register_tokens),
                 ("norm_after_pool", not self.norm_after_pool),
                 ("representation_size", self.representation_size is None),
@@ -486,8 +490,8 @@ class ViTSpec(_Spec):
         ]
         if conflicts:
             raise ValueError(
-                "distillation_token=True needs pooling='token', no register tokens, norm_after_pool=False and "
-                "no representation_size (its two heads read the class and distillation tokens); got "
+                "distillation_token=True needs pooling='token' or 'gap', no register tokens, norm_after_pool=False "
+                "and no representation_size (its two heads read the pooled features and the distillation token); got "
                 f"{', '.join(conflicts)}."
             )
 

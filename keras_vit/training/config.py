@@ -20,6 +20,7 @@ from keras_vit.layers.tokens import POSITION_EMBEDDINGS
 from keras_vit.models import masked_autoencoder as mae
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 from keras_vit.optimizers import DECAYS
+from keras_vit.training.distillation import DISTILLATIONS
 from keras_vit.training.distribution import STRATEGIES
 from keras_vit.training.optimizers import OPTIMIZERS
 
@@ -74,6 +75,16 @@ class RecipeConfig:
     decoder_heads: int = _flag(mae.DECODER_HEADS, "mae: the decoder's attention heads")
     norm_pix_loss: bool = _flag(True, "mae: reconstruct each patch's pixels less their mean, over their standard "
                                 "deviation (MAE's); false: the pixels as they are")
+    # DeiT's distillation (keras_vit/training/distillation.py): its defaults are DeiT's code's.
+    teacher: str | None = _flag(None, "distil from this classifier of the same classes (a preset, hub name, folder "
+                                "or .keras file): the student gets DeiT's distillation token and head; none: no "
+                                "teacher")
+    distillation: str = _flag("hard", "with --teacher: hard (learn the teacher's top class) or soft (its "
+                              "distribution softened by --distillation-temperature)")
+    distillation_temperature: float = _flag(1.0, "with --distillation soft: the temperature of both distributions "
+                                            "(DeiT's paper: 3)")
+    distillation_weight: float = _flag(0.5, "with --teacher: the distillation head's share of the loss, in [0, 1] "
+                                       "(the class head's: the rest)")
     # ViTSpec fields over the named model's (architecture for pre-training; pooling,
     # pre-logits and dropouts for both). Each is a flag too (--depth 4, --dropout-rate 0.1).
     model_options: dict = dataclasses.field(default_factory=dict)
@@ -172,6 +183,8 @@ _RANGES = (
     ("decoder_width", 1, float("inf"), (True, False)),
     ("decoder_depth", 1, float("inf"), (True, False)),
     ("decoder_heads", 1, float("inf"), (True, False)),
+    ("distillation_temperature", 0.0, float("inf"), (False, False)),
+    ("distillation_weight", 0.0, 1.0, (True, True)),
     ("mixup_alpha", 0.0, float("inf"), (False, False)),
     ("cutmix_factor", 0.0, float("inf"), (False, False)),
     ("learning_rate", 0.0, float("inf"), (False, False)),
@@ -256,6 +269,7 @@ MODEL_OPTIONS = {
 CHOICES = {
     "normalization": ("vit", "imagenet"),
     "objective": OBJECTIVES,
+    "distillation": DISTILLATIONS,
     "optimizer": OPTIMIZERS,
     "decay": DECAYS,
     "freeze": FREEZE,
@@ -275,6 +289,7 @@ GROUPS = {
     "model": ("model", "objective", "init_from", "init_model"),
     "masked autoencoder (--objective mae)": ("mask_ratio", "decoder_width", "decoder_depth", "decoder_heads",
                                              "norm_pix_loss"),
+    "distillation (--teacher)": ("teacher", "distillation", "distillation_temperature", "distillation_weight"),
     "optimisation": ("optimizer", "learning_rate", "beta1", "beta2", "momentum", "weight_decay", "global_clipnorm",
                      "warmup_steps", "decay", "label_smoothing", "epochs", "accumulation_steps"),
     "fine-tuning": ("freeze", "lora_rank", "lora_alpha", "lora_targets", "lora_norms", "layer_decay", "ema"),

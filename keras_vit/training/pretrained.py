@@ -14,6 +14,7 @@ from keras_vit.models.masked_autoencoder import MaskedAutoencoder
 from keras_vit.models.masked_patches import MaskedPatchPrediction
 from keras_vit.models.registry import get_spec
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
+from keras_vit.training.distillation import check_teacher
 from keras_vit.training.errors import MissingInputFileError, RecipeInputError
 
 
@@ -22,22 +23,45 @@ def load_pretrained(config):
     self-supervised model's backbone: masked patch prediction's, a masked autoencoder's
     encoder), or None for a checkpoint without architecture, which the recipe loads into
     the model it builds."""
+    model = _load(config.init_from, "--init-from")
+    return model.backbone if isinstance(model, (MaskedPatchPrediction, MaskedAutoencoder)) else model
+
+
+def load_teacher(config, num_classes, class_names):
+    """The ``--teacher`` model (a preset, hub name, folder or ``.keras`` file of a classifier
+    of the dataset's classes), or None without one."""
+    if not config.teacher:
+        return None
+    teacher = _load(config.teacher, "--teacher")
+    if teacher is None:
+        raise RecipeInputError(
+            f"--teacher {config.teacher!r} holds weights alone: expected a model that classifies (a preset, a hub "
+            "name, a preset folder or a .keras file)."
+        )
     try:
-        source = factory.resolve(config.init_from, loading=True)
+        check_teacher(teacher, num_classes, class_names, given=f"--teacher {config.teacher}")
+    except ValueError as error:
+        raise RecipeInputError(str(error)) from None
+    return teacher
+
+
+def _load(given, option):
+    """The model ``given`` names, or None for a checkpoint without architecture."""
+    try:
+        source = factory.resolve(given, loading=True)
     except factory.NoWeightsError:
         raise RecipeInputError(
-            f"--init-from {config.init_from!r} is not a file, a folder or a preset: a model name alone has no "
-            f"pre-trained weights. Expected a preset such as {_presets_of(config.init_from)}, a preset folder "
+            f"{option} {given!r} is not a file, a folder or a preset: a model name alone has no "
+            f"pre-trained weights. Expected a preset such as {_presets_of(given)}, a preset folder "
             "(keras_vit.save_preset) or a .keras file."
         ) from None
     except factory.InvalidModelFileError as error:
-        if os.path.exists(config.init_from):
-            raise RecipeInputError(f"--init-from {config.init_from!r}: {error}") from None
-        raise MissingInputFileError(f"--init-from {config.init_from!r} is not a file or folder.") from None
+        if os.path.exists(given):
+            raise RecipeInputError(f"{option} {given!r}: {error}") from None
+        raise MissingInputFileError(f"{option} {given!r} is not a file or folder.") from None
     if source.kind == factory.CHECKPOINT:
         return None  # loaded into the model to fine-tune by load_weights
-    model = factory.build(source)
-    return model.backbone if isinstance(model, (MaskedPatchPrediction, MaskedAutoencoder)) else model
+    return factory.build(source)
 
 
 def _presets_of(model_name):

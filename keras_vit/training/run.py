@@ -33,12 +33,13 @@ from keras_vit.models.vit import VisionTransformer
 from keras_vit.training import processes
 from keras_vit.training.checkpointing import BestModel, RunBackup, read_state
 from keras_vit.training.config import FREEZE, OBJECTIVES, SELF_SUPERVISED, describe, with_dataset_defaults
+from keras_vit.training.distillation import Distiller
 from keras_vit.training.distribution import check_strategy, distribution_scope
 from keras_vit.training.epoch_times import EpochTimes
 from keras_vit.training.errors import RecipeInputError
 from keras_vit.training.lora import add_lora, merge_lora, narrowest_projection, save_adapter
 from keras_vit.training.optimizers import make_optimizer
-from keras_vit.training.pretrained import load_pretrained, model_name, resolved, start_checks
+from keras_vit.training.pretrained import load_pretrained, load_teacher, model_name, resolved, start_checks
 from keras_vit.training.run_folder import backup_dir, open_run_dir, record_config, run_name
 
 
@@ -147,6 +148,10 @@ def _check_objective(config, recipe):
             + (f" (did you mean {close[0]}?)" if close else "")
             + f"; expected one of: {', '.join(OBJECTIVES)}."
         )
+    if config.teacher and config.objective != "classification":
+        raise ValueError(
+            f"--teacher distils a classifier: objective must be 'classification', got {config.objective!r}."
+        )
     if recipe == "finetune" and config.objective != "classification":
         raise ValueError(
             f"Fine-tuning trains a classifier: objective must be 'classification', got {config.objective!r} "
@@ -218,7 +223,7 @@ def _callbacks(run_dir, extra, snapshot, fewshot=None, ema=False, metric="accura
             monitor=f"val_{metric}",
             lowest=metric == "loss",
             write=write,
-            snapshot=snapshot,
+            snapshot=lambda: _trained(snapshot()),  # a distiller's student
         ),  # fmt: skip
         *(
             [
@@ -251,14 +256,24 @@ def _spec(config, recipe, num_classes, pretrained):
     fine-tuning, the architecture of what is loaded with the recipe's task and dropouts."""
     task = dict(config.model_options, image_size=config.image_size, num_classes=num_classes)
     if recipe == "pretrain":
-        return get_spec(config.model).replace(**task)
+        return _student(config, get_spec(config.model).replace(**task))
     base = pretrained.spec if pretrained is not None else get_spec(config.init_model or config.model)
     architecture = ViTSpec.fields_with_role(ARCHITECTURE)
     if pretrained is None:
         base = base.replace(**{k: v for k, v in task.items() if k in architecture})
     own = {k: v for k, v in task.items() if k not in architecture}
     # A zero head, so fine-tuning starts from the pre-trained features alone.
-    return ViTSpec(**{k: getattr(base, k) for k in architecture}, **{**own, "head_zero_init": True})
+    return _student(config, ViTSpec(**{k: getattr(base, k) for k in architecture}, **{**own, "head_zero_init": True}))
+
+
+def _student(config, spec):
+    """``spec`` with DeiT's distillation token and head where the run has a teacher."""
+    if not config.teacher or (spec.distillation_token and spec.distillation_head):
+        return spec
+    try:
+        return spec.replace(distillation_token=True, distillation_head=True)
+    except ValueError as error:
+        raise ValueError(f"--teacher gives the student DeiT's distillation token and head: {error}") from None
 
 
 def _build(config, recipe, spec, class_names, pretrained):
@@ -290,6 +305,8 @@ def _build(config, recipe, spec, class_names, pretrained):
             unloaded = [
                 v.path for v in model.weights if v.path not in report.loaded and not v.path.startswith(TASK_LAYERS)
             ]
+        fresh = ("distillation_token/",) if config.teacher else ()  # a student's new token, as DeiT draws it
+        unloaded = [path for path in unloaded if not path.startswith(fresh)]
         if unloaded:
             raise ValueError(
                 f"{config.init_from} left {', '.join(unloaded)} of the model to fine-tune freshly initialised; "
@@ -354,18 +371,37 @@ def _save(config, model, run_dir):
         save_model(model, os.path.join(run_dir, "model.keras"))
 
 
-def _compiled(config, recipe, spec, class_names, pretrained, total_updates):
+def _compiled(config, recipe, spec, class_names, pretrained, teacher, total_updates):
     """The model to train, adapted and compiled (in the distribution's scope, or outside it
-    for the writer's copy)."""
+    for the writer's copy); with a teacher, the ``Distiller`` of the student and a copy of it."""
     with _input_checks():  # the pre-trained weights, copied or loaded here
-        model = _build(config, recipe, spec, class_names, pretrained)
-        _adapt(config, model)
+        student = _build(config, recipe, spec, class_names, pretrained)
+        _adapt(config, student)
+    model = student
+    if teacher is not None:
+        model = Distiller(student, _teacher_copy(config, teacher), config.distillation,
+                          config.distillation_temperature, config.distillation_weight)  # fmt: skip
     model.compile(
-        optimizer=make_optimizer(config, total_steps=total_updates, model=model),
+        optimizer=make_optimizer(config, total_steps=total_updates, model=student),
         **_objective_terms(config),
         jit_compile=_jit_compile(config),
     )
     return model
+
+
+def _teacher_copy(config, teacher):
+    """The teacher, made again in the distribution's scope where there is one (its weights
+    then placed as the student's)."""
+    if config.strategy == "default" and processes.count() == 1:
+        return teacher
+    copy = keras.models.clone_model(teacher)
+    copy.set_weights(teacher.get_weights())
+    return copy
+
+
+def _trained(model):
+    """What a run saves and returns of the model it trains: a distiller's student."""
+    return model.student if isinstance(model, Distiller) else model
 
 
 def _fit(config, recipe, extra_callbacks):
@@ -381,6 +417,7 @@ def _fit(config, recipe, extra_callbacks):
         config = resolved(config, recipe, pretrained)
         splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
         config = with_dataset_defaults(config, splits.info)
+        teacher = load_teacher(config, splits.info.num_classes, splits.info.class_names)
         if processes.is_writer():  # the recipe as it will train, before anything long
             print(describe(config), flush=True)
         _check_splits(config, splits)
@@ -403,7 +440,7 @@ def _fit(config, recipe, extra_callbacks):
     if state is not None:
         train = train.skip(state["epoch"] * steps)
     # The whole run sits in the scope: JAX's keras.distribution shards each batch at fit time.
-    build = functools.partial(_compiled, config, recipe, spec, splits.info.class_names, pretrained,
+    build = functools.partial(_compiled, config, recipe, spec, splits.info.class_names, pretrained, teacher,
                               updates * config.epochs)  # fmt: skip
     with distribution_scope(config.strategy, config.tpu, across_processes=processes.count() > 1):
         model = build()
@@ -412,7 +449,7 @@ def _fit(config, recipe, extra_callbacks):
         if recipe == "finetune" and processes.count() == 1:  # the checks predict in one process
             images = np.concatenate([keras.ops.convert_to_numpy(x) for x, *_ in validation])
             size = tuple(pretrained.spec.image_size) if pretrained is not None else None  # (a dynamic one has none)
-            checks = start_checks(model, pretrained, images, size)
+            checks = start_checks(_trained(model), pretrained, images, size)
         epochs = EpochTimes()  # last: each epoch's steps, validation and file writes
         with _finite_evaluation():
             history = model.fit(
@@ -429,12 +466,12 @@ def _fit(config, recipe, extra_callbacks):
                 verbose=config.progress if processes.is_writer() else 0,  # one progress bar a run
                 shuffle=False,  # the pipeline shuffles, seeded
             )
-        written = snapshot()
+        written = _trained(snapshot())
         if processes.is_writer():
             with processes.alone():
                 _save(config, written, run_dir)
         with _finite_evaluation():  # for masked patch prediction: the colour accuracy on the corrupted patches
             tested = model.evaluate(test, verbose=0, return_dict=True)
     seconds = time.perf_counter() - started
-    return RunResult(model, run_dir, history.history, float(tested.get("accuracy", "nan")), seconds, checks,
+    return RunResult(_trained(model), run_dir, history.history, float(tested.get("accuracy", "nan")), seconds, checks,
                      epochs.seconds, test_loss=float(tested["loss"]), metric=_judged_by(config))  # fmt: skip
