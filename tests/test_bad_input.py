@@ -57,7 +57,7 @@ def case(name, error, *says):
 @functools.cache
 def tiny(**options):
     """A small ViT for the calls that need a model (one per process and options)."""
-    return keras_vit.create_model("vit_ti16", image_size=16, num_classes=3, depth=1, **{**TINY_ENCODER, **options})
+    return keras_vit.create_model("vit_ti16", **{"image_size": 16, "num_classes": 3, "depth": 1, **TINY_ENCODER, **options})
 
 
 def saved(tmp, model=None, name="model.keras"):
@@ -480,6 +480,33 @@ def _(tmp):
       "ResNet stem convolves across patch borders")  # fmt: skip
 def _(tmp):
     cli("--objective", "mae", "--model", "r26_vit_s32", "--image_size", "32", "--output_dir", str(tmp))
+
+
+@case("a teacher of other classes", SystemExit, "--teacher", "classifies 3 classes; the student learns 10")
+def _(tmp):
+    cli("--teacher", saved(tmp), "--representation_size", "none", "--output_dir", str(tmp))
+
+
+@case("a teacher that does not load", SystemExit, "--teacher", "is not a file or folder")
+def _(tmp):
+    cli("--teacher", str(tmp / "teacher.keras"), "--output_dir", str(tmp))
+
+
+@case("a teacher for a self-supervised objective", SystemExit, "--teacher distils a classifier",
+      "got 'mae'")  # fmt: skip
+def _(tmp):
+    cli("--teacher", saved(tmp), "--objective", "mae", "--output_dir", str(tmp))
+
+
+@case("a student that cannot take a distillation token", SystemExit, "--teacher gives the student",
+      "no representation_size", "got representation_size=128")  # fmt: skip
+def _(tmp):
+    cli("--teacher", saved(tmp, tiny(num_classes=10)), "--output_dir", str(tmp))
+
+
+@case("a distillation weight outside [0, 1]", SystemExit, "--distillation-weight must be in [0.0, 1.0]", "got 2.0")
+def _(tmp):
+    cli("--teacher", "x", "--distillation_weight", "2", "--output_dir", str(tmp))
 
 
 @case("an unknown objective", SystemExit, "--objective: invalid choice: 'colour'", "masked_patch_prediction")
