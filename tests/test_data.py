@@ -70,6 +70,21 @@ def test_digits_split_depends_on_seed():
     assert a.shape == b.shape and not np.array_equal(a, b)
 
 
+def test_a_share_of_the_labels_keeps_that_share_of_each_class_drawn_by_the_seed(digits, tmp_path):
+    train = digits.train
+    tenth = train.labelled_share(0.1, seed=0)
+    counts, before = np.bincount(tenth.labels, minlength=10), np.bincount(train.labels, minlength=10)
+    assert counts.tolist() == [max(1, round(n * 0.1)) for n in before] and tenth.num_examples == counts.sum()
+    rows = {(row.tobytes(), int(label)) for row, label in zip(train.images, train.labels)}
+    assert all((row.tobytes(), int(label)) in rows for row, label in zip(tenth.images, tenth.labels))  # its images
+    assert np.array_equal(train.labelled_share(0.1, seed=0).images, tenth.images)
+    assert not np.array_equal(train.labelled_share(0.1, seed=1).images, tenth.images)
+    assert np.array_equal(train.labelled_share(1.0).images, train.images)
+    write_photos(tmp_path)
+    with pytest.raises(ValueError, match="held in memory"):
+        load_image_folder(str(tmp_path)).train.labelled_share(0.5)
+
+
 @pytest.mark.parametrize("name, channels", [("cifar10", 3), ("mnist", 1)])
 def test_tfds_dataset_under_mock_data_feeds_batches(name, channels):
     import tensorflow_datasets as tfds

@@ -76,6 +76,22 @@ def test_xla_is_keras_choice_unless_the_config_names_it(pretrained, tmp_path):
         assert model.jit_compile == expected, (value, strategy)
 
 
+class _Steps(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.count += 1
+
+
+def test_a_share_of_the_labels_trains_on_that_share_of_the_training_split(tmp_path):
+    steps = _Steps()
+    pretrain(tiny("digits_pretrain", tmp_path, train_fraction=0.1, batch_size=16), callbacks=[steps])
+    kept = load_dataset("digits").train.labelled_share(0.1).num_examples
+    assert steps.count == kept // 16 and kept < 200  # full batches of the tenth (126 of 1257 digits)
+
+
 def test_finetune_at_1_5x_starts_from_the_pretrained_model(pretrained, tmp_path):
     config = tiny(
         "digits_finetune",

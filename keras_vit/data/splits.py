@@ -69,6 +69,30 @@ class Split:
             return self.dataset
         return tf.data.Dataset.from_tensor_slices((self.images, self.labels.astype(np.int32)))
 
+    def labelled_share(self, fraction, seed=0):
+        """This split with ``fraction`` of each class's images (rounded, at least one), drawn
+        with ``seed``: training with few labels. For a split held in memory.
+
+        >>> info = DatasetInfo("toy", 2, ("a", "b"), (1, 1, 3))
+        >>> split = Split("train", info, np.zeros((20, 1, 1, 3), np.uint8), np.repeat([0, 1], 10))
+        >>> split.labelled_share(0.2).labels.tolist()
+        [0, 0, 1, 1]
+        """
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 1.0:
+            raise ValueError(f"fraction must be in (0, 1]; got {fraction!r}.")
+        if self.images is None:
+            raise ValueError(
+                f"A share of the labelled images is drawn from a split held in memory (the digits); {self.info.name}'s "
+                f"{self.name} split is read as a stream."
+            )
+        rng = np.random.default_rng(seed)
+        kept = []
+        for cls in np.unique(self.labels):  # sorted: the draws in a fixed order
+            members = rng.permutation(np.flatnonzero(self.labels == cls))
+            kept.append(members[: max(1, int(round(len(members) * fraction)))])
+        index = np.sort(np.concatenate(kept))
+        return dataclasses.replace(self, images=self.images[index], labels=self.labels[index], num_examples=len(index))
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class DatasetSplits:

@@ -40,6 +40,8 @@ class RecipeConfig:
                          "tensorflow-datasets name such as cifar10")
     data_dir: str | None = _flag(None, "where tensorflow-datasets keeps its data; none: its own default "
                                  "(~/tensorflow_datasets)")
+    train_fraction: float | None = _flag(None, "train on this share of each class's training images, in (0, 1] "
+                                         "(e.g. 0.1: a tenth of the labels; drawn with --seed); none: all of them")
     image_size: int | None = _flag(None, "side in pixels of the square images trained on; none: the model's own "
                                    "(fine-tuning: the pre-trained model's)")
     batch_size: int = _flag(4096, "images per optimizer update (with --accumulation-steps: over all its micro-batches)")
@@ -179,6 +181,7 @@ _RANGES = (
     ("epochs", 1, float("inf"), (True, False)),
     ("steps_per_epoch", 1, float("inf"), (True, False)),
     ("crop_area_min", 0.0, 1.0, (False, True)),
+    ("train_fraction", 0.0, 1.0, (False, True)),
     ("mask_ratio", 0.0, 1.0, (False, False)),
     ("decoder_width", 1, float("inf"), (True, False)),
     ("decoder_depth", 1, float("inf"), (True, False)),
@@ -283,7 +286,7 @@ CHOICES = {
 # The command line's groups of flags, in --help's order; the model's architecture and
 # numerics (every ViTSpec option a recipe may set) form the last.
 GROUPS = {
-    "data": ("dataset", "data_dir", "image_size", "normalization", "batch_size", "steps_per_epoch"),
+    "data": ("dataset", "data_dir", "train_fraction", "image_size", "normalization", "batch_size", "steps_per_epoch"),
     "augmentation": ("inception_crop", "crop_area_min", "horizontal_flip", "rand_augment", "mixup_alpha",
                      "cutmix_factor"),
     "model": ("model", "objective", "init_from", "init_model"),

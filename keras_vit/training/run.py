@@ -416,6 +416,8 @@ def _fit(config, recipe, extra_callbacks):
         pretrained = load_pretrained(config) if recipe == "finetune" else None
         config = resolved(config, recipe, pretrained)
         splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
+        if config.train_fraction is not None:  # fewer labelled images
+            splits = dataclasses.replace(splits, train=splits.train.labelled_share(config.train_fraction, config.seed))
         config = with_dataset_defaults(config, splits.info)
         teacher = load_teacher(config, splits.info.num_classes, splits.info.class_names)
         if processes.is_writer():  # the recipe as it will train, before anything long
