@@ -57,7 +57,8 @@ def case(name, error, *says):
 @functools.cache
 def tiny(**options):
     """A small ViT for the calls that need a model (one per process and options)."""
-    return keras_vit.create_model("vit_ti16", **{"image_size": 16, "num_classes": 3, "depth": 1, **TINY_ENCODER, **options})
+    options = {"image_size": 16, "num_classes": 3, "depth": 1, **TINY_ENCODER, **options}
+    return keras_vit.create_model("vit_ti16", **options)
 
 
 def saved(tmp, model=None, name="model.keras"):
