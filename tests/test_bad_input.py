@@ -510,6 +510,20 @@ def _(tmp):
     cli("--teacher", "x", "--distillation_weight", "2", "--output_dir", str(tmp))
 
 
+@case("pre-training from a model, not as a masked autoencoder", SystemExit,
+      "--init-from in pre-training continues a masked autoencoder", "got 'classification'")  # fmt: skip
+def _(tmp):
+    cli("--init_from", saved(tmp), "--output_dir", str(tmp))
+
+
+@case("continuing a masked autoencoder with another decoder", SystemExit, "has another decoder than the recipe asks",
+      "--decoder-width 64 (the model's: 16)")  # fmt: skip
+def _(tmp):
+    mae = keras_vit.models.MaskedAutoencoder(image_size=16, patch_size=4, depth=1, **TINY_ENCODER, decoder_width=16,
+                                             decoder_depth=1, decoder_heads=2)  # fmt: skip
+    cli("--objective", "mae", "--init_from", saved(tmp, mae), "--decoder_width", "64", "--output_dir", str(tmp))
+
+
 @case("an unknown objective", SystemExit, "--objective: invalid choice: 'colour'", "masked_patch_prediction")
 def _(tmp):
     cli("--objective", "colour", "--output_dir", str(tmp))

@@ -8,7 +8,7 @@ import os
 import keras
 import numpy as np
 import pytest
-from helpers import assert_close_to_scale, randomize_torch, to_numpy
+from helpers import TINY_ENCODER, assert_close_to_scale, randomize_torch, to_numpy
 
 import keras_vit
 from keras_vit.checkpoints.transformers_config import masked_autoencoder_options, spec_options
@@ -267,3 +267,53 @@ def test_inspect_reconstruct_draws_and_lists_a_masked_autoencoders_reconstructio
         capsys.readouterr().err
     )
     assert not os.path.exists(tmp_path / "none")
+
+
+@pytest.mark.slow
+def test_pre_training_continues_a_masked_autoencoder_from_its_file_transformers_folder_or_a_vit(tmp_path, capsys):
+    from keras_vit.training import make_config, pretrain
+
+    # One step at a rate of 1e-9: the weights trained are the start's, to float32 rounding.
+    still = dict(epochs=1, steps_per_epoch=1, learning_rate=1e-9, progress=0, output_dir=str(tmp_path))
+    small = dict(objective="mae", depth=1, mask_ratio=0.5, decoder_width=32, decoder_depth=1, decoder_heads=2)
+    first = pretrain(make_config("digits_pretrain", run_name="first", **small, **{**still, "learning_rate": 1e-3}))
+    saved = os.path.join(first.run_dir, "model.keras")
+    # keras-vit's own file: its decoder and mask ratio come with it (none given here).
+    again = pretrain(make_config("digits_pretrain", run_name="again", objective="mae", init_from=saved, **still))
+    assert (again.model.decoder_width, again.model.decoder_depth, again.model.mask_ratio) == (32, 1, 0.5)
+    for path in ("block_0/mlp/fc1/kernel", "decoder_block_0/mlp/fc1/kernel", "decoder_pred/kernel", "mask_token/token"):
+        start, now = (to_numpy(next(v for v in m.weights if v.path == path)) for m in (first.model, again.model))
+        np.testing.assert_allclose(now, start, atol=1e-6, err_msg=path)
+    # transformers' ViTMAEForPreTraining folder: its decoder (an MLP 1.5x its width) from its config.json.
+    transformers = pytest.importorskip("transformers")
+    config = transformers.ViTMAEConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=16,
+        patch_size=4, decoder_hidden_size=16, decoder_num_hidden_layers=1, decoder_num_attention_heads=2,
+        decoder_intermediate_size=24, mask_ratio=0.75, norm_pix_loss=True,
+    )  # fmt: skip
+    peer = randomize_torch(transformers.ViTMAEForPreTraining(config)).eval()
+    folder = str(tmp_path / "vit-mae")
+    peer.save_pretrained(folder, safe_serialization=True)
+    hf = pretrain(make_config("digits_pretrain", run_name="hf", objective="mae", init_from=folder, **still)).model
+    assert (hf.decoder_width, hf.decoder_mlp_dim, hf.mask_ratio, hf.norm_pix_loss) == (16, 24, 0.75, True)
+    np.testing.assert_allclose(to_numpy(hf.decoder_pred.kernel), peer.decoder.decoder_pred.weight.detach().numpy().T,
+                               atol=1e-6)  # fmt: skip
+    # A ViT (timm's .mae weights are the encoder alone): the decoder starts fresh, and the run says so.
+    vit = keras_vit.create_model("vit_ti16", image_size=16, patch_size=4, depth=1, num_classes=10, **TINY_ENCODER)
+    keras_vit.save_model(vit, str(tmp_path / "vit.keras"))
+    capsys.readouterr()
+    encoder = pretrain(
+        make_config(
+            "digits_pretrain",
+            run_name="vit",
+            objective="mae",
+            decoder_width=32,
+            decoder_depth=1,
+            decoder_heads=2,
+            init_from=str(tmp_path / "vit.keras"),
+            **still,
+        )
+    )
+    assert "the decoder starts fresh" in capsys.readouterr().out
+    np.testing.assert_allclose(to_numpy(encoder.model.backbone.get_layer("block_0").mlp.fc2.kernel),
+                               to_numpy(vit.get_layer("block_0").mlp.fc2.kernel), atol=1e-6)  # fmt: skip

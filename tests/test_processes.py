@@ -33,6 +33,8 @@ WORKER = textwrap.dedent(
     from keras_vit.training import make_config, pretrain
 
     out, strategy, resume, die = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
+    # The objective's options (JSON): a masked autoencoder's, a teacher's.
+    objective = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
     index = int(os.environ.get("KERAS_DISTRIBUTION_PROCESS_ID", 0))
     seen, written = [], []
     make_pipeline = run.make_pipeline
@@ -79,7 +81,7 @@ WORKER = textwrap.dedent(
                          mlp_dim=64, representation_size=32, epochs=2, batch_size=16, steps_per_epoch=3,
                          warmup_steps=0, optimizer="sgd", progress=0, strategy=strategy, output_dir=out,
                          run_name="run", resume=resume, fewshot_every=1, fewshot_shots="1,2", fewshot_seeds=2,
-                         mixup_alpha=None)
+                         mixup_alpha=None, **objective)
     pretrain(config, callbacks=[Die()])
     with open_(os.path.join(out, f"seen-{index}.json"), "w") as f:
         json.dump({"seen": seen, "written": written}, f)
@@ -98,10 +100,10 @@ def _worker(tmp_path):
     return str(path)
 
 
-def _launch(worker, out, strategy, resume=False, die=-1, timeout=240):
+def _launch(worker, out, strategy, resume=False, die=-1, timeout=240, objective=None):
     """``keras-vit launch`` of two worker processes; its exit status and output."""
     command = [sys.executable, "-m", "keras_vit", "launch", "--num_processes", "2", worker, str(out), strategy,
-               str(int(resume)), str(die)]  # fmt: skip
+               str(int(resume)), str(die), json.dumps(objective or {})]  # fmt: skip
     done = subprocess.run(command, env=_environment(), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     return done.returncode, done.stdout + done.stderr
 
@@ -170,6 +172,43 @@ def test_sharded_run_killed_mid_epoch_resumes_to_the_same_weights(one_process, t
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
     assert [row["epoch"] for row in _log(out)] == ["0", "1"]
     assert _record(out, 1)["written"] == []
+
+
+@pytest.fixture(scope="module")
+def digits_teacher(tmp_path_factory):
+    import keras_vit
+
+    names = load_dataset("digits").info.class_names
+    teacher = keras_vit.create_model("vit_ti16", image_size=24, patch_size=8, depth=1, hidden_size=32, num_heads=2,
+                                     mlp_dim=64, num_classes=10, class_names=names)  # fmt: skip
+    path = str(tmp_path_factory.mktemp("teacher") / "teacher.keras")
+    keras_vit.save_model(teacher, path)
+    return path
+
+
+@jax_only
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", ["mae", "distillation"])
+def test_a_masked_autoencoder_or_a_distilled_student_killed_in_two_processes_resumes_to_one_process_weights(
+    objective, digits_teacher, tmp_path
+):
+    options = {
+        "mae": dict(objective="mae", mask_ratio=0.5, decoder_width=16, decoder_depth=1, decoder_heads=2),
+        "distillation": dict(teacher=digits_teacher, distillation="soft", distillation_temperature=2.0,
+                             representation_size=None),
+    }[objective]  # fmt: skip
+    worker, one, out = _worker(tmp_path), tmp_path / "one", tmp_path / "out"
+    done = subprocess.run([sys.executable, worker, str(one), "default", "0", "-1", json.dumps(options)],
+                          env=_environment(), capture_output=True, text=True, timeout=240, cwd=ROOT)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    status, output = _launch(worker, out, "data_parallel", die=1, objective=options)
+    assert status == 128 + signal.SIGKILL, output[-3000:]
+    status, output = _launch(worker, out, "data_parallel", resume=True, objective=options)
+    assert status == 0, output[-3000:]
+    expected, actual = _weights(one), _weights(out)
+    assert len(expected) == len(actual) > 10
+    for want, got in zip(expected, actual, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 @jax_only

@@ -70,6 +70,8 @@ class ModelSource:
             checkpoint's evaluation), or None.
         class_names: the class names of the checkpoint's classifier, or None.
         num_classes: how many classes those names (and the checkpoint's head) have.
+        pretraining: the options of the pre-training model the weights are (a masked
+            autoencoder's decoder, mask ratio and loss: ``MaskedAutoencoder``'s), or None.
     """
 
     kind: str
@@ -80,6 +82,7 @@ class ModelSource:
     preprocessing: dict | None = None
     class_names: tuple | None = None
     num_classes: int | None = None
+    pretraining: dict | None = None
 
     @property
     def holds_architecture(self):

@@ -172,11 +172,14 @@ def _repository(given, **_):
         weights = Weights(hub_name=given, filename=WEIGHTS_FILE)
     else:
         weights = Weights(path=_repository_file(given, WEIGHTS_FILE), container="safetensors")
+    pretraining = None
     if "architecture" in config:
         options, _, preprocessing, class_names = timm_config.from_hub_config(config)
         name, kind = config["architecture"], HUB if on_hub else TIMM_FOLDER
     elif "model_type" in config:
         options = transformers_config.spec_options(config)
+        if config["model_type"] == "vit_mae":  # its decoder too
+            pretraining = transformers_config.masked_autoencoder_options(config)
         processor = _repository_file(given, transformers_config.PROCESSOR_FILE, missing_ok=True)
         preprocessing = None
         if processor is not None:
@@ -201,6 +204,7 @@ def _repository(given, **_):
         preprocessing=preprocessing,
         class_names=class_names,
         num_classes=spec.num_classes if class_names is not None else None,
+        pretraining=pretraining,
     )
 
 

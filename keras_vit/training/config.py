@@ -114,8 +114,9 @@ class RecipeConfig:
                                "comma-separated")
     fewshot_seeds: int = _flag(3, "random draws of those images per few-shot evaluation, their accuracies averaged")
     # fine-tuning
-    init_from: str | None = _flag(None, "the pre-trained model to fine-tune: a preset name (keras-vit presets), a "
-                                  "preset folder, a .keras file or a weights checkpoint (with --init-model)")
+    init_from: str | None = _flag(None, "the pre-trained model to fine-tune (pre-training: the masked autoencoder "
+                                  "or ViT encoder --objective mae continues): a preset name (keras-vit presets), a "
+                                  "hub name, a folder, a .keras file or a weights checkpoint (with --init-model)")
     init_model: str | None = _flag(None, "the architecture of an --init-from checkpoint that holds weights alone, "
                                    "e.g. vit_b16 for ViT-B_16.npz")
     freeze: str | None = _flag(None, "backbone: train the head alone (a linear probe); none: train the whole model")

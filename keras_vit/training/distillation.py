@@ -124,9 +124,10 @@ def check_teacher(teacher, num_classes, class_names=None, given="the teacher"):
 
 def teacher_input(teacher, student_size):
     """The layer that turns raw 0..255 images into ``teacher``'s input: resized to its size
-    (the student's where it takes any), normalised as it was trained. No center crop: the
-    batch is already the crop training chose. A Keras model that is not keras-vit's takes
-    raw pixels (as Keras' applications do, their rescaling inside)."""
+    (the student's where it takes any), normalised as its pre-processing says (a keras-vit
+    model without one: the ViT's [-1, 1], the recipes' default). No center crop: the batch
+    is already the crop training chose. A Keras model that is not keras-vit's takes raw
+    pixels (as Keras' applications do, their rescaling inside)."""
     size = None
     if isinstance(teacher, VisionTransformer):
         size = teacher.spec.image_size if teacher.spec.image_size[0] else None

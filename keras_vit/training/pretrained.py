@@ -14,6 +14,8 @@ from keras_vit.models.masked_autoencoder import MaskedAutoencoder
 from keras_vit.models.masked_patches import MaskedPatchPrediction
 from keras_vit.models.registry import get_spec
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
+from keras_vit.models.vit import VisionTransformer
+from keras_vit.training.config import FIELDS
 from keras_vit.training.distillation import check_teacher
 from keras_vit.training.errors import MissingInputFileError, RecipeInputError
 
@@ -45,8 +47,80 @@ def load_teacher(config, num_classes, class_names):
     return teacher
 
 
+@dataclasses.dataclass(frozen=True)
+class PretrainingStart:
+    """Where a masked autoencoder's pre-training continues from (``--init-from``)."""
+
+    name: str
+    spec: ViTSpec  # the encoder's
+    preprocessing: ImagePreprocessing | None
+    options: dict  # the MaskedAutoencoder options the source states (decoder, mask ratio, loss)
+    path: str  # the weights file
+
+
+def pretraining_start(config):
+    """What ``--init-from`` gives pre-training to continue from: a masked autoencoder
+    (keras-vit's file, transformers' ``ViTMAEForPreTraining`` folder or hub name) or a ViT
+    encoder (timm's ``.mae`` weights, any ViT), its weights and the options it states; None
+    without ``--init-from``."""
+    if not config.init_from:
+        return None
+    source = _resolve(config.init_from, "--init-from")
+    if source.kind == factory.CHECKPOINT:
+        raise RecipeInputError(
+            f"--init-from {config.init_from!r} holds weights alone: pre-training continues from a model that states "
+            "its architecture (a .keras file, a preset, a hub name or a model's folder)."
+        )
+    path = source.weights.fetch()
+    if source.spec is not None:  # the architecture from the source's config
+        size = source.spec.image_size
+        preprocessing = ImagePreprocessing(size, **source.preprocessing) if source.preprocessing else None
+        return PretrainingStart(source.name, source.spec, preprocessing, dict(source.pretraining or {}), path)
+    model = factory.build(source)  # a file that holds its architecture
+    name, options = model.name, {}
+    if isinstance(model, MaskedAutoencoder):
+        options = {k: v for k, v in model.get_config().items() if k in MASKED_AUTOENCODER_OPTIONS}
+    if isinstance(model, (MaskedPatchPrediction, MaskedAutoencoder)):
+        model = model.backbone
+    if not isinstance(model, VisionTransformer):
+        raise RecipeInputError(
+            f"--init-from {config.init_from!r} holds a {type(model).__name__}: expected a keras-vit model to continue."
+        )
+    return PretrainingStart(name, model.spec, model.preprocessing, options, path)
+
+
+def with_start_options(config, start):
+    """``config`` with the masked autoencoder options ``start`` states where the user gave
+    none; a decoder given otherwise than the start's is an error (its weights have that shape)."""
+    if start is None:
+        return config
+    shaped = ("decoder_width", "decoder_depth", "decoder_heads")
+    taken = {k: v for k, v in start.options.items() if k in FIELDS and k in config.defaults}
+    conflicts = [f"{flag(k)} {getattr(config, k)!r} (the model's: {v!r})" for k, v in start.options.items()
+                 if k in shaped and k not in taken and getattr(config, k) != v]  # fmt: skip
+    if conflicts:
+        raise RecipeInputError(
+            f"--init-from {config.init_from} has another decoder than the recipe asks: {'; '.join(conflicts)}. "
+            "Expected no decoder options when continuing a masked autoencoder (drop them)."
+        )
+    return dataclasses.replace(config, **taken, defaults={**config.defaults, **dict.fromkeys(taken, "the model's")})
+
+
+# What a masked autoencoder states beside its encoder.
+MASKED_AUTOENCODER_OPTIONS = ("mask_ratio", "decoder_width", "decoder_depth", "decoder_heads", "decoder_mlp_dim",
+                              "norm_pix_loss")  # fmt: skip
+
+
 def _load(given, option):
     """The model ``given`` names, or None for a checkpoint without architecture."""
+    source = _resolve(given, option)
+    if source.kind == factory.CHECKPOINT:
+        return None  # loaded into the model to fine-tune by load_weights
+    return factory.build(source)
+
+
+def _resolve(given, option):
+    """What ``given`` names (``factory.resolve``), its errors the recipe's input errors."""
     try:
         source = factory.resolve(given, loading=True)
     except factory.NoWeightsError:
@@ -59,9 +133,7 @@ def _load(given, option):
         if os.path.exists(given):
             raise RecipeInputError(f"{option} {given!r}: {error}") from None
         raise MissingInputFileError(f"{option} {given!r} is not a file or folder.") from None
-    if source.kind == factory.CHECKPOINT:
-        return None  # loaded into the model to fine-tune by load_weights
-    return factory.build(source)
+    return source
 
 
 def _presets_of(model_name):

@@ -39,7 +39,15 @@ from keras_vit.training.epoch_times import EpochTimes
 from keras_vit.training.errors import RecipeInputError
 from keras_vit.training.lora import add_lora, merge_lora, narrowest_projection, save_adapter
 from keras_vit.training.optimizers import make_optimizer
-from keras_vit.training.pretrained import load_pretrained, load_teacher, model_name, resolved, start_checks
+from keras_vit.training.pretrained import (
+    load_pretrained,
+    load_teacher,
+    model_name,
+    pretraining_start,
+    resolved,
+    start_checks,
+    with_start_options,
+)
 from keras_vit.training.run_folder import backup_dir, open_run_dir, record_config, run_name
 
 
@@ -152,6 +160,11 @@ def _check_objective(config, recipe):
         raise ValueError(
             f"--teacher distils a classifier: objective must be 'classification', got {config.objective!r}."
         )
+    if recipe == "pretrain" and config.init_from and config.objective != "mae":
+        raise ValueError(
+            f"--init-from in pre-training continues a masked autoencoder (--objective mae); got {config.objective!r} "
+            "(to train a pre-trained model on labels, fine-tune it: keras-vit finetune --init-from)."
+        )
     if recipe == "finetune" and config.objective != "classification":
         raise ValueError(
             f"Fine-tuning trains a classifier: objective must be 'classification', got {config.objective!r} "
@@ -255,8 +268,9 @@ def _spec(config, recipe, num_classes, pretrained):
     """The model to train: the named model with the recipe's options for pre-training; for
     fine-tuning, the architecture of what is loaded with the recipe's task and dropouts."""
     task = dict(config.model_options, image_size=config.image_size, num_classes=num_classes)
-    if recipe == "pretrain":
-        return _student(config, get_spec(config.model).replace(**task))
+    if recipe == "pretrain":  # the named model, or the one pre-training continues (a PretrainingStart)
+        base = get_spec(config.model) if pretrained is None else pretrained.spec
+        return _student(config, base.replace(**task))
     base = pretrained.spec if pretrained is not None else get_spec(config.init_model or config.model)
     architecture = ViTSpec.fields_with_role(ARCHITECTURE)
     if pretrained is None:
@@ -286,11 +300,15 @@ def _build(config, recipe, spec, class_names, pretrained):
         # The ViT as its backbone, without classifier: the dataset's labels are unused.
         return MaskedPatchPrediction(spec, dtype, preprocessing, seed=config.seed, name=config.model)
     if config.objective == "mae":  # the encoder and a decoder of its own
-        return MaskedAutoencoder(
+        model = MaskedAutoencoder(
             spec, dtype, preprocessing, mask_ratio=config.mask_ratio, decoder_width=config.decoder_width,
             decoder_depth=config.decoder_depth, decoder_heads=config.decoder_heads,
-            norm_pix_loss=config.norm_pix_loss, seed=config.seed, name=config.model,
+            decoder_mlp_dim=pretrained.options.get("decoder_mlp_dim") if pretrained else None,
+            norm_pix_loss=config.norm_pix_loss, seed=config.seed, name=model_name(config, recipe, pretrained),
         )  # fmt: skip
+        if pretrained is not None:
+            _continue_from(model, pretrained)
+        return model
     name = model_name(config, recipe, pretrained)
     # class_names: the dataset's.
     model = VisionTransformer(spec, dtype=dtype, preprocessing=preprocessing, class_names=class_names,
@@ -313,6 +331,22 @@ def _build(config, recipe, spec, class_names, pretrained):
                 "only the head and pre-logits layer may start fresh."
             )
     return model
+
+
+def _continue_from(model, start):
+    """``start``'s weights in the masked autoencoder: all of them, or the encoder's (a decoder
+    the file lacks starts fresh). The two position tables stay MAE's fixed ones."""
+    fixed = ("position_embedding/", "decoder_position_embedding/")
+    report = load_weights(model, start.path, warn=False, exclude=fixed)
+    fresh = [v.path for v in model.weights if v.path not in report.loaded and not v.path.startswith(fixed)]
+    encoder = [path for path in fresh if not path.startswith(("decoder_", "mask_token/"))]
+    if encoder:
+        raise ValueError(
+            f"{start.path} left {', '.join(encoder)} of the encoder freshly initialised: expected a masked "
+            "autoencoder or a ViT of the same architecture."
+        )
+    if fresh and processes.is_writer():
+        print(f"--init-from {start.path}: the encoder's weights; the decoder starts fresh (the file has none)")
 
 
 def _check_fine_tuning(config, recipe, spec):
@@ -394,7 +428,10 @@ def _teacher_copy(config, teacher):
     then placed as the student's)."""
     if config.strategy == "default" and processes.count() == 1:
         return teacher
-    copy = keras.models.clone_model(teacher)
+    if isinstance(teacher, VisionTransformer):  # its class, pre-processing and class names kept
+        copy = type(teacher).from_config(teacher.get_config())
+    else:
+        copy = keras.models.clone_model(teacher)
     copy.set_weights(teacher.get_weights())
     return copy
 
@@ -413,8 +450,11 @@ def _fit(config, recipe, extra_callbacks):
         _check_objective(config, recipe)
         keras.utils.set_random_seed(config.seed)
         # Outside the distribution scope: only the source of the weights of the model to train.
-        pretrained = load_pretrained(config) if recipe == "finetune" else None
+        # Fine-tuning: the pre-trained model; pre-training: where a masked autoencoder continues from.
+        pretrained = load_pretrained(config) if recipe == "finetune" else pretraining_start(config)
         config = resolved(config, recipe, pretrained)
+        if recipe == "pretrain":
+            config = with_start_options(config, pretrained)
         splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
         if config.train_fraction is not None:  # fewer labelled images
             splits = dataclasses.replace(splits, train=splits.train.labelled_share(config.train_fraction, config.seed))
