@@ -77,11 +77,11 @@ WORKER = textwrap.dedent(
 
     # No MixUp: each process mixes the images of its own part of a batch (as timm's Mixup
     # does in each process), which one process's whole batch cannot match.
-    config = make_config("digits_pretrain", image_size=16, patch_size=8, hidden_size=32, num_heads=2, depth=1,
-                         mlp_dim=64, representation_size=32, epochs=2, batch_size=16, steps_per_epoch=3,
-                         warmup_steps=0, optimizer="sgd", progress=0, strategy=strategy, output_dir=out,
-                         run_name="run", resume=resume, fewshot_every=1, fewshot_shots="1,2", fewshot_seeds=2,
-                         mixup_alpha=None, **objective)
+    options = dict(image_size=16, patch_size=8, hidden_size=32, num_heads=2, depth=1, mlp_dim=64,
+                   representation_size=32, epochs=2, batch_size=16, steps_per_epoch=3, warmup_steps=0,
+                   optimizer="sgd", progress=0, strategy=strategy, output_dir=out, run_name="run", resume=resume,
+                   fewshot_every=1, fewshot_shots="1,2", fewshot_seeds=2, mixup_alpha=None)
+    config = make_config("digits_pretrain", **{**options, **objective})
     pretrain(config, callbacks=[Die()])
     with open_(os.path.join(out, f"seen-{index}.json"), "w") as f:
         json.dump({"seen": seen, "written": written}, f)

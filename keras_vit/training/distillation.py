@@ -197,6 +197,11 @@ class Distiller(keras.Model):
         set_untracked(self, "_heads", keras.Model(student.inputs, heads, name="heads"))
         self.built = True  # the student and the teacher are
 
+    @property
+    def backbone(self):
+        """The student: the ViT that evaluation reads, as a pre-training model's ``backbone``."""
+        return self.student
+
     def pixels(self, images):
         """The student's input (normalised images) back to 0..255 pixels."""
         mean = ops.convert_to_tensor(self._pixel_mean, "float32")

@@ -334,19 +334,15 @@ def _build(config, recipe, spec, class_names, pretrained):
 
 
 def _continue_from(model, start):
-    """``start``'s weights in the masked autoencoder: all of them, or the encoder's (a decoder
-    the file lacks starts fresh). The two position tables stay MAE's fixed ones."""
+    """``start``'s weights in the masked autoencoder: all of them, or the encoder's where the
+    file has no decoder (which then starts fresh). The two position tables stay MAE's fixed ones."""
     fixed = ("position_embedding/", "decoder_position_embedding/")
-    report = load_weights(model, start.path, warn=False, exclude=fixed)
-    fresh = [v.path for v in model.weights if v.path not in report.loaded and not v.path.startswith(fixed)]
-    encoder = [path for path in fresh if not path.startswith(("decoder_", "mask_token/"))]
-    if encoder:
-        raise ValueError(
-            f"{start.path} left {', '.join(encoder)} of the encoder freshly initialised: expected a masked "
-            "autoencoder or a ViT of the same architecture."
-        )
-    if fresh and processes.is_writer():
-        print(f"--init-from {start.path}: the encoder's weights; the decoder starts fresh (the file has none)")
+    try:
+        load_weights(model, start.path, warn=False, exclude=fixed)
+    except ValueError:  # no decoder in the file: the encoder's, or the encoder's own error
+        load_weights(model.backbone, start.path, warn=False, exclude=fixed)
+        if processes.is_writer():
+            print(f"--init-from {start.path}: the encoder's weights; the decoder starts fresh (the file has none)")
 
 
 def _check_fine_tuning(config, recipe, spec):
