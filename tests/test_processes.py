@@ -181,6 +181,8 @@ def digits_teacher(tmp_path_factory):
     names = load_dataset("digits").info.class_names
     teacher = keras_vit.create_model("vit_ti16", image_size=24, patch_size=8, depth=1, hidden_size=32, num_heads=2,
                                      mlp_dim=64, num_classes=10, class_names=names)  # fmt: skip
+    head = teacher.get_layer("head")
+    head.kernel.assign(head.kernel * 100.0)  # confident: its targets far from another teacher's
     path = str(tmp_path_factory.mktemp("teacher") / "teacher.keras")
     keras_vit.save_model(teacher, path)
     return path
