@@ -14,6 +14,7 @@ import time
 import keras
 import numpy as np
 import pytest
+from helpers import randomize_keras
 
 from keras_vit.data import load_dataset, make_pipeline
 from keras_vit.training import make_config, pretrain
@@ -181,8 +182,9 @@ def digits_teacher(tmp_path_factory):
     names = load_dataset("digits").info.class_names
     teacher = keras_vit.create_model("vit_ti16", image_size=24, patch_size=8, depth=1, hidden_size=32, num_heads=2,
                                      mlp_dim=64, num_classes=10, class_names=names)  # fmt: skip
+    randomize_keras(teacher, seed=3)  # every weight drawn (the head too: not its zeros)
     head = teacher.get_layer("head")
-    head.kernel.assign(head.kernel * 100.0)  # confident: its targets far from another teacher's
+    head.kernel.assign(head.kernel * 30.0)  # confident: its targets far from another teacher's
     path = str(tmp_path_factory.mktemp("teacher") / "teacher.keras")
     keras_vit.save_model(teacher, path)
     return path
