@@ -125,15 +125,20 @@ def test_the_targets_and_the_loss_equal_numpy(normalize):
     assert abs(loss - expected) <= 1e-5 * expected, (loss, expected)
 
 
+def small_vit_mae(transformers, layers, decoder_mlp):
+    """A small ``ViTMAEForPreTraining`` at 16 px: ``layers`` blocks in the encoder and in the decoder."""
+    config = transformers.ViTMAEConfig(
+        hidden_size=32, num_hidden_layers=layers, num_attention_heads=2, intermediate_size=64, image_size=16,
+        patch_size=4, decoder_hidden_size=16, decoder_num_hidden_layers=layers, decoder_num_attention_heads=2,
+        decoder_intermediate_size=decoder_mlp, mask_ratio=0.75, norm_pix_loss=True,
+    )  # fmt: skip
+    return transformers.ViTMAEForPreTraining(config)
+
+
 def test_a_transformers_vit_mae_checkpoint_loads_at_its_reconstruction_loss(tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    config = transformers.ViTMAEConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=16,
-        patch_size=4, decoder_hidden_size=16, decoder_num_hidden_layers=2, decoder_num_attention_heads=2,
-        decoder_intermediate_size=48, mask_ratio=0.75, norm_pix_loss=True,
-    )  # fmt: skip
-    peer = randomize_torch(transformers.ViTMAEForPreTraining(config), informative=True).eval()
+    peer = randomize_torch(small_vit_mae(transformers, layers=2, decoder_mlp=48), informative=True).eval()
     peer.save_pretrained(tmp_path, safe_serialization=True)
     images, noise = images_and_noise()
     with torch.no_grad():
@@ -286,12 +291,7 @@ def test_pre_training_continues_a_masked_autoencoder_from_its_file_transformers_
         np.testing.assert_allclose(now, start, atol=1e-6, err_msg=path)
     # transformers' ViTMAEForPreTraining folder: its decoder (an MLP 1.5x its width) from its config.json.
     transformers = pytest.importorskip("transformers")
-    config = transformers.ViTMAEConfig(
-        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=16,
-        patch_size=4, decoder_hidden_size=16, decoder_num_hidden_layers=1, decoder_num_attention_heads=2,
-        decoder_intermediate_size=24, mask_ratio=0.75, norm_pix_loss=True,
-    )  # fmt: skip
-    peer = randomize_torch(transformers.ViTMAEForPreTraining(config)).eval()
+    peer = randomize_torch(small_vit_mae(transformers, layers=1, decoder_mlp=24)).eval()
     folder = str(tmp_path / "vit-mae")
     peer.save_pretrained(folder, safe_serialization=True)
     hf = pretrain(make_config("digits_pretrain", run_name="hf", objective="mae", init_from=folder, **still)).model
