@@ -88,6 +88,43 @@ def test_a_training_steps_loss_is_the_class_heads_and_the_teachers_on_its_own_in
     np.testing.assert_allclose(to_numpy(distiller.predict(x, verbose=0)), (class_logits + distilled) / 2, atol=1e-5)
 
 
+def plain_teacher():
+    """A Keras model of its own, its rescaling inside (as Keras' applications): raw pixels in."""
+    inputs = keras.Input((20, 20, 3))
+    x = keras.layers.Rescaling(1 / 255.0)(inputs)
+    outputs = keras.layers.Dense(4)(keras.layers.Flatten()(x))
+    return keras.Model(inputs, outputs, name="plain")
+
+
+def keras_hub_teacher():
+    """keras-hub's ViT classifier at 32 px, scaling to [-1, 1] in its image converter."""
+    keras_hub = pytest.importorskip("keras_hub")
+    backbone = keras_hub.models.ViTBackbone(image_shape=(32, 32, 3), patch_size=16, num_layers=1, num_heads=2,
+                                            hidden_dim=16, mlp_dim=32)  # fmt: skip
+    converter = keras_hub.layers.ViTImageConverter(image_size=(32, 32), scale=1 / 127.5, offset=-1.0)
+    preprocessor = keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter)
+    return randomize_keras(keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=4,
+                                                               preprocessor=preprocessor), seed=4)  # fmt: skip
+
+
+@pytest.mark.parametrize("make_teacher", [plain_teacher, keras_hub_teacher], ids=["plain keras", "keras-hub"])
+def test_a_keras_model_of_any_kind_teaches_from_the_raw_batch_as_it_takes_it(make_teacher):
+    teacher = make_teacher()
+    if make_teacher is plain_teacher:
+        randomize_keras(teacher, seed=4)
+    student, _ = small_pair()
+    raw = np.random.default_rng(0).integers(0, 256, size=(4, 16, 16, 3)).astype("float32")
+    distiller = Distiller(student, teacher, "soft", weight=1.0)
+    x = to_numpy(student.preprocessing(raw))
+    logits = to_numpy(distiller.teacher_logits(x))
+    # Apart: keras-hub's predict applies its own pre-processing; the plain model takes pixels at its size.
+    bigger = to_numpy(keras.ops.image.resize(raw, teacher.input_shape[1:3] if make_teacher is plain_teacher else
+                                             (32, 32), interpolation="bilinear", antialias=False))  # fmt: skip
+    expected = teacher.predict(bigger if make_teacher is plain_teacher else raw, verbose=0)
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+    assert np.abs(expected).max() > 0.1  # informative logits
+
+
 def test_fit_trains_the_student_and_leaves_the_teacher_as_it_was():
     student, teacher = small_pair()
     before = [to_numpy(w).copy() for w in teacher.weights]

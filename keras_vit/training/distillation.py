@@ -127,21 +127,21 @@ def teacher_input(teacher, student_size):
     (the student's where it takes any), normalised as its pre-processing says (a keras-vit
     model without one: the ViT's [-1, 1], the recipes' default). No center crop: the batch
     is already the crop training chose. A Keras model that is not keras-vit's takes raw
-    pixels (as Keras' applications do, their rescaling inside)."""
-    size = None
+    pixels (as Keras' applications do, their rescaling inside); a keras-hub classifier, its
+    preprocessor's image converter (which ``predict`` applies)."""
+    converter = getattr(getattr(teacher, "preprocessor", None), "image_converter", None)
+    if converter is not None:  # keras-hub's: raw images resized and scaled as it was trained
+        return converter
     if isinstance(teacher, VisionTransformer):
-        size = teacher.spec.image_size if teacher.spec.image_size[0] else None
-        own = teacher.preprocessing
-    else:
-        shape = getattr(teacher, "input_shape", None)
-        size = tuple(shape[1:3]) if isinstance(shape, tuple) and len(shape) == 4 and None not in shape[1:3] else None
-        own = None
-    size = size or tuple(student_size)
-    if own is None:
-        return ImagePreprocessing.from_normalization(None if not isinstance(teacher, VisionTransformer) else "vit",
-                                                     size, name="teacher_input")  # fmt: skip
-    return ImagePreprocessing(size, crop_mode="squash", interpolation=own.interpolation, antialias=own.antialias,
-                              mean=own.mean, std=own.std, name="teacher_input")  # fmt: skip
+        size, own = teacher.spec.image_size, teacher.preprocessing
+        if own is None:
+            return ImagePreprocessing.from_normalization("vit", size, name="teacher_input")
+        return ImagePreprocessing(size, crop_mode="squash", interpolation=own.interpolation, antialias=own.antialias,
+                                  mean=own.mean, std=own.std, name="teacher_input")  # fmt: skip
+    shape = getattr(teacher, "input_shape", None)
+    known = isinstance(shape, tuple) and len(shape) == 4 and None not in shape[1:3]
+    return ImagePreprocessing.from_normalization(None, tuple(shape[1:3]) if known else tuple(student_size),
+                                                 name="teacher_input")  # fmt: skip
 
 
 class Distiller(keras.Model):
