@@ -1,5 +1,6 @@
-"""What fine-tuning starts from: the pre-trained model ``--init-from`` names, the recipe's
-settings it decides (image size, normalisation), and the checks of the start."""
+"""What a run starts from: the pre-trained model ``--init-from`` names (fine-tuning's, or
+the masked autoencoder pre-training continues), the recipe's settings it decides (image
+size, normalisation, a decoder), the checks of the start, and the ``--teacher`` model."""
 
 import dataclasses
 import os
