@@ -296,6 +296,7 @@ def _build(config, recipe, spec, class_names, pretrained):
     # What the evaluation pipeline does, so the saved model classifies raw images and its
     # exports pre-process as it was trained (and the masked objective reads pixel colours).
     preprocessing = ImagePreprocessing.from_normalization(config.normalization, spec.image_size)
+    name = model_name(config, recipe, pretrained)
     if config.objective == "masked_patch_prediction":
         # The ViT as its backbone, without classifier: the dataset's labels are unused.
         return MaskedPatchPrediction(spec, dtype, preprocessing, seed=config.seed, name=config.model)
@@ -304,12 +305,11 @@ def _build(config, recipe, spec, class_names, pretrained):
             spec, dtype, preprocessing, mask_ratio=config.mask_ratio, decoder_width=config.decoder_width,
             decoder_depth=config.decoder_depth, decoder_heads=config.decoder_heads,
             decoder_mlp_dim=pretrained.options.get("decoder_mlp_dim") if pretrained else None,
-            norm_pix_loss=config.norm_pix_loss, seed=config.seed, name=model_name(config, recipe, pretrained),
+            norm_pix_loss=config.norm_pix_loss, seed=config.seed, name=name,
         )  # fmt: skip
         if pretrained is not None:
             _continue_from(model, pretrained)
         return model
-    name = model_name(config, recipe, pretrained)
     # class_names: the dataset's.
     model = VisionTransformer(spec, dtype=dtype, preprocessing=preprocessing, class_names=class_names,
                                         name=name)  # fmt: skip
