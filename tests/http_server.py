@@ -22,7 +22,9 @@ As a pytest fixture (a started server on a fresh folder, stopped after the test)
 ``download_env(monkeypatch, home, mirror=..., offline=...)`` sets ``KERAS_VIT_HOME``,
 ``KERAS_VIT_MIRROR`` and ``KERAS_VIT_OFFLINE`` for one test (unsetting those not given, so
 the caller's own settings never leak in) and keeps proxies away from 127.0.0.1.
-``unused_url()`` is a base URL where nothing listens (connection refused).
+``unused_url()`` is a base URL where nothing listens (connection refused);
+``unresolvable(monkeypatch, host)`` makes a host name one that does not resolve (DNS), as
+without a network.
 
 Under ``<org>/<name>/resolve/<revision>/`` it answers as the Hugging Face hub does, for
 ``huggingface_hub`` (``HF_ENDPOINT`` set to ``url``; ``hub_env`` sets it): ``HEAD`` gives a
@@ -290,3 +292,20 @@ def unused_url():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return f"http://127.0.0.1:{port}/"
+
+
+def unresolvable(monkeypatch, host):
+    """Makes ``host`` a name that does not resolve, as on a machine without a network, for
+    one test: answered in this process, no DNS server is asked. Returns the list each lookup
+    of it is appended to (one per connection attempt)."""
+    lookups = []
+    real = socket.getaddrinfo
+
+    def getaddrinfo(name, *args, **kwargs):
+        if name == host:
+            lookups.append(name)
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return lookups

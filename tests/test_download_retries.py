@@ -1,5 +1,6 @@
 """Downloads ask a server again after HTTP 408 (Request Timeout) and 429 (Too Many Requests),
-as after 500 and 503 (test_download.py), and not after an error that would only repeat.
+as after 500 and 503 (test_download.py), and not after an error that would only repeat, nor
+when the host name does not resolve (no network).
 
 A server that is rate-limiting or timing a request out says so with these statuses, and a
 later request may pass; a missing or forbidden file is missing the next time too. Every
@@ -8,9 +9,10 @@ test serves its file from ``http_server.FileServer`` on 127.0.0.1, through the m
 
 import os
 import random
+import time
 
 import pytest
-from http_server import FileServer, download_env
+from http_server import FileServer, download_env, unresolvable
 
 from keras_vit.presets import download as dl
 
@@ -64,3 +66,16 @@ def test_other_client_errors_are_not_asked_again(server, status):
     with pytest.raises(dl.DownloadError, match=f"HTTP {status}"):
         dl.download(URL, progress=False, retries=2, backoff=0.01)
     assert server.requests == ["/" + SERVED]
+
+
+def test_a_host_name_that_does_not_resolve_is_not_asked_again(server, monkeypatch):
+    # No network (or a wrong name): asking again in 1, 2 and 4 s would not help, and the user waits.
+    lookups, waits = unresolvable(monkeypatch, "mirror.invalid"), []
+    monkeypatch.setattr(time, "sleep", waits.append)
+    monkeypatch.setenv("KERAS_VIT_MIRROR", "http://mirror.invalid:8000/")
+    with pytest.raises(dl.DownloadError, match="the host name does not resolve") as error:
+        dl.download(URL, progress=False)
+    assert lookups == ["mirror.invalid"] and waits == [] and server.requests == []
+    message = str(error.value)
+    assert "tried" not in message and "KERAS_VIT_MIRROR" in message and "KERAS_VIT_OFFLINE=1" in message
+    assert leftovers(dl.home()) == []

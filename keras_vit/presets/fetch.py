@@ -7,9 +7,11 @@ message says why, for the caller to put in context (``download`` names the cache
 what to do). Only the Python standard library is used (see ``download``).
 """
 
+import functools
 import hashlib
 import http.client
 import os
+import socket
 import sys
 import time
 import urllib.error
@@ -30,7 +32,7 @@ class FetchError(Exception):
         self.wrong_file = wrong_file
 
 
-class _Retryable(Exception):
+class Retryable(Exception):
     """A failure that may pass: a timeout, a refused or cut connection, a busy server."""
 
 
@@ -42,15 +44,24 @@ def fetch(source, path, *, size=None, sha256=None, progress=True, timeout=60.0, 
     it). ``progress`` shows a line on stderr (a bar on a terminal) naming ``shown_as``
     (default: ``path``); ``timeout`` is in seconds without data. A failure that may pass (a
     timeout, a refused or cut connection, HTTP 408, 429 or 5xx) is tried again up to
-    ``retries`` times, after ``backoff`` seconds, then twice as long each time; the wrong
-    file, a missing one (HTTP 404) or a failing disk raise at once.
+    ``retries`` times, after ``backoff`` seconds, then twice as long each time; a host name
+    that does not resolve, the wrong file, a missing one (HTTP 404) or a failing disk raise
+    at once.
     """
     shown_as = path if shown_as is None else shown_as
+    attempt = functools.partial(_fetch_once, source, path, size, sha256, progress, timeout, shown_as)
+    return retrying(attempt, retries=retries, backoff=backoff, progress=progress)
+
+
+def retrying(attempt, *, retries=3, backoff=1.0, progress=True):
+    """``attempt()``'s answer, asked again after a ``Retryable`` failure up to ``retries``
+    times, waiting ``backoff`` seconds, then twice as long each time; the last failure is a
+    ``FetchError`` saying how often it was tried. (The hub's requests, ``hub``, follow it too.)"""
     waits = []
     while True:
         try:
-            return _fetch_once(source, path, size, sha256, progress, timeout, shown_as)
-        except _Retryable as failure:
+            return attempt()
+        except Retryable as failure:
             if len(waits) == retries:
                 tried = f" (tried {len(waits) + 1} times, waiting {', '.join(f'{w:g}' for w in waits)} s between)"
                 raise FetchError(f"{failure}{tried if waits else ''}") from failure.__cause__
@@ -58,6 +69,19 @@ def fetch(source, path, *, size=None, sha256=None, progress=True, timeout=60.0, 
             if progress:
                 print(f"{failure}; trying again in {waits[-1]:g} s", file=sys.stderr, flush=True)
             time.sleep(waits[-1])
+
+
+def unresolved(error):
+    """The host name that did not resolve (DNS) behind ``error``, as a ``FetchError`` to raise
+    at once: no network, or a wrong name, neither of which passes in seconds. None if the
+    failure was another."""
+    while error is not None:
+        if isinstance(error, socket.gaierror):
+            return FetchError(
+                f"the host name does not resolve ({error.strerror or error}): no network, or a wrong name"
+            )
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _fetch_once(source, path, size, expected, progress, timeout, shown_as):
@@ -80,7 +104,7 @@ def _fetch_once(source, path, size, expected, progress, timeout, shown_as):
                 bar(received)
             bar(received, last=True)
             if length is not None and received != length:  # http.client returns b"" at a cut, no error
-                raise _Retryable(f"the connection closed after {received} of {length} bytes")
+                raise Retryable(f"the connection closed after {received} of {length} bytes")
             out.flush()
             os.fsync(out.fileno())
         actual = digest.hexdigest()
@@ -93,16 +117,18 @@ def _fetch_once(source, path, size, expected, progress, timeout, shown_as):
     except urllib.error.HTTPError as e:
         e.close()  # it holds the server's answer, and its socket
         if e.code in RETRY_STATUSES:
-            raise _Retryable(f"HTTP {e.code} {e.reason}") from e
+            raise Retryable(f"HTTP {e.code} {e.reason}") from e
         raise FetchError(f"HTTP {e.code} {e.reason}") from e
     except urllib.error.URLError as e:
+        if (failure := unresolved(e.reason)) is not None:
+            raise failure from e
         if isinstance(e.reason, TimeoutError):
-            raise _Retryable(f"no data for {timeout:g} s") from e
-        raise _Retryable(str(e.reason)) from e
+            raise Retryable(f"no data for {timeout:g} s") from e
+        raise Retryable(str(e.reason)) from e
     except TimeoutError as e:
-        raise _Retryable(f"no data for {timeout:g} s") from e
+        raise Retryable(f"no data for {timeout:g} s") from e
     except (http.client.HTTPException, ConnectionError) as e:
-        raise _Retryable(f"{type(e).__name__}: {e}") from e
+        raise Retryable(f"{type(e).__name__}: {e}") from e
     except OSError as e:  # writing the file: a full disk, no permission; asking again would not help
         raise FetchError(f"writing {path} failed: {e}") from e
     finally:
