@@ -27,6 +27,9 @@ their publishers' paths (``vit_models/augreg/<file>.npz``,
 ``timm/<name>/resolve/main/model.safetensors``) and set ``KERAS_VIT_MIRROR`` to it; or fill
 a cache on a connected machine, copy the folder over and set ``KERAS_VIT_HOME`` to it and
 ``KERAS_VIT_OFFLINE=1`` (a cache on a read-only mount works for reading).
+
+Files on the Hugging Face hub come through ``huggingface_hub``'s cache instead
+(``hub.fetch_url``), except from such a mirror while ``HF_ENDPOINT`` is unset.
 """
 
 import contextlib

@@ -5,7 +5,7 @@ pre-processing and class names) and the ``Weights`` it points to. ``resolver`` m
 import dataclasses
 
 from keras_vit.models.spec import ViTSpec
-from keras_vit.presets import download, hub
+from keras_vit.presets import hub
 
 # The kinds of source (``ModelSource.kind``).
 VARIANT = "variant"  # a named architecture of keras-vit (``vit_b16``): weights drawn at random
@@ -31,8 +31,8 @@ class NoWeightsError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Weights:
-    """Where a model's weights are: a local file (``path``), a file to download into the
-    cache (``url``, with the publisher's ``sha256`` and ``size`` where known) or a file of a
+    """Where a model's weights are: a local file (``path``), a file to download once (``url``,
+    with the publisher's ``sha256`` and ``size`` where known; see ``hub.fetch_url``) or a file of a
     hub repository (``hub_name``, ``filename``). ``container`` is the local file's format,
     as its first bytes say (``"keras"``, ``"keras_weights"``, ``"npz"``, ...)."""
 
@@ -50,7 +50,7 @@ class Weights:
             return self.path
         if self.hub_name is not None:
             return hub.fetch(self.hub_name, self.filename)
-        return download.download(self.url, sha256=self.sha256, size=self.size)
+        return hub.fetch_url(self.url, sha256=self.sha256, size=self.size)  # a hub file: the shared cache
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
 from keras_vit.models import registry
 from keras_vit.models.spec import ViTSpec
 from keras_vit.models.variants import VARIANTS
-from keras_vit.presets import download, hub, local
+from keras_vit.presets import hub, local
 from keras_vit.presets.catalog import PRESETS, get_preset, list_presets
 from keras_vit.sources.description import (
     CHECKPOINT,
@@ -279,7 +279,7 @@ def _url(url, model_name=None, loading=False, **_):
             f"{url} is a checkpoint's URL, which holds weights only: give the architecture to build them "
             "into (model_name=..., one of keras_vit.list_models())."
         )
-    return _checkpoint(download.download(url), model_name=model_name)
+    return _checkpoint(hub.fetch_url(url), model_name=model_name)
 
 
 def _unknown(name, loading=False, **_):
@@ -341,7 +341,7 @@ def _with_weights(named, weights):
     if timm_weights:
         return _sized_as(_repository(weights), name)
     if is_url(weights):
-        return _checkpoint(download.download(weights), model_name=name)
+        return _checkpoint(hub.fetch_url(weights), model_name=name)
     if os.path.exists(weights):
         return _checkpoint(weights, model_name=name, container=sniff_container_or_none(weights))
     if os.sep in weights or os.path.splitext(weights)[1] in CHECKPOINT_EXTENSIONS:
