@@ -6,7 +6,9 @@ with ``os.replace``, a rename that is atomic within one folder on POSIX file sys
 reader (a resumed run, TF Serving polling a model folder, a deploy script) sees the old
 file or the new one, never a half-written one. Temporary names start with a dot and carry
 ``.tmp-`` (``.old-`` for a replaced file during the swap), so they are easy to recognise
-should a process be killed outright (SIGKILL leaves no chance to clean up): ``is_temp_of``.
+should a process be killed outright (SIGKILL leaves no chance to clean up): ``is_temp_of``,
+and the next writer removes them (``remove_leftovers``). Before any work, ``check_writable``
+tries whether an output can be written at all.
 """
 
 import contextlib
@@ -37,6 +39,118 @@ def _disk_full(error):
                 return text
         error = error.__cause__ or error.__context__
     return None
+
+
+class UnwritableOutputError(ValueError, OSError):
+    """An output this process cannot write, found before any work: a folder it cannot make
+    (no permission, a read-only file system, a file in the way), a folder where a file is
+    wanted. Bad input (a ``ValueError``) and what the machine refused (an ``OSError``)."""
+
+
+def check_writable(folder, what="output"):
+    """Raises ``UnwritableOutputError`` unless files can be written in ``folder``, made with
+    its parents if missing; ``what`` names it in the message (a flag: ``"--output"``).
+
+    Tried, not guessed from permissions (root ignores them, a read-only mount or sysfs does
+    not): the missing folders are made, a hidden file is written in the last, and all of
+    it is removed again, so a command can refuse a bad output before it loads anything.
+
+    >>> import tempfile
+    >>> check_writable(os.path.join(tempfile.mkdtemp(), "new", "export"), "--output")
+    >>> try:
+    ...     check_writable("/dev/null/export", "--output")
+    ... except UnwritableOutputError as error:
+    ...     print(str(error).split(". ")[0])
+    Cannot write /dev/null/export (--output): /dev/null is a file, not a folder
+    """
+    folder = os.path.abspath(folder)
+    try:
+        _try_writing_in(folder)
+    except OSError as error:
+        raise unwritable(folder, error, what) from None
+
+
+def check_writable_file(path, what="output"):
+    """``check_writable`` for a file: its folder can be written in, and ``path`` is no folder."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        raise UnwritableOutputError(f"Cannot write {path} ({what}): it is a folder. Expected the path of a file; "
+                                    f"give {what} a file name.")  # fmt: skip
+    try:
+        _try_writing_in(os.path.dirname(path))
+    except OSError as error:
+        raise unwritable(path, error, what) from None
+
+
+def _try_writing_in(folder):
+    missing, made = [], []
+    directory = folder
+    while not os.path.isdir(directory) and os.path.dirname(directory) != directory:
+        missing.append(directory)
+        directory = os.path.dirname(directory)
+    try:
+        for path in reversed(missing):
+            os.mkdir(path)
+            made.append(path)
+        probe = temp_path_beside(os.path.join(folder, "probe"))
+        with open(probe, "x"):
+            pass
+        os.remove(probe)
+    finally:
+        for path in reversed(made):
+            try:
+                os.rmdir(path)  # only if empty: never removes anything else
+            except OSError:
+                pass
+
+
+def unwritable(path, error, what="output"):
+    """The ``UnwritableOutputError`` of writing ``path`` having failed with ``error`` (an
+    ``OSError``): the path, the reason (the file in the way, else the system's words and the
+    path it refused) and what to do."""
+    reason = f"{error.strerror or error} ({error.filename or path})"
+    if error.errno in (errno.EEXIST, errno.ENOTDIR):
+        directory = path
+        while os.path.dirname(directory) != directory and not os.path.lexists(directory):
+            directory = os.path.dirname(directory)
+        if os.path.lexists(directory) and not os.path.isdir(directory):
+            reason = f"{directory} is a file, not a folder"
+    return UnwritableOutputError(
+        f"Cannot write {path} ({what}): {reason}. Expected a path where this process can write (making the "
+        f"folders it needs); give {what} another path."
+    )
+
+
+def remove_leftovers(targets):
+    """Removes what a killed process left beside ``targets`` while writing them, and returns
+    the paths removed: their staged paths (``temp_path_beside``), and a set-aside copy
+    (``.old-``) of a target that is there. A set-aside copy of a missing target (killed
+    while swapping a folder) is moved back instead. Only these names: never a user's file.
+
+    >>> import tempfile
+    >>> out = tempfile.mkdtemp()
+    >>> for name in (".model.tmp-1a2b3c4d.onnx", ".model.tmp-notmine.onnx", "model.onnx"):
+    ...     open(os.path.join(out, name), "w").close()
+    >>> [os.path.basename(p) for p in remove_leftovers([os.path.join(out, "model.onnx")])]
+    ['.model.tmp-1a2b3c4d.onnx']
+    >>> sorted(os.listdir(out))
+    ['.model.tmp-notmine.onnx', 'model.onnx']
+    """
+    removed = []
+    for target in map(os.path.abspath, targets):
+        directory = os.path.dirname(target)
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue  # no folder yet: nothing left in it
+        for name in names:
+            path = os.path.join(directory, name)
+            if is_temp_of(name, target, "old") and not os.path.lexists(target):
+                os.replace(path, target)
+            elif is_temp_of(name, target) or is_temp_of(name, target, "old"):
+                _remove_path(path)
+                removed.append(path)
+    return removed
 
 
 def temp_path_beside(target, tag="tmp"):

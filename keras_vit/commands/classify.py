@@ -15,6 +15,7 @@ image goes through the model.
 import os
 
 from keras_vit import commands
+from keras_vit.atomic import check_writable_file
 from keras_vit.commands.sources import image_paths
 from keras_vit.factory import load_model
 from keras_vit.images import read_image
@@ -54,6 +55,8 @@ def main(argv=None):
             raise ValueError(f"--top must be at least 1; got {args.top}.")
         if args.batch_size < 1:
             raise ValueError(f"--batch-size must be at least 1; got {args.batch_size}.")
+        if args.csv:
+            check_writable_file(args.csv, "--csv")
         images = _images(args.images)
         model = load_model(args.model)
         if model.preprocessing is None:

@@ -19,8 +19,10 @@ Every export takes raw uint8 images (any batch size) and pre-processes them insi
 the model's own pre-processing when it has one; a model's class names are written beside
 the exports as labels.txt (one a line, in index order). Each file is written beside its
 target, checked against the Keras model, and only then moved into place. An existing
-export is replaced only with --overwrite. Exit status: 0 done, 2 bad input (nothing was
-done), 1 the export failed (nothing was left behind).
+export is replaced only with --overwrite. Exit status: 0 done, 2 bad input or an output
+that cannot be written (nothing was done; a full disk: nothing was left behind), 1 the
+export failed (nothing was left behind), 130 / 143 stopped by Ctrl-C / SIGTERM (the files
+being written removed; what a run killed outright left, the next one removes).
 """
 
 import argparse
@@ -28,6 +30,7 @@ import ast
 import sys
 
 from keras_vit import commands
+from keras_vit.atomic import check_writable
 from keras_vit.export import FORMATS, ExportError, export_model, parse_formats
 
 # The command-line options export_model takes as they are (the same names).
@@ -107,6 +110,7 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_writable(args.output, "--output")  # before the model loads: nothing to wait for
         formats = parse_formats(args.formats)
         if args.representative_data is None and args.formats == "all":
             # 'all' without calibration data: everything that needs none.

@@ -15,6 +15,7 @@ found before any image goes through the model.
 import argparse
 
 from keras_vit import commands
+from keras_vit.atomic import check_writable_file
 from keras_vit.evaluation.fewshot import DEFAULT_L2, DEFAULT_SHOTS, check_shots, fewshot_linear_eval
 from keras_vit.factory import load_model
 
@@ -55,6 +56,8 @@ def main(argv=None):
     try:
         if args.seeds < 1:
             raise ValueError(f"--seeds must be at least 1; got {args.seeds}.")
+        if args.csv:
+            check_writable_file(args.csv, "--csv")  # before the evaluation, not after it
         model = load_model(args.model)
         check_vit(model, args.model)
         splits = load_dataset(args.dataset, data_dir=args.data_dir)

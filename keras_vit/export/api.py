@@ -84,7 +84,9 @@ def export_model(
 
     Each file is written at a hidden temporary path beside its target, reloaded and
     compared with the Keras model on a few images, and moved into place only if every
-    requested format passed; on any failure nothing is left behind.
+    requested format passed; on any failure (Ctrl-C included) nothing is left behind, and
+    what an export killed outright left in ``output`` (hidden ``.tmp-`` files) is removed
+    by the next.
 
     Works on every backend: the SavedModel, LiteRT and ONNX converters need TensorFlow
     graphs and ``torch_export`` a PyTorch one, so a format the current backend cannot write
@@ -131,6 +133,8 @@ def export_model(
             representative data for ``tflite_int8``, a model that is not an image classifier,
             a ``normalization`` that contradicts the model's own pre-processing.
         FileExistsError: a target (``labels.txt`` included) exists and ``overwrite`` is False.
+        keras_vit.atomic.UnwritableOutputError: ``output`` is not a folder this process can
+            write in or create (a ``ValueError``).
         InvalidModelFileError: ``model`` is a path to something that is not a model file.
         UnconvertibleModelError: a format cannot express some layers (``.layers`` names them).
         VerificationError: an export does not reproduce the model.
@@ -155,9 +159,12 @@ def export_model(
         extra, modules = FORMATS[name].needs
         dependencies.check_installed(modules, extra)
     output = os.path.abspath(os.fspath(output))
-    if os.path.exists(output) and not os.path.isdir(output):
-        raise FileExistsError(f"Expected an output folder; {output} is a file.")
+    atomic.check_writable(output, "output")  # a folder that cannot be made, a file in the way
     targets = {name: os.path.join(output, FORMATS[name].filename) for name in names}
+    from keras_vit.export import convert  # not at import time: see its docstring
+
+    # What a killed export left in this folder: its staged files, labels and scratch folder.
+    atomic.remove_leftovers([*targets.values(), os.path.join(output, LABELS_FILENAME), convert.scratch_path(output)])
     atomic.check_targets(targets.values(), overwrite)
     representative_data = rep.check_source(representative_data)
     needs_data = [n for n in names if FORMATS[n].needs_representative_data]
@@ -221,8 +228,6 @@ def export_model(
         outputs_probabilities=outputs_probabilities,
         opset=opset,
     )
-    from keras_vit.export import convert  # not at import time: see its docstring
-
     checks = {}
     with atomic.StagedWrites(targets, overwrite) as staging:
         by_backend = {}  # each format is written on its own backend: here, or in a child process
