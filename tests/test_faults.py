@@ -12,6 +12,7 @@ import csv
 import functools
 import os
 import random
+import resource
 import select
 import signal
 import subprocess
@@ -224,3 +225,121 @@ def test_a_training_run_killed_mid_epoch_ends_with_the_uninterrupted_runs_weight
     # The same operations on the same values: equal up to float32 rounding at most.
     for variable in resumed.weights:
         assert_close_to_scale(to_numpy(variable), expected[variable.path], 1e-5, f"{variable.path}; {killed}")
+
+
+# --- The command line stopped: SIGTERM or Ctrl-C during an export, and a full disk ------
+
+EXPORTED = ("savedmodel", "model_float32.tflite")  # what `keras-vit export --formats` below writes
+
+
+def export_command(model, output):
+    return [sys.executable, "-m", "keras_vit", "export", str(model), "--output", str(output),
+            "--formats", "savedmodel,tflite_float32"]  # fmt: skip
+
+
+def tiny_model_file(folder):
+    from fault_child import tiny_model
+
+    path = os.path.join(folder, "model.keras")
+    tiny_model().save(path)
+    return path
+
+
+def processes_naming(text):
+    """The ids of the processes whose command line holds ``text``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass  # ended meanwhile
+    return found
+
+
+def every_file(folder):
+    return sorted(os.path.relpath(os.path.join(r, n), folder) for r, ds, ns in os.walk(folder) for n in ns + ds)
+
+
+# SIGTERM on every backend: on JAX and PyTorch the export is converted by a TensorFlow child
+# process, which must go too; Ctrl-C (SIGINT) takes the same way out, tested once.
+@pytest.mark.slow
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stopped_export_says_so_in_one_line_and_leaves_no_files(number, tmp_path):
+    if number == signal.SIGINT and keras.backend.backend() != "torch":
+        pytest.skip("run once, on torch: Ctrl-C raises where SIGTERM does (keras_vit/commands/interrupts.py)")
+    model, output, scratch = tiny_model_file(str(tmp_path)), tmp_path / "out" / "export", tmp_path / "tmp"
+    scratch.mkdir()  # the system's temporary folder for the export (its child's job files)
+    env = {**child_env(), "TMPDIR": str(scratch)}
+    child = subprocess.Popen(export_command(model, output), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while child.poll() is None and not (staged(tmp_path, "savedmodel") or staged(tmp_path, "model_float32")):
+        assert time.monotonic() < deadline, "no staged export file after 300 s"
+        time.sleep(0.005)
+    converters = processes_naming(str(scratch))  # on JAX and PyTorch, the TensorFlow child writing it
+    assert bool(converters) == (keras.backend.backend() != "tensorflow"), converters
+    child.send_signal(number)  # as soon as an export file is being written
+    _, err = child.communicate(timeout=120)
+    name = "SIGTERM" if number == signal.SIGTERM else "Ctrl-C (SIGINT)"
+    assert child.returncode == 128 + number, err[-3000:]
+    assert err.strip() == (
+        f"keras-vit export: stopped by {name}; the files it was writing are removed, those it had finished are kept"
+    ), err[-3000:]
+    assert every_file(tmp_path) == ["model.keras", "tmp"], "left behind"  # the output folder it made, too
+    assert not [pid for pid in converters if os.path.exists(f"/proc/{pid}")], "the export's child outlived it"
+
+
+@pytest.mark.slow
+def test_an_export_removes_what_a_killed_one_left_and_nothing_else(tmp_path):
+    model, output = tiny_model_file(str(tmp_path)), tmp_path / "export"
+    output.mkdir()
+    left = [".model_float32.tmp-1a2b3c4d.tflite", ".labels.tmp-00ff00ff.txt", ".savedmodel.tmp-5e5e5e5e/",
+            ".export_scratch.tmp-0badf00d/", ".model_float32.old-12345678.tflite"]  # fmt: skip
+    for name in left:  # as a SIGKILL during an export leaves them: staged files and folders
+        if name.endswith("/"):
+            (output / name / "variables").mkdir(parents=True)
+            (output / name / "saved_model.pb").write_bytes(b"\0" * 1000)
+        else:
+            (output / name).write_bytes(b"\0" * 1000)
+    mine = [".notes.tmp-1a2b3c4d.txt", ".model_float32.tmp-mine.tflite", "notes.txt"]  # the user's: kept
+    for name in mine:
+        (output / name).write_text("the user's")
+    (output / "model_float32.tflite").write_bytes(b"an earlier export")  # the .old- copy's target: it is there
+    command = [*export_command(model, output), "--overwrite"]
+    done = subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(os.listdir(output)) == sorted([*EXPORTED, *mine])
+    assert all((output / name).read_text() == "the user's" for name in mine)
+
+
+@SAME_WRITES
+def test_a_full_disk_during_an_export_is_one_line_and_exit_status_2(tmp_path):
+    model, output = tiny_model_file(str(tmp_path)), tmp_path / "export"
+
+    def little_room():  # the kernel's file size limit: the write fails with EFBIG (no SIGXFSZ)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(model) // 4, resource.RLIM_INFINITY))
+
+    done = subprocess.run(export_command(model, output), env=child_env(), capture_output=True, text=True, timeout=600,
+                          preexec_fn=little_room)  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    said = done.stderr.strip()
+    assert said.startswith("error: ") and "\n" not in said, done.stderr[-3000:]
+    assert f"Could not write {output}" in said and "File too large" in said and "Nothing was half-written" in said, said
+    assert every_file(tmp_path) == ["model.keras"], "left behind"
+
+
+@SAME_WRITES
+def test_a_folder_set_aside_by_a_killed_swap_is_put_back_and_one_replaced_is_removed(tmp_path):
+    from keras_vit.atomic import remove_leftovers
+
+    for name in (".savedmodel.old-1a2b3c4d", ".figures.old-1a2b3c4d", "figures"):  # killed mid-swap
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "saved_model.pb").write_text(name)
+    removed = remove_leftovers([tmp_path / "savedmodel", tmp_path / "figures"])
+    assert removed == [str(tmp_path / ".figures.old-1a2b3c4d")]
+    assert sorted(os.listdir(tmp_path)) == ["figures", "savedmodel"]
+    assert (tmp_path / "savedmodel" / "saved_model.pb").read_text() == ".savedmodel.old-1a2b3c4d"  # the previous one
+    assert (tmp_path / "figures" / "saved_model.pb").read_text() == "figures"

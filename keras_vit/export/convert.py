@@ -25,6 +25,14 @@ from keras_vit import atomic
 from keras_vit.export.errors import ExportError, InvalidModelFileError, UnconvertibleModelError, VerificationError
 from keras_vit.export.formats import FORMATS
 
+_SCRATCH = "export_scratch"
+
+
+def scratch_path(folder):
+    """The target whose staged paths (``atomic.temp_path_beside``) are the scratch folders
+    ``convert_model`` makes in ``folder``: what ``atomic.remove_leftovers`` looks for."""
+    return os.path.join(folder, _SCRATCH)
+
 
 def convert_model(
     model,
@@ -86,7 +94,7 @@ def convert_model(
             source = write_savedmodel(model, paths["savedmodel"], **options)
         else:
             parent = scratch_dir or os.path.dirname(os.path.abspath(paths[others[0]]))
-            scratch = atomic.scratch_folder(parent, "export_scratch")  # named as staged files are
+            scratch = atomic.scratch_folder(parent, _SCRATCH)  # named as staged files are
             source = write_savedmodel(model, os.path.join(scratch, "source"), **options)
         # LiteRT and ONNX are converted from the SavedModel's serving_default, so every
         # format has the same inputs, outputs and pre-processing.
@@ -161,13 +169,18 @@ def convert_in_process(
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         log_path = os.path.join(job_dir, "worker.log")
         with open(log_path, "w") as log:
-            subprocess.run(
+            child = subprocess.Popen(
                 [sys.executable, "-m", "keras_vit.export.convert", job_path],
                 env=env,
                 stdout=None if verbose else log,
                 stderr=None if verbose else subprocess.STDOUT,
-                check=False,
             )
+            try:
+                child.wait()
+            except BaseException:  # Ctrl-C, SIGTERM (keras_vit.commands.interrupts): the child goes first,
+                child.kill()  # so that it writes nothing after the staged files are removed
+                child.wait()
+                raise
         answer = None
         if os.path.exists(job["answer_path"]):
             with open(job["answer_path"]) as f:
