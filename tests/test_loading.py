@@ -270,3 +270,19 @@ def test_create_model_of_another_keras_model_file_returns_it_as_it_is(tmp_path):
     assert [layer.name for layer in keras_vit.create_model(path).layers] == ["dense"]
     with pytest.raises(ValueError, match="Sequential, which keras-vit cannot rebuild with changes"):
         keras_vit.create_model(path, num_classes=3)
+
+
+def test_class_names_given_are_kept_whatever_the_source(tmp_path):
+    # A trained .keras file of 10 classes, rebuilt for 2 with their names (the README's
+    # bare-fit snippet): the names given are the model's, as create_model's by name are.
+    path = str(tmp_path / "digits.keras")
+    small(num_classes=10, class_names=[str(k) for k in range(10)]).save(path)
+    with pytest.warns(UserWarning, match="head/kernel keeps its fresh initial value"):
+        model = keras_vit.create_model(path, num_classes=2, class_names=("cat", "dog"))
+    assert model.class_names == ("cat", "dog") and model.output_shape == (None, 2)
+    assert keras_vit.decode_predictions(np.array([[0.2, 0.8]]), class_names=model)[0][0][:2] == (1, "dog")
+    with pytest.warns(UserWarning, match="head/kernel keeps its fresh initial value"):
+        assert keras_vit.create_model(path, num_classes=3).class_names is None  # the file's 10 do not fit 3
+    assert keras_vit.create_model(path, class_names=list("abcdefghij")).class_names == tuple("abcdefghij")
+    with pytest.raises(ValueError, match="Expected 2 class names, one per classifier output; got 3"):
+        keras_vit.create_model(path, num_classes=2, class_names=("cat", "dog", "bird"))
