@@ -85,3 +85,98 @@ def resize_for_model(images, model):
     else:
         out = resized(as_pixels(images))
     return np.clip(np.round(out), 0, 255).astype(np.uint8)
+
+
+def is_raw(image):
+    """Whether ``image`` is raw pixels as ``model.classify`` takes them, by its kind alone: an
+    image file's path, a PIL image or an array of integers (uint8 0..255 typically). A float
+    array is not: it may be pre-processed already.
+
+    >>> is_raw(np.zeros((4, 4, 3), np.uint8)), is_raw(np.zeros((4, 4, 3), np.float32))
+    (True, False)
+    """
+    if isinstance(image, (str, os.PathLike)):
+        return True
+    from PIL import Image
+
+    if isinstance(image, Image.Image):
+        return True
+    return np.asarray(image).dtype.kind in "ui"
+
+
+def as_model_input(images, layer, preprocessed=None):
+    """Images -> the float32 numpy batch a model takes, pre-processed by ``layer`` (its
+    ``model.preprocessing``) where they are raw, exactly as ``model.classify`` pre-processes them.
+
+    Args:
+        images: what ``model.classify`` takes (one image or a batch of 0..255 pixels, a list
+            of images of any sizes, image files' paths, PIL images), or a float batch (or one
+            image) already pre-processed for the model.
+        layer: the model's ``keras_vit.layers.ImagePreprocessing``, or None.
+        preprocessed: None: judged by kind (``is_raw``): files, PIL images and integer arrays
+            are raw, float arrays pre-processed, and refused where they lie outside what
+            ``layer`` makes (raw 0..255 floats, say); True: taken as they are; False: raw
+            0..255 pixels of any dtype, pre-processed.
+
+    Returns:
+        A float32 array: ``(batch, height, width, channels)``, or ``(height, width, channels)``
+        for one float image given as it is.
+
+    Examples:
+        >>> from keras_vit.layers import ImagePreprocessing
+        >>> layer = ImagePreprocessing(8)  # mean and std 0.5: -1..1 out
+        >>> batch = as_model_input(np.full((12, 16, 3), 255, np.uint8), layer)
+        >>> batch.shape, float(batch.max())
+        ((1, 8, 8, 3), 1.0)
+        >>> as_model_input(np.full((1, 8, 8, 3), 255.0), layer)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected images pre-processed for the model (floats in -1..1, ...) ... preprocessed=False.
+    """
+    import keras
+
+    if preprocessed not in (None, True, False):
+        raise ValueError(f"preprocessed must be None (judged by dtype), True or False; got {preprocessed!r}.")
+    many = isinstance(images, (list, tuple))
+    items = list(images) if many else [images]
+    raw = [not preprocessed and (preprocessed is False or is_raw(item)) for item in items]
+    if not any(raw):
+        floats = np.asarray(np.stack(items) if many else images, dtype="float32")
+        if preprocessed is None:
+            _check_preprocessed(floats, layer)
+        return floats
+    if not all(raw):
+        raise ValueError(
+            "Expected images all raw (files, PIL images, uint8 pixels) or all pre-processed (floats); got a mix."
+        )
+    if layer is None:
+        raise ValueError(
+            "The model has no pre-processing (model.preprocessing is None) to make its input from raw images: give "
+            "them pre-processed as it takes them (floats), or build it with preprocessing="
+            "keras_vit.layers.ImagePreprocessing(...)."
+        )
+
+    def run(pixels):
+        return keras.ops.convert_to_numpy(layer(pixels)).astype("float32")
+
+    if many:
+        return np.stack([run(as_pixels(item)) for item in items])
+    pixels = as_pixels(images)
+    return run(pixels[None] if np.ndim(pixels) == 3 else pixels)
+
+
+def _check_preprocessed(images, layer):
+    """Float ``images`` within what ``layer`` makes of 0..255 pixels (``(x / 255 - mean) / std``)."""
+    if layer is None or images.size == 0:
+        return
+    mean = np.asarray(layer.mean, np.float64)
+    std = np.asarray(layer.std, np.float64)
+    low, high = float(np.min(-mean / std)), float(np.max((1.0 - mean) / std))
+    slack = 1e-3 * (high - low)  # float32 rounding of the normalisation
+    given_low, given_high = float(np.min(images)), float(np.max(images))
+    if given_low < low - slack or given_high > high + slack:
+        raise ValueError(
+            f"Expected images pre-processed for the model (floats in {low:.4g}..{high:.4g}, as its pre-processing "
+            f"makes them) or raw pixels as uint8; got floats in {given_low:.4g}..{given_high:.4g}: raw 0..255 "
+            "pixels? Give them as uint8 or with preprocessed=False."
+        )

@@ -186,6 +186,39 @@ def test_bad_input_is_a_clear_error(rng):
         inspect.embedding_filters(hybrid)
 
 
+def test_raw_images_are_pre_processed_as_classify_does(rng, tmp_path):
+    from PIL import Image
+
+    from keras_vit.layers import ImagePreprocessing
+
+    preprocessing = ImagePreprocessing.from_normalization("imagenet", 16)
+    model = keras_vit.VisionTransformer(image_size=16, preprocessing=preprocessing, **TINY)
+    raw = rng.integers(0, 256, (2, 16, 16, 3)).astype("uint8")
+    pre = to_numpy(model.preprocessing(raw))
+    expected = inspect.attention_rollout(model, pre)
+    np.testing.assert_allclose(inspect.attention_rollout(model, raw), expected, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(inspect.attention_maps(model, raw), inspect.attention_maps(model, pre), rtol=0,
+                               atol=1e-7)  # fmt: skip
+    np.testing.assert_allclose(inspect.mean_attention_distance(model, raw),
+                               inspect.mean_attention_distance(model, pre), rtol=0, atol=1e-5)  # fmt: skip
+    # Files and PIL images, as classify takes them (one of another size: resized first).
+    Image.fromarray(raw[0]).save(tmp_path / "first.png")
+    large = np.asarray(Image.fromarray(raw[1]).resize((24, 24)))
+    listed = inspect.attention_rollout(model, [tmp_path / "first.png", Image.fromarray(large)])
+    resized = to_numpy(model.preprocessing(large[None]))
+    np.testing.assert_allclose(listed, inspect.attention_rollout(model, np.concatenate([pre[:1], resized])),
+                               rtol=0, atol=1e-7)  # fmt: skip
+    # Raw pixels as floats: refused, unless said to be raw.
+    with pytest.raises(ValueError, match=r"Expected images pre-processed for the model \(floats in -2.118..2.64.*"
+                                         r"got floats in 0..25[0-9].*preprocessed=False"):  # fmt: skip
+        inspect.attention_rollout(model, raw.astype("float32"))
+    np.testing.assert_allclose(inspect.attention_rollout(model, raw.astype("float32"), preprocessed=False), expected,
+                               rtol=0, atol=1e-7)  # fmt: skip
+    bare = keras_vit.VisionTransformer(image_size=16, **TINY)  # no pre-processing to make its input
+    with pytest.raises(ValueError, match=r"has no pre-processing \(model.preprocessing is None\)"):
+        inspect.attention_maps(bare, raw)
+
+
 # --- the figures' recipe ------------------------------------------------------------------
 
 
@@ -237,9 +270,20 @@ def test_recipe_writes_every_figure_and_its_numbers_beside_the_model(tiny_model_
     rows = read_csv(os.path.join(folder, "attention_distance.csv"))
     assert rows[0] == ["block", "head", "mean_distance_pixels"] and len(rows) == 1 + 2 * 2
     assert all(0 < float(r[2]) < 16 * np.sqrt(2) for r in rows[1:])
-    assert len(read_csv(os.path.join(folder, "attention_rollout.csv"))) == 1 + 3 * 4 * 4
-    assert len(read_csv(os.path.join(folder, "position_embedding_similarity.csv"))) == 1 + 16 * 16
-    assert len(read_csv(os.path.join(folder, "embedding_filters.csv"))) == 1 + 28
+    # Counted from 1, as the plots count them: blocks 1 and 2, heads 1 and 2.
+    assert sorted({(r[0], r[1]) for r in rows[1:]}) == [("1", "1"), ("1", "2"), ("2", "1"), ("2", "2")]
+    rollout = read_csv(os.path.join(folder, "attention_rollout.csv"))
+    assert rollout[0] == ["image", "class", "predicted", "probability", "row", "column", "rollout"]
+    assert len(rollout) == 1 + 3 * 4 * 4
+    # The digits of three classes in turn, each with the model's top class (no names: its index).
+    shown = {r[0]: r[1:4] for r in rollout[1:]}
+    assert sorted(shown) == ["1", "2", "3"] and [shown[k][0] for k in "123"] == ["0", "1", "2"]
+    assert all(p in {str(k) for k in range(10)} and 0.1 <= float(q) <= 1 for _, p, q in shown.values())
+    assert {(r[4], r[5]) for r in rollout[1:]} == {(str(i), str(j)) for i in range(1, 5) for j in range(1, 5)}
+    similarity = read_csv(os.path.join(folder, "position_embedding_similarity.csv"))
+    assert len(similarity) == 1 + 16 * 16 and {r[0] for r in similarity[1:]} == {"1", "2", "3", "4"}
+    filters = read_csv(os.path.join(folder, "embedding_filters.csv"))
+    assert len(filters) == 1 + 28 and [r[0] for r in filters[1:3]] == ["1", "2"]
     with pytest.raises(SystemExit) as exit_info:  # there already: refused, left as it was
         run_recipe(tiny_model_file, "--num_images", 3)
     assert exit_info.value.code == 2
@@ -266,6 +310,36 @@ def test_recipe_on_a_folder_of_photos_and_a_hybrid(tmp_path):
         for ext in ("png", "csv")
     )  # a hybrid has no pixel filters
     assert len(read_csv(tmp_path / "figures" / "attention_rollout.csv")) == 1 + 2 * 8 * 8
+    check_png(written["attention_rollout.png"])
+
+
+def test_recipe_shows_each_class_in_turn_with_the_models_prediction(tmp_path):
+    from PIL import Image
+
+    from keras_vit.commands import inspect_model
+    from keras_vit.layers import ImagePreprocessing
+
+    photos = tmp_path / "photos"
+    for name, shade in (("cat", 40), ("dog", 200)):
+        (photos / name).mkdir(parents=True)
+        for i in range(3):  # sorted by path, the first three are all cats
+            Image.new("RGB", (20, 20), (shade, i * 30, 0)).save(photos / name / f"{i}.png")
+    model = keras_vit.VisionTransformer(image_size=16, patch_size=4, depth=2, num_classes=2, pooling="gap",
+                                        class_names=["cat", "dog"], gelu_approximate=False,
+                                        preprocessing=ImagePreprocessing.from_normalization("vit", 16),
+                                        **TINY_ENCODER)  # fmt: skip
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    raw, labels = inspect_model.pick_images(str(photos), 4)
+    assert labels == ["cat", "dog", "cat", "dog"]
+    written = run_recipe(path, "--images", photos, "--num_images", 4)
+    rows = read_csv(written["attention_rollout.csv"])
+    shown = {r[0]: r[1:4] for r in rows[1:]}
+    probabilities = model.classify(raw)
+    for k, (label, predicted, probability) in sorted(shown.items()):
+        i = int(k) - 1
+        assert label == labels[i] and predicted == ("cat", "dog")[probabilities[i].argmax()]
+        np.testing.assert_allclose(float(probability), probabilities[i].max(), atol=1e-3)
     check_png(written["attention_rollout.png"])
 
 

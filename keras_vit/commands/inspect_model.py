@@ -9,8 +9,11 @@ through the model's own pre-processing. Written to ``--output`` (default: ``figu
 beside a model file, else ``saved_models/<name>/figures/``), each figure with the
 numbers behind it:
 
-- ``attention_rollout.png`` / ``.csv``: the images, and the class token's attention
-  rolled out through every block (Abnar & Zuidema 2020) over them (the paper's figure 6);
+- ``attention_rollout.png`` / ``.csv``: the images (taken in turn from each class: the
+  folder's subfolders, the digits' labels), each with its class and the model's top
+  prediction, and the attention rolled out through every block (Abnar & Zuidema 2020) over
+  them (the paper's figure 6): the class token's, or for a model without one (average
+  pooling) the mean over all tokens;
 - ``attention_distance.png`` / ``.csv``: each head's mean attention distance in pixels
   against its depth (figure 7, right; figure 10 for a hybrid);
 - ``position_embedding_similarity.png`` / ``.csv``: each patch's position-embedding
@@ -24,20 +27,23 @@ input (the hidden patches black) and the reconstruction (the visible patches as 
 the decoder's pixels in the hidden ones), with each image's reconstruction loss on its
 hidden patches. The masks are the model's evaluation masks: the same every time.
 
-The files appear together or not at all. Exit status: 0 done, 2 bad input (nothing
-written).
+Images, blocks, heads, patch rows and columns and components are counted from 1, in the
+CSVs as in the plots. The files appear together or not at all. Exit status: 0 done, 2 bad
+input (nothing written).
 """
 
 import csv
+import itertools
 import os
 
 import numpy as np
 
 from keras_vit import commands, inspect
 from keras_vit.atomic import StagedWrites
-from keras_vit.commands.sources import read_folder
+from keras_vit.commands.sources import image_paths
 from keras_vit.dependencies import require
 from keras_vit.factory import load_model
+from keras_vit.images import read_image
 
 FIGURES = ("attention_rollout", "attention_distance", "position_embedding_similarity", "embedding_filters")
 
@@ -72,16 +78,53 @@ def build_parser():
     return parser
 
 
-def load_images(folder, count):
-    """Up to ``count`` raw uint8 images: from ``folder`` (sorted by path) or the digits' test split."""
+def pick_images(folder, count):
+    """Up to ``count`` raw uint8 images and each one's class (None where unknown): from
+    ``folder`` or the digits' test split, taken in turn from each class (a folder's
+    subfolders, by name; the files in each sorted by path), so that every class is shown."""
     if folder is None:
         from keras_vit.data import load_digits
 
-        return list(load_digits().test.images[:count])
+        test = load_digits().test
+        labels = [str(label) for label in test.labels]
+        chosen = _in_turn(labels, count)
+        return [test.images[i] for i in chosen], [labels[i] for i in chosen]
     try:
-        return read_folder(folder, count)
+        paths = image_paths(folder)
+        classes = [os.path.dirname(os.path.relpath(path, folder)).split(os.sep)[0] or None for path in paths]
+        chosen = _in_turn(classes, count)
+        return [read_image(paths[i]) for i in chosen], [classes[i] for i in chosen]
     except ValueError as error:
         raise ValueError(f"--images: {error}") from None
+
+
+def load_images(folder, count):
+    """Up to ``count`` raw uint8 images, as ``pick_images`` picks them."""
+    return pick_images(folder, count)[0]
+
+
+def _in_turn(classes, count):
+    """Indices of up to ``count`` items, one of each class in turn (classes sorted, each's in order)."""
+    queues = {}
+    for i, name in enumerate(classes):
+        queues.setdefault(name, []).append(i)
+    order = [queues[name] for name in sorted(queues, key=str)]
+    turns = (queue[k] for k in range(max(map(len, order))) for queue in order if k < len(queue))
+    return list(itertools.islice(turns, count))
+
+
+def predictions(model, images):
+    """The model's top class of each pre-processed image: ``(name, probability)``; None
+    for a model without classifier."""
+    if not model.spec.include_top:
+        return [None] * len(images)
+    scores = np.asarray(model.predict(images, verbose=0), dtype="float64")
+    if model.spec.classifier_activation != "softmax":
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        scores /= scores.sum(axis=-1, keepdims=True)
+    names = model.class_names
+    top = scores.argmax(axis=-1)
+    return [(str(names[k]) if names else str(k), float(scores[i, k])) for i, k in enumerate(top)]
 
 
 def preprocess(model, raw):
@@ -107,14 +150,18 @@ def write_csv(path, header, rows):
         writer.writerows(rows)
 
 
-def plot_rollout(plt, path, shown, overlays, title):
+def plot_rollout(plt, path, shown, overlays, title, labels, predicted):
     count = len(shown)
-    fig, axes = plt.subplots(2, count, figsize=(1.6 * count + 0.4, 3.8), squeeze=False)
+    fig, axes = plt.subplots(2, count, figsize=(1.6 * count + 0.4, 4.2), squeeze=False)
     for i in range(count):
         for row, picture in enumerate((shown[i], overlays[i])):
             axes[row, i].imshow(picture.astype("uint8"), interpolation="nearest")
             axes[row, i].set_xticks([])
             axes[row, i].set_yticks([])
+        caption = [] if labels[i] is None else [f"class {labels[i]}"]
+        if predicted[i] is not None:
+            caption.append(f"model: {predicted[i][0]} {predicted[i][1]:.0%}")
+        axes[0, i].set_title("\n".join(caption), fontsize=7)
     axes[0, 0].set_ylabel("input")
     axes[1, 0].set_ylabel("attention")
     fig.suptitle(title)
@@ -129,7 +176,7 @@ def plot_distance(plt, path, distance, stride, uniform, title):
     ax.axhline(uniform, color="grey", linestyle="--", linewidth=1, label="uniform attention")
     for head in range(heads):
         ax.scatter(np.arange(1, depth + 1), distance[:, head], s=18, label=f"head {head + 1}")
-    ax.set_xlabel("network depth (block)")
+    ax.set_xlabel("network depth (block, from 1)")
     ax.set_ylabel("mean attention distance (pixels)")
     ax.set_xticks(np.arange(1, depth + 1))
     ax.set_ylim(bottom=0)
@@ -216,21 +263,23 @@ def main(argv=None):
     try:
         if args.num_images < 1:
             raise ValueError(f"--num-images must be at least 1; got {args.num_images}.")
-        model = _checked_model(load_model(args.model), args.reconstruct, args.model)
-        raw = load_images(args.images, args.num_images)
         if args.output:
             output = args.output
         elif os.path.isfile(args.model):
             output = os.path.join(os.path.dirname(os.path.abspath(args.model)), "figures")
         else:
             output = os.path.join("saved_models", os.path.basename(os.path.normpath(args.model)), "figures")
+        from keras_vit.atomic import check_targets, check_writable, remove_leftovers
+
+        check_writable(output, "--output")  # before the model loads: nothing to wait for
+        model = _checked_model(load_model(args.model), args.reconstruct, args.model)
+        raw, labels = pick_images(args.images, args.num_images)
         if args.reconstruct:
             figures = ("reconstructions",)
         else:  # a hybrid's patch embedding sees ResNet features: it has no pixel filters to draw
             figures = FIGURES if model.spec.resnet is None else FIGURES[:-1]
         paths = figure_paths(output, figures)
-        from keras_vit.atomic import check_targets
-
+        remove_leftovers(paths.values())  # what a killed run left
         check_targets(paths.values(), args.overwrite)
     except (ValueError, OSError) as error:
         commands.bad_input(error)
@@ -239,16 +288,20 @@ def main(argv=None):
 
     images, shown = preprocess(model, raw)
     spec = model.spec
-    rollout = inspect.attention_rollout(model, images, args.head_fusion, args.discard_ratio)
-    distance = inspect.mean_attention_distance(model, images)
+    predicted = predictions(model, images)
+    rollout = inspect.attention_rollout(model, images, args.head_fusion, args.discard_ratio, preprocessed=True)
+    distance = inspect.mean_attention_distance(model, images, preprocessed=True)
     similarity = inspect.position_embedding_similarity(model)
     name = model.name
     with StagedWrites(paths, overwrite=args.overwrite) as staging:
         staged = staging.paths
         plot_rollout(plt, staged["attention_rollout.png"], shown, inspect.overlay(shown, rollout),
-                     f"{name}: attention rollout ({args.head_fusion} over heads)")  # fmt: skip
-        write_csv(staged["attention_rollout.csv"], ["image", "row", "column", "rollout"],
-                  [(i, r, c, f"{v:.6g}") for (i, r, c), v in np.ndenumerate(rollout)])  # fmt: skip
+                     f"{name}: attention rollout ({args.head_fusion} over heads)", labels, predicted)  # fmt: skip
+        guess = [("", "") if p is None else (p[0], f"{p[1]:.4f}") for p in predicted]
+        write_csv(staged["attention_rollout.csv"], ["image", "class", "predicted", "probability", "row", "column",
+                                                    "rollout"],
+                  [(i + 1, labels[i] or "", *guess[i], r + 1, c + 1, f"{v:.6g}")
+                   for (i, r, c), v in np.ndenumerate(rollout)])  # fmt: skip
         grid, prefix = spec.grid_size, spec.num_prefix_tokens
         uniform = inspect.attention_distance(
             np.ones((1, 1, 1, *[prefix + grid[0] * grid[1]] * 2)), grid, spec.stride, prefix
@@ -256,18 +309,18 @@ def main(argv=None):
         plot_distance(plt, staged["attention_distance.png"], distance, spec.stride, float(uniform[0, 0]),
                       f"{name}: attention distance ({len(images)} images)")  # fmt: skip
         write_csv(staged["attention_distance.csv"], ["block", "head", "mean_distance_pixels"],
-                  [(b, h, f"{v:.6g}") for (b, h), v in np.ndenumerate(distance)])  # fmt: skip
+                  [(b + 1, h + 1, f"{v:.6g}") for (b, h), v in np.ndenumerate(distance)])  # fmt: skip
         plot_similarity(plt, staged["position_embedding_similarity.png"], similarity,
                         f"{name}: position embedding similarity")  # fmt: skip
         write_csv(staged["position_embedding_similarity.csv"], ["row", "column", "other_row", "other_column", "cosine"],
-                  [(*index, f"{v:.6g}") for index, v in np.ndenumerate(similarity)])  # fmt: skip
+                  [(*(k + 1 for k in index), f"{v:.6g}") for index, v in np.ndenumerate(similarity)])  # fmt: skip
         if "embedding_filters.png" in staged:
             count = min(args.num_components, spec.hidden_size, spec.patch_size**2 * spec.num_channels)
             components, explained = inspect.embedding_filters(model, count, return_explained=True)
             plot_filters(plt, staged["embedding_filters.png"], components,
                          f"{name}: embedding filters, first {count} principal components")  # fmt: skip
             write_csv(staged["embedding_filters.csv"], ["component", "explained_variance"],
-                      [(k, f"{v:.6g}") for k, v in enumerate(explained)])  # fmt: skip
+                      [(k, f"{v:.6g}") for k, v in enumerate(explained, start=1)])  # fmt: skip
         staging.commit()
     for target in staging.targets.values():
         print(target)
@@ -284,7 +337,8 @@ def _reconstruct(plt, model, raw, paths, overwrite):
         title = f"{model.name}: reconstructions ({model.mask_ratio:.0%} of the patches hidden)"
         plot_reconstructions(plt, staging.paths["reconstructions.png"], rows, title)
         write_csv(staging.paths["reconstructions.csv"], ["image", "hidden_patches", "reconstruction_loss"],
-                  [(i, model.num_patches - model.num_visible, f"{v:.6g}") for i, v in enumerate(losses)])  # fmt: skip
+                  [(i, model.num_patches - model.num_visible, f"{v:.6g}")
+                   for i, v in enumerate(losses, start=1)])  # fmt: skip
         staging.commit()
     for target in staging.targets.values():
         print(target)

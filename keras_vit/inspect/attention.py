@@ -10,6 +10,7 @@ that it can be checked on constructed maps.
 
 import numpy as np
 
+from keras_vit.images import as_model_input
 from keras_vit.internals import set_untracked
 from keras_vit.models.graph import block_indices
 
@@ -28,9 +29,10 @@ def check_vit(model, what="this"):
     return model
 
 
-def _images(model, images):
-    """``images`` as a float32 batch the model takes, or a clear error."""
-    images = np.asarray(images, dtype="float32")
+def _images(model, images, preprocessed=None):
+    """``images`` as a float32 batch the model takes (raw ones pre-processed by
+    ``model.preprocessing``, as ``model.classify`` does), or a clear error."""
+    images = as_model_input(images, model.preprocessing, preprocessed)
     if images.ndim == 3:
         images = images[None]
     spec = model.spec
@@ -52,7 +54,7 @@ def _grid(model, images):
     return tuple(side // model.spec.stride for side in images.shape[1:3])
 
 
-def attention_maps(model, images, blocks=None, batch_size=16):
+def attention_maps(model, images, blocks=None, batch_size=16, preprocessed=None):
     """Every block's softmax attention on ``images``: ``(blocks, batch, heads, tokens, tokens)``.
 
     The weights of the explicit attention (``softmax(q k^T / sqrt(d))``, rows summing to
@@ -63,10 +65,16 @@ def attention_maps(model, images, blocks=None, batch_size=16):
 
     Args:
         model: a ``keras_vit.VisionTransformer``, plain or hybrid.
-        images: ``(batch, height, width, channels)`` (or one image), pre-processed as the
-            model takes them (``model.preprocessing(raw)``).
+        images: what ``model.classify`` takes (raw 0..255 pixels as uint8: one image, a
+            batch or a list of images of any sizes; image files' paths; PIL images),
+            pre-processed here by ``model.preprocessing``; or float ``(batch, height,
+            width, channels)`` images already pre-processed for the model (floats outside
+            what its pre-processing makes, raw 0..255 floats say, are refused).
         blocks: which blocks (None: all; indices, negative from the end).
         batch_size: images per forward pass.
+        preprocessed: None: as the dtype says (uint8, files, PIL images: raw; floats:
+            pre-processed); False: raw 0..255 pixels whatever their dtype; True: taken as
+            they are, unchecked.
 
     Returns:
         A float32 numpy array ``(len(blocks), batch, heads, tokens, tokens)``.
@@ -78,7 +86,11 @@ def attention_maps(model, images, blocks=None, batch_size=16):
     """
     check_vit(model, "attention_maps")
     indices = block_indices(blocks, model.spec.depth)
-    images = _images(model, images)
+    return _maps(model, _images(model, images, preprocessed), indices, batch_size)
+
+
+def _maps(model, images, indices, batch_size):
+    """``attention_maps`` of a checked batch."""
     maps = _attention_model(model).predict(images, batch_size=batch_size, verbose=0)
     maps = maps if isinstance(maps, (list, tuple)) else [maps]  # Keras unwraps a one-block list
     return np.stack([np.asarray(maps[i], dtype="float32") for i in indices])
@@ -136,12 +148,14 @@ def rollout(attention, head_fusion="mean", discard_ratio=0.0, num_prefix_tokens=
     return joint
 
 
-def attention_rollout(model, images, head_fusion="mean", discard_ratio=0.0, batch_size=16):
+def attention_rollout(model, images, head_fusion="mean", discard_ratio=0.0, batch_size=16, preprocessed=None):
     """Where the class token looks through all the blocks: ``(batch, grid_h, grid_w)``.
 
     The paper's figure 6: the rollout of every block's attention (``rollout``), read from
     the class token's row over the patches; for a model without a class token, the mean
     over all rows. Each map sums to at most one; ``overlay`` lays it on the images.
+    ``images`` and ``preprocessed`` as ``attention_maps`` takes them: raw images (uint8,
+    files, PIL) go through ``model.preprocessing``.
 
     >>> import numpy as np, keras_vit
     >>> model = keras_vit.create_model("vit_ti16", image_size=(32, 48), depth=2, num_classes=3)
@@ -149,9 +163,10 @@ def attention_rollout(model, images, head_fusion="mean", discard_ratio=0.0, batc
     (1, 2, 3)
     """
     check_vit(model, "attention_rollout")
-    images = _images(model, images)
+    images = _images(model, images, preprocessed)
     prefix = model.spec.num_prefix_tokens
-    joint = rollout(attention_maps(model, images, batch_size=batch_size), head_fusion, discard_ratio, prefix)
+    maps = _maps(model, images, block_indices(None, model.spec.depth), batch_size)
+    joint = rollout(maps, head_fusion, discard_ratio, prefix)
     rows = joint[:, 0] if model.spec.has_class_token else joint.mean(axis=1)
     return rows[:, prefix:].reshape(len(images), *_grid(model, images)).astype("float32")
 
@@ -230,12 +245,13 @@ def attention_distance(attention, grid, stride, num_prefix_tokens=1):
     return per_query.mean(axis=(1, 3)).astype("float32")
 
 
-def mean_attention_distance(model, images, batch_size=16):
+def mean_attention_distance(model, images, batch_size=16, preprocessed=None):
     """The paper's mean attention distance, ``(depth, heads)`` in pixels, on ``images``.
 
     Figure 7 (right) and, for a hybrid, figure 10: each head's attention-weighted distance
     between query and key patch centres (``attention_distance``), the patch spacing being
-    ``model.spec.stride`` (the total stride for a hybrid).
+    ``model.spec.stride`` (the total stride for a hybrid). ``images`` and ``preprocessed``
+    as ``attention_maps`` takes them.
 
     >>> import numpy as np, keras_vit
     >>> model = keras_vit.create_model("vit_ti16", image_size=32, depth=2, num_classes=3)
@@ -243,6 +259,6 @@ def mean_attention_distance(model, images, batch_size=16):
     (2, 3)
     """
     check_vit(model, "mean_attention_distance")
-    images = _images(model, images)
-    attention = attention_maps(model, images, batch_size=batch_size)
+    images = _images(model, images, preprocessed)
+    attention = _maps(model, images, block_indices(None, model.spec.depth), batch_size)
     return attention_distance(attention, _grid(model, images), model.spec.stride, model.spec.num_prefix_tokens)
