@@ -26,6 +26,7 @@ import pytest
 from helpers import TINY_ENCODER, once_on
 
 import keras_vit
+from keras_vit.atomic import UnwritableOutputError
 from keras_vit.checkpoints.readers import CheckpointReadError
 from keras_vit.commands.recipe_flags import run_command_line
 from keras_vit.data import load_dataset
@@ -622,25 +623,28 @@ def _(tmp):
 
 @case("--resume with another configuration", SystemExit, "began as another run", "--learning-rate 0.002 -> 0.5")
 def _(tmp):
-    from keras_vit.training.run_folder import open_run_dir, record_config
+    from keras_vit.training.pretrained import model_name
+    from keras_vit.training.run_folder import open_run_dir, record_config, run_name
 
     config = make_config("digits_pretrain", output_dir=str(tmp))
-    run_dir, _ = open_run_dir(config, "pretrain-vit_ti16-digits")  # a run stopped before its end
+    name = run_name(config, "pretrain", model_name(config, "pretrain", None))  # the folder the command opens
+    run_dir, _ = open_run_dir(config, name)  # a run stopped before its end
     record_config(run_dir, config, "pretrain", resumed=False)
     before = os.listdir(run_dir)
     try:
         run_command_line(pretrain, ["--resume", "--learning_rate", "0.5", "--output_dir", str(tmp)], "digits_pretrain")
     finally:
-        assert os.listdir(tmp) == ["pretrain-vit_ti16-digits"] and os.listdir(run_dir) == before
+        assert os.listdir(tmp) == [name] and os.listdir(run_dir) == before
 
 
-@case("an output folder that is a file", SystemExit, "Cannot write the run folder", "output.txt", "Not a directory")
+@case("an output folder that is a file", SystemExit, "(--output-dir)", "output.txt is a file, not a folder",
+      "give --output-dir another path")  # fmt: skip
 def _(tmp):
     (tmp / "output.txt").write_text("a file, not a folder")
     cli("--output_dir", str(tmp / "output.txt"), "--epochs", "1")
 
 
-@case("an output folder that cannot be written", SystemExit, "Cannot write the run folder /sys/keras-vit-runs")
+@case("an output folder that cannot be written", SystemExit, "Cannot write /sys/keras-vit-runs/", "(--output-dir)")
 def _(tmp):
     cli("--output_dir", "/sys/keras-vit-runs", "--epochs", "1")  # sysfs: no one may create files there
 
@@ -725,6 +729,69 @@ def _(tmp):
 @case("inspect: a model that is neither a file nor a preset", SystemExit, "no_such_model")
 def _(tmp):
     recipe("inspect").main([str(tmp / "no_such_model"), "--output", str(tmp / "figures.txt")])
+
+
+# --- Outputs that cannot be written, refused before the model loads ---------------------
+
+# sysfs: no process, root included (as tests often run), may create files there.
+UNWRITABLE = "/sys/keras-vit-output"
+
+
+def a_file(tmp, name="cat.jpg"):
+    (tmp / name).write_bytes(b"\xff\xd8 not a folder")
+    return tmp / name
+
+
+@case("export: an output folder that cannot be made", SystemExit, f"Cannot write {UNWRITABLE} (--output)",
+      "give --output another path")  # fmt: skip
+def _(tmp):
+    recipe("export").main([saved(tmp), "--output", UNWRITABLE, "--formats", "savedmodel"])
+
+
+@case("export: an output folder inside a file", SystemExit, "(--output)", "cat.jpg is a file, not a folder",
+      "give --output another path")  # fmt: skip
+def _(tmp):
+    recipe("export").main([saved(tmp), "--output", str(a_file(tmp) / "export"), "--formats", "savedmodel"])
+
+
+@case("export: an output folder that is a file", SystemExit, "(--output)", "cat.jpg is a file, not a folder")
+def _(tmp):
+    recipe("export").main([saved(tmp), "--output", str(a_file(tmp)), "--formats", "savedmodel"])
+
+
+@case("inspect: an output folder that cannot be made", SystemExit, f"Cannot write {UNWRITABLE} (--output)",
+      "give --output another path")  # fmt: skip
+def _(tmp):
+    recipe("inspect").main([saved(tmp), "--output", UNWRITABLE])
+
+
+@case("inspect: an output folder inside a file", SystemExit, "(--output)", "cat.jpg is a file, not a folder")
+def _(tmp):
+    recipe("inspect").main([saved(tmp), "--output", str(a_file(tmp) / "figures")])
+
+
+@case("few-shot: a --csv that cannot be written", SystemExit, f"Cannot write {UNWRITABLE}/fewshot.csv (--csv)",
+      "give --csv another path")  # fmt: skip
+def _(tmp):
+    recipe("fewshot").main([saved(tmp), "--csv", f"{UNWRITABLE}/fewshot.csv", "--shots", "1", "--seeds", "1"])
+
+
+@case("few-shot: a --csv inside a file", SystemExit, "(--csv)", "cat.jpg is a file, not a folder")
+def _(tmp):
+    recipe("fewshot").main([saved(tmp), "--csv", str(a_file(tmp) / "fewshot.csv"), "--shots", "1", "--seeds", "1"])
+
+
+@case("classify: a --csv that is a folder", SystemExit, "(--csv): it is a folder", "give --csv a file name")
+def _(tmp):
+    recipe("classify").main([saved(tmp), str(tmp / "x.png"), "--csv", str(tmp)])  # refused before any image is read
+
+
+@case("export_model: an output folder that cannot be made", UnwritableOutputError, f"Cannot write {UNWRITABLE}",
+      "(output)")  # fmt: skip
+def _(tmp):
+    from keras_vit.export import export_model
+
+    export_model(tiny(), UNWRITABLE, formats="tflite_float32")
 
 
 # --- Writing files ----------------------------------------------------------------------
@@ -817,6 +884,44 @@ def zip_bomb(path, gigabytes=1):
             for _ in range(16 * gigabytes):
                 member.write(chunk)
     return str(path)
+
+
+# --- Checked before the recipe prints its values, each error naming its flag --------------
+
+
+def before_the_printout(*argv, **options):
+    """``cli(*argv)``, its printout held: the recipe's values must not be printed before the error."""
+    import contextlib
+    import io
+
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            cli(*argv, **options)
+    finally:
+        assert "recipe " not in printed.getvalue(), f"printed before the error: {printed.getvalue()}"
+
+
+@case("an image size the patch size does not divide, before the printout", SystemExit,
+      "--image-size 15 is not divisible by --patch-size 4", "a multiple of 4 such as 12 or 16")  # fmt: skip
+def _(tmp):
+    before_the_printout("--image_size", "15", "--patch_size", "4", "--output_dir", str(tmp))
+
+
+@case("fine-tuning at a size the model's patches do not divide, before the printout", SystemExit,
+      "--image-size 18 is not divisible by the patch size 4 of --init-from", "such as 16 or 20")  # fmt: skip
+def _(tmp):
+    before_the_printout("--init_from", saved(tmp, tiny(patch_size=4)), "--image_size", "18", "--output_dir",
+                        str(tmp / "runs"), recipe=finetune, preset="digits_finetune")  # fmt: skip
+
+
+@case("fine-tuning on three images a class, before the printout", SystemExit,
+      "The validation split(s) of --dataset", "6 images or more per class")  # fmt: skip
+def _(tmp):
+    (tmp / "few").mkdir()
+    _image_folder(tmp / "few", {"cats": 3, "dogs": 3})
+    before_the_printout("--init_from", saved(tmp, tiny(patch_size=4)), "--dataset", str(tmp / "few"), "--output_dir",
+                        str(tmp / "runs"), recipe=finetune, preset="digits_finetune")  # fmt: skip
 
 
 # --- The tests --------------------------------------------------------------------------

@@ -298,6 +298,8 @@ def test_main_recipe_runs_both_phases(tmp_path, capsys):
     first, second = main.main(args)
     table = capsys.readouterr().out
     assert "pretrain" in table and "finetune" in table and second.model.input_shape[1] == 24
+    # Named for what it is (vit_ti16 resized to 1 block of 32 with 4-pixel patches), in both phases.
+    assert first.model.name == second.model.name == "vit-d1w32p4"
     # Each phase's row ends with its epoch count and time per epoch (one epoch: that epoch's time).
     for phase, result in (("pretrain", first), ("finetune", second)):
         row = next(line for line in table.splitlines() if line.startswith(phase))
@@ -392,6 +394,8 @@ def test_finetune_from_a_preset_folder_takes_its_model_and_writes_a_new_run_fold
     assert recorded["recipe"] == "finetune" and recorded["config"]["image_size"] == 16
     assert recorded["config"]["normalization"] == "imagenet" and recorded["config"]["init_from"].endswith("preset")
     ran = recorded["config"]
+    # The model is the one loaded, said to come from --init-from (not the field's default vit_b16).
+    assert (ran["model"], ran["defaults"]["model"]) == ("vit_ti16", f"--init-from {tmp_path / 'preset'}")
     assert (ran["recipe_name"], ran["horizontal_flip"], ran["label_smoothing"]) == ("paper_finetune", True, 0.0)
     assert (ran["optimizer"], ran["decay"], ran["learning_rate"]) == ("sgd", "cosine", 0.01 * 4 / 512)
     assert ran["defaults"]["horizontal_flip"] == f"dataset {photos}" and "batch_size" not in ran["defaults"]
@@ -481,3 +485,8 @@ def test_a_model_the_user_names_is_built_as_named():
     assert config.image_size is None  # the model's: 224
     assert make_config("digits_pretrain").model_options["patch_size"] == 4
     assert make_config("digits_pretrain").image_size == 16
+    # Its run folder and figures name what it is, not the vit_ti16 it resizes.
+    from keras_vit.training.pretrained import model_name
+
+    assert model_name(make_config("digits_pretrain"), "pretrain", None) == "vit-d4w128p4"
+    assert model_name(config, "pretrain", None) == "vit-d2w384p16"  # vit_s16 at depth 2

@@ -5,7 +5,7 @@ decay; the position embeddings are interpolated to the new patch grid and a fres
 zero-initialised head is put on for the new classes.
 
     keras-vit finetune --init-from vit_b16.augreg2_in21k_ft_in1k --dataset photos/
-    keras-vit finetune --init-from saved_models/pretrain-vit_ti16-digits/model.keras --image-size 24
+    keras-vit finetune --init-from saved_models/pretrain-vit-d4w128p4-digits/model.keras --image-size 24
     keras-vit finetune --recipe paper_finetune --init-from ViT-B_16.npz \
         --init-model vit_b16 --dataset cifar10 --image-size 384
 """

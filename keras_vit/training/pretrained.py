@@ -142,10 +142,34 @@ def _presets_of(model_name):
     return ", ".join(names[:3])
 
 
+# The fields a variant's name stands for (keras_vit.models.variants: vit_ti16 is ViT-Ti/16).
+SIZE_FIELDS = ("patch_size", "hidden_size", "depth", "num_heads", "mlp_dim")
+
+
 def model_name(config, recipe, pretrained):
-    """The name of the model a run trains (its run folder's), e.g. ``vit_ti16``."""
+    """The name of the model a run trains (its run folder's and its figures'): the loaded
+    model's; else the variant named (``vit_ti16``), or, where the recipe's options resize
+    it, a name of what it is: ``vit-d<depth>w<width>p<patch>``.
+
+    >>> from keras_vit.training.config import make_config
+    >>> model_name(make_config("digits_pretrain"), "pretrain", None)  # vit_ti16 resized: 4 blocks of 128, patch 4
+    'vit-d4w128p4'
+    >>> model_name(make_config("digits_pretrain", model="vit_s16", image_size=32), "pretrain", None)
+    'vit_s16'
+    """
     if pretrained is not None:
         return pretrained.name
+    named = _variant(config, recipe)
+    variant = get_spec(named)
+    spec = variant.replace(**{k: v for k, v in config.model_options.items() if k in SIZE_FIELDS})
+    if all(getattr(spec, k) == getattr(variant, k) for k in SIZE_FIELDS):
+        return named
+    family = "vit" if variant.resnet is None else named.rsplit("_vit", 1)[0] + "_vit"
+    return f"{family}-d{spec.depth}w{spec.hidden_size}p{spec.patch_size}"
+
+
+def _variant(config, recipe):
+    """The variant a run without a loaded model builds (``keras_vit.list_models()``'s name)."""
     return config.init_model or config.model if recipe == "finetune" else config.model
 
 
@@ -153,7 +177,7 @@ def resolved(config, recipe, pretrained):
     """``config`` with what it leaves to the model (image size, normalization) taken from it;
     an option that contradicts the pre-trained model is an error listing each conflict."""
     if pretrained is None:
-        spec = get_spec(model_name(config, recipe, None)).replace(**config.model_options)
+        spec = get_spec(_variant(config, recipe)).replace(**config.model_options)
         own_normalization = "vit"
     else:
         spec = pretrained.spec
@@ -173,7 +197,10 @@ def resolved(config, recipe, pretrained):
     own = {"image_size": spec.image_size[0], "normalization": own_normalization}
     taken = {k: v for k, v in own.items() if getattr(config, k) is None}
     source = "the model's" if pretrained is not None else "a new model's"
-    return dataclasses.replace(config, **taken, defaults={**config.defaults, **dict.fromkeys(taken, source)})
+    defaults = {**config.defaults, **dict.fromkeys(taken, source)}
+    if pretrained is not None and "model" in config.defaults:  # the model loaded, not the field's default
+        taken["model"], defaults["model"] = pretrained.name, f"--init-from {config.init_from}"
+    return dataclasses.replace(config, **taken, defaults=defaults)
 
 
 def _normalization_of(preprocessing):

@@ -125,9 +125,9 @@ def _check_splits(config, splits):
     empty = [name for name in ("train", "validation", "test") if getattr(splits, name).num_examples == 0]
     if empty:
         raise RecipeInputError(
-            f"The {' and '.join(empty)} split(s) of {config.dataset} are empty: expected enough images of each "
-            "class for every split (a tenth of each class validates and a fifth tests, rounded: 6 images or more per "
-            "class, as a tenth of 5 rounds to none), "
+            f"The {' and '.join(empty)} split(s) of --dataset {config.dataset} are empty: expected enough images of "
+            "each class for every split (a tenth of each class validates and a fifth tests, rounded: 6 images or more "
+            "per class, as a tenth of 5 rounds to none), "
             "or train/, validation/ and test/ folders."
         )
 
@@ -270,14 +270,33 @@ def _spec(config, recipe, num_classes, pretrained):
     task = dict(config.model_options, image_size=config.image_size, num_classes=num_classes)
     if recipe == "pretrain":  # the named model, or the one pre-training continues (a PretrainingStart)
         base = get_spec(config.model) if pretrained is None else pretrained.spec
+        _check_image_size(config, base, pretrained)
         return _student(config, base.replace(**task))
     base = pretrained.spec if pretrained is not None else get_spec(config.init_model or config.model)
+    _check_image_size(config, base, pretrained)
     architecture = ViTSpec.fields_with_role(ARCHITECTURE)
     if pretrained is None:
         base = base.replace(**{k: v for k, v in task.items() if k in architecture})
     own = {k: v for k, v in task.items() if k not in architecture}
     # A zero head, so fine-tuning starts from the pre-trained features alone.
     return _student(config, ViTSpec(**{k: getattr(base, k) for k in architecture}, **{**own, "head_zero_init": True}))
+
+
+def _check_image_size(config, base, pretrained):
+    """``--image-size`` a whole number of patches (of the model's stride), said in flags."""
+    patch = base.patch_size if pretrained is not None else config.model_options.get("patch_size", base.patch_size)
+    stride = base.stride // base.patch_size * patch  # a hybrid's ResNet stride times the patch
+    if config.image_size % stride == 0:
+        return
+    given = f"the patch size {patch} of --init-from {config.init_from}" if pretrained else f"--patch-size {patch}"
+    if stride != patch:
+        given = f"the model's stride {stride} (its ResNet stem's {stride // patch} x {given})"
+    below = config.image_size // stride * stride
+    close = " or ".join(str(k) for k in (below, below + stride) if k > 0)
+    raise RecipeInputError(
+        f"--image-size {config.image_size} is not divisible by {given}: expected a whole number of patches, "
+        f"a multiple of {stride} such as {close}."
+    )
 
 
 def _student(config, spec):
@@ -299,7 +318,7 @@ def _build(config, recipe, spec, class_names, pretrained):
     name = model_name(config, recipe, pretrained)
     if config.objective == "masked_patch_prediction":
         # The ViT as its backbone, without classifier: the dataset's labels are unused.
-        return MaskedPatchPrediction(spec, dtype, preprocessing, seed=config.seed, name=config.model)
+        return MaskedPatchPrediction(spec, dtype, preprocessing, seed=config.seed, name=name)
     if config.objective == "mae":  # the encoder and a decoder of its own
         model = MaskedAutoencoder(
             spec, dtype, preprocessing, mask_ratio=config.mask_ratio, decoder_width=config.decoder_width,
@@ -456,8 +475,6 @@ def _fit(config, recipe, extra_callbacks):
             splits = dataclasses.replace(splits, train=splits.train.labelled_share(config.train_fraction, config.seed))
         config = with_dataset_defaults(config, splits.info)
         teacher = load_teacher(config, splits.info.num_classes, splits.info.class_names)
-        if processes.is_writer():  # the recipe as it will train, before anything long
-            print(describe(config), flush=True)
         _check_splits(config, splits)
         fewshot = _fewshot_callback(config, splits)
         # Their errors before the run folder is made.
@@ -469,6 +486,8 @@ def _fit(config, recipe, extra_callbacks):
         steps = updates * config.accumulation_steps  # fit's steps: micro-batches
         _check_fine_tuning(config, recipe, spec)
         _check_objective_options(config, spec)
+        if processes.is_writer():  # the recipe as it will train, once every input is checked
+            print(describe(config), flush=True)
         run_dir, resumed = open_run_dir(config, run_name(config, recipe, model_name(config, recipe, pretrained)))
         record_config(run_dir, config, recipe, resumed)
     # One stream of batches across the epochs, `steps` an epoch: a run resumed from its
@@ -501,7 +520,7 @@ def _fit(config, recipe, extra_callbacks):
                     ),
                     epochs,
                 ],  # fmt: skip
-                verbose=config.progress if processes.is_writer() else 0,  # one progress bar a run
+                verbose=processes.fit_verbosity(config.progress),  # the writer's alone; bars on a terminal
                 shuffle=False,  # the pipeline shuffles, seeded
             )
         written = _trained(snapshot())

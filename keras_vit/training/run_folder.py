@@ -8,7 +8,7 @@ import os
 
 import keras
 
-from keras_vit.atomic import atomic_path
+from keras_vit.atomic import atomic_path, unwritable
 from keras_vit.checks import flag
 from keras_vit.training import processes
 from keras_vit.training.errors import RecipeInputError
@@ -65,18 +65,9 @@ def _open(config, base):
         try:
             os.makedirs(path)  # not there before: this run's alone
             return k, False
-        except FileExistsError:
-            if not os.path.isdir(path):
-                raise _unwritable(path, "a file is in the way") from None
         except OSError as error:
-            raise _unwritable(path, f"{error.strerror or error} ({error.filename})") from None
-
-
-def _unwritable(path, reason):
-    return RecipeInputError(
-        f"Cannot write the run folder {path}: {reason}. Expected --output-dir to be a folder this process "
-        "can write (or one it can create)."
-    )
+            if not (isinstance(error, FileExistsError) and os.path.isdir(path)):  # else taken meanwhile: the next
+                raise RecipeInputError(str(unwritable(path, error, "--output-dir"))) from None
 
 
 CONFIG_FILE = "recipe.json"  # the run's whole configuration, beside its model
