@@ -6,6 +6,9 @@ above its floor. Within a floor, a local import can still close a cycle that an 
 the top would make fail at import time; ``test_no_function_local_import_closes_a_cycle``
 finds those: a local import of ``keras_vit.X`` in a module that ``X`` itself reaches,
 through the imports the modules name.
+
+And what importing costs: ``import keras_vit`` imports no backend until one of its names is
+used, and ``keras-vit --help`` (with the commands whose modules allow it) none at all.
 """
 
 import ast
@@ -14,6 +17,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 from helpers import floor_of, floors
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -213,3 +217,72 @@ def test_importing_keras_vit_leaves_the_import_system_as_keras_left_it():
                                env={**os.environ, **env}, cwd=ROOT, timeout=300)  # fmt: skip
         assert child.returncode == 0, child.stderr[-2000:]
         assert child.stdout.split()[0] == "True", (env, child.stdout)
+
+
+BACKENDS = ("keras", "tensorflow", "jax", "torch")
+# A command line run in a fresh process, then the backends it imported (the last line).
+RUN_AND_LIST = """
+import sys
+from keras_vit.commands import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(" ".join(sorted({{name.split(".")[0] for name in sys.modules}} & {backends!r})))
+"""
+# What a command's --help imports through modules outside the command line, by command.
+HEAVY_HELP = {
+    name: "its module imports the recipes' config (keras_vit.training.config imports the layers' constants)"
+    for name in ("pretrain", "finetune", "main")
+} | {
+    "fewshot": "its parser's defaults are keras_vit.evaluation.fewshot's, which imports keras",
+    "inspect": "its module imports keras_vit.factory at the top",
+}
+
+
+def _imported_backends(argv):
+    code = RUN_AND_LIST.format(backends=set(BACKENDS))
+    child = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=ROOT,
+                           env={**os.environ, "PYTHONPATH": ROOT}, timeout=300)  # fmt: skip
+    assert child.returncode == 0, child.stderr[-2000:]
+    return child.stdout.splitlines()[-1].split() if child.stdout.strip() else []
+
+
+def _light(argv, why=None):
+    return pytest.param(argv, marks=pytest.mark.xfail(strict=True, reason=why)) if why else argv
+
+
+def _commands():
+    from keras_vit.commands import COMMANDS
+
+    return COMMANDS
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["presets"]] + [_light([name, "--help"], HEAVY_HELP.get(name)) for name in _commands()],
+    ids=" ".join,
+)
+def test_the_help_and_the_presets_table_import_no_backend(argv):
+    # What a user types first answers at once: no Keras, no framework until a command runs.
+    assert _imported_backends(argv) == [], f"keras-vit {' '.join(argv)} imported a backend"
+
+
+LAZY = """
+import sys, keras_vit
+before = sorted({name.split(".")[0] for name in sys.modules} & {"keras", "tensorflow", "jax", "torch"})
+listed = set(keras_vit.__all__) <= set(dir(keras_vit))
+from keras_vit import create_model
+print(before, listed, create_model is keras_vit.create_model, keras_vit.layers.LayerNorm.__name__,
+      "keras" in sys.modules)
+"""
+
+
+def test_importing_keras_vit_imports_no_backend_until_a_name_is_used():
+    child = subprocess.run([sys.executable, "-c", LAZY], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.split() == ["[]", "True", "True", "LayerNorm", "True"], child.stdout
+    import keras_vit
+
+    with pytest.raises(AttributeError, match="module 'keras_vit' has no attribute 'no_such_name'"):
+        keras_vit.no_such_name  # noqa: B018

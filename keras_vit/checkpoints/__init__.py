@@ -1,4 +1,16 @@
-"""Checkpoints: one reader per file format, one table per upstream layout, resampling."""
+"""Checkpoints: one reader per file format, one table per upstream layout, resampling.
 
-from keras_vit.checkpoints.loader import LoadReport, load_weights
-from keras_vit.checkpoints.resample import resample_position_embedding, resize_grid
+The names below import on first use (``keras_vit.lazy``): the count of timm's buildable
+architectures (``timm_config``, read by ``keras-vit presets``) needs no backend.
+"""
+
+from keras_vit.lazy import exports
+
+_DEFINED_IN = {
+    "LoadReport": "keras_vit.checkpoints.loader",
+    "load_weights": "keras_vit.checkpoints.loader",
+    "resample_position_embedding": "keras_vit.checkpoints.resample",
+    "resize_grid": "keras_vit.checkpoints.resample",
+}
+__all__ = sorted(_DEFINED_IN)
+__getattr__, __dir__ = exports(__name__, _DEFINED_IN)

@@ -15,8 +15,7 @@ import difflib
 import functools
 
 from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
-from keras_vit.layers.layer_norm import NORM_TYPES
-from keras_vit.layers.preprocessing import CROP_MODES
+from keras_vit.vocabulary import CROP_MODES, NORM_TYPES
 
 # timm's VisionTransformer defaults for the arguments read here.
 _DEFAULTS = dict(

@@ -17,7 +17,6 @@ import os
 from keras_vit import commands
 from keras_vit.atomic import check_writable_file
 from keras_vit.commands.sources import image_paths
-from keras_vit.factory import load_model
 from keras_vit.images import read_image
 
 
@@ -58,6 +57,8 @@ def main(argv=None):
         if args.csv:
             check_writable_file(args.csv, "--csv")
         images = _images(args.images)
+        from keras_vit.factory import load_model  # here: --help needs no backend
+
         model = load_model(args.model)
         if model.preprocessing is None:
             raise ValueError(

@@ -31,7 +31,7 @@ import sys
 
 from keras_vit import commands
 from keras_vit.atomic import check_writable
-from keras_vit.export import FORMATS, ExportError, export_model, parse_formats
+from keras_vit.export.formats import FORMATS, parse_formats
 
 # The command-line options export_model takes as they are (the same names).
 _EXPORT_OPTIONS = (
@@ -119,6 +119,8 @@ def main(argv=None):
                   file=sys.stderr)  # fmt: skip
     except ValueError as error:
         commands.bad_input(error)
+    from keras_vit.export import ExportError, export_model  # here: --help needs no backend
+
     try:
         options = {name: getattr(args, name) for name in _EXPORT_OPTIONS}
         result = export_model(args.model_file, args.output, formats, model_kwargs=dict(args.model_arg), **options)

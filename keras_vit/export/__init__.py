@@ -24,31 +24,20 @@ Examples:
     (2, 3)
 """
 
-from keras_vit.export.api import ExportResult, export_model
-from keras_vit.export.errors import (
-    ExportError,
-    InvalidModelFileError,
-    UnconvertibleModelError,
-    VerificationError,
-)
-from keras_vit.export.formats import DEFAULT_FORMATS, FORMATS, ExportFormat, parse_formats
-from keras_vit.export.representative import digits_images
-from keras_vit.export.runtime import load_exported, tflite_interpreter
-from keras_vit.export.verify import TOLERANCES
+from keras_vit.lazy import exports
 
-__all__ = [
-    "DEFAULT_FORMATS",
-    "ExportError",
-    "ExportFormat",
-    "ExportResult",
-    "FORMATS",
-    "InvalidModelFileError",
-    "TOLERANCES",
-    "UnconvertibleModelError",
-    "VerificationError",
-    "digits_images",
-    "export_model",
-    "load_exported",
-    "parse_formats",
-    "tflite_interpreter",
-]
+# Imported on first use (``keras_vit.lazy``): ``keras-vit export --help`` reads the formats
+# alone, with no backend.
+_DEFINED_IN = {
+    **dict.fromkeys(("ExportResult", "export_model"), "keras_vit.export.api"),
+    **dict.fromkeys(
+        ("ExportError", "InvalidModelFileError", "UnconvertibleModelError", "VerificationError"),
+        "keras_vit.export.errors",
+    ),
+    **dict.fromkeys(("DEFAULT_FORMATS", "FORMATS", "ExportFormat", "parse_formats"), "keras_vit.export.formats"),
+    "digits_images": "keras_vit.export.representative",
+    **dict.fromkeys(("load_exported", "tflite_interpreter"), "keras_vit.export.runtime"),
+    "TOLERANCES": "keras_vit.export.verify",
+}
+__all__ = sorted(_DEFINED_IN)
+__getattr__, __dir__ = exports(__name__, _DEFINED_IN)

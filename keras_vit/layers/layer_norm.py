@@ -3,7 +3,7 @@ models), or Keras' RMSNormalization, by the spec's ``norm_type``."""
 
 import keras
 
-NORM_TYPES = ("layernorm", "rmsnorm")
+from keras_vit.vocabulary import NORM_TYPES
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

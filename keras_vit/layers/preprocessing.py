@@ -23,12 +23,11 @@ from keras_vit import checks, internals
 from keras_vit.data.preprocessing import IMAGENET_MEAN, IMAGENET_STD, check_normalization
 from keras_vit.resampling import FILTERS as INTERPOLATIONS
 from keras_vit.resampling import axis_weights
+from keras_vit.vocabulary import CROP_MODES
 
 # Keras' base for its own pre-processing layers: inside a tf.data graph its ``self.backend``
 # is TensorFlow's, so the layer maps over tf.data on every backend (not public: internals.py).
 _DataLayer = internals.data_layer_base()
-
-CROP_MODES = ("center", "squash")
 
 
 @functools.lru_cache(maxsize=64)

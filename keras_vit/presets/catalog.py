@@ -13,9 +13,6 @@ import dataclasses
 import fnmatch
 import textwrap
 
-from keras_vit.checkpoints.layouts import LAYOUTS
-from keras_vit.models.variants import VARIANTS
-
 GCS = "https://storage.googleapis.com/vit_models/"
 HF_HUB = "https://huggingface.co/"
 
@@ -72,6 +69,9 @@ class Preset:
     def spec_options(self):
         """The ``create_model`` options that build this checkpoint's model: its size, task,
         and the numerics it was trained with."""
+        from keras_vit.checkpoints.layouts import LAYOUTS  # here: the table of presets needs no backend
+        from keras_vit.models.variants import VARIANTS
+
         layout = LAYOUTS[self.layout]
         numerics = dict(layout.numerics)
         if VARIANTS[self.model].resnet is not None:
@@ -81,6 +81,8 @@ class Preset:
     @property
     def spec(self):
         """The ``ViTSpec`` this checkpoint's weights were trained as."""
+        from keras_vit.models.variants import VARIANTS
+
         return VARIANTS[self.model].replace(**self.spec_options)
 
     def card(self):
