@@ -1,23 +1,22 @@
-"""Quiet commands: the backends' start-up noise held back in keras-vit's command line.
+"""Quiet commands: the backends' own lines held back while a keras-vit command runs.
 
-TensorFlow writes its start-up lines (oneDNN, "Could not find cuda drivers", CPU
-instructions) from C++ straight to the process's stderr while it is imported, before any
-log level applies; later come "failed call to cuInit" and the XLA service's lines, and
-``tf.function``'s retracing warnings. A newcomer reads them as failures. TensorFlow is
-imported by Keras (its backend, or lazily on the others: ``set_random_seed``, tf.data),
-by tensorflow-datasets and by keras-vit, so ``hold_back()`` catches the import itself,
-whoever asks for it: stderr goes to a temporary file meanwhile (kept in ``held``, and
-written out if the import fails), and so does its device discovery ("failed call to
-cuInit" on a machine without a GPU). ``TF_CPP_MIN_LOG_LEVEL=1`` (Keras' own default)
-keeps the later INFO lines (the XLA service's) out, TensorFlow's C++ warnings in (a
-corrupt image skipped by a pipeline), and TensorFlow's and absl's Python loggers go to
-ERROR (retracing warnings).
+TensorFlow, XLA, absl's C++ logging and Gloo write from C++ straight to the process's
+file descriptors, where no Python setting reaches: TensorFlow's start-up lines
+(oneDNN, "Could not find cuda drivers", CPU instructions), its converter's (``W0000 ...
+Ignored output_format``, ``fully_quantize: 0 ...``), a oneDNN ``E0000`` line, Gloo's
+``[Gloo] Rank 0 is connected ...``. A newcomer reads them as failures.
 
-keras-vit's commands hold it back: the ``keras-vit`` program, ``python -m keras_vit`` and
-the recipes (which set ``KERAS_VIT_QUIET=1``): their ``main`` calls ``hold_back()``, and the
-package's own imports, which come first, are held while they run. ``--verbose`` or
-``KERAS_VIT_VERBOSE=1`` shows everything; Keras' progress bars are untouched, and ``import
-keras_vit`` in your own program changes nothing.
+``held()`` sends descriptors 2 and 1 (Gloo writes to standard output) to a temporary file
+while a command runs (and so do the processes it starts, unless given streams of their
+own: ``terminal``), and points ``sys.stderr`` and ``sys.stdout`` at where they went before:
+keras-vit's own output, errors and warnings, Keras' progress and a traceback go out as
+ever. When the command fails with a traceback (a bug) the held lines are written out
+first, after all; bad input stays one line of its own. TensorFlow's, absl's and JAX's
+Python loggers are at ERROR meanwhile (retracing warnings, platform probes).
+
+The command line holds them back (``keras_vit.commands.main``); ``--verbose`` or
+``KERAS_VIT_VERBOSE=1`` shows everything. ``import keras_vit`` in your own program
+changes nothing.
 """
 
 import contextlib
@@ -26,122 +25,108 @@ import os
 import sys
 import tempfile
 
-NOISY = ("tensorflow",)  # what writes to stderr from C++ as it is imported
-held = []  # what those imports wrote, in order
-
+LOGGERS = ("tensorflow", "absl", "jax")  # the backends' Python loggers, at ERROR while held
 _TRUE = ("1", "true", "yes", "on")
+_terminal = []  # while held: {1: where stdout went before, 2: stderr's} (innermost last)
 
 
-def verbose():
-    """True when the user asked for everything: ``KERAS_VIT_VERBOSE=1`` or ``--verbose``."""
-    return os.environ.get("KERAS_VIT_VERBOSE", "").lower() in _TRUE or "--verbose" in sys.argv[1:]
+def verbose(argv=()):
+    """True when the user asked for everything: ``KERAS_VIT_VERBOSE=1`` or ``--verbose`` in ``argv``.
 
-
-def is_command():
-    """True in keras-vit's command line: the ``keras-vit`` program, ``python -m keras_vit``,
-    or a script that set ``KERAS_VIT_QUIET=1`` before importing keras_vit (the recipes)."""
-    if os.environ.get("KERAS_VIT_QUIET", "").lower() in _TRUE:
-        return True
-    if sys.argv and os.path.basename(sys.argv[0]) in ("keras-vit", "keras-vit.exe"):
-        return True
-    # ``python -m keras_vit``: while the package is imported, argv[0] is still "-m".
-    argv = getattr(sys, "orig_argv", [])
-    return any(a == "-m" and b.split(".")[0] == "keras_vit" for a, b in zip(argv, argv[1:]))
+    >>> verbose(["presets", "--verbose"]), verbose(["presets"])
+    (True, False)
+    """
+    return os.environ.get("KERAS_VIT_VERBOSE", "").lower() in _TRUE or "--verbose" in argv
 
 
 def add_flag(parser):
-    """A command's ``--verbose`` (``verbose()`` reads it from ``sys.argv``, before any import)."""
-    parser.add_argument("--verbose", action="store_true", help="show the backends' start-up lines and warnings")
+    """A command's ``--verbose`` (``commands.main`` reads it from the line, before the command runs)."""
+    parser.add_argument("--verbose", action="store_true", help="show the backends' own lines and warnings")
+
+
+class Held:
+    """What ``held()`` caught: ``text()`` so far; ``show()`` writes it out (once)."""
+
+    def __init__(self, caught=None):
+        self._caught = caught
+        self._shown = False
+
+    def text(self):
+        if self._caught is None:
+            return ""
+        fd = self._caught.fileno()  # read without moving the offset descriptor 2 writes at
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
+
+    def show(self):
+        """The held lines onto ``sys.stderr``: the command failed, and they may say why."""
+        if self._shown or self._caught is None:
+            return
+        self._shown = True
+        text = self.text()
+        if text:
+            sys.stderr.write(text if text.endswith("\n") else text + "\n")
+            sys.stderr.flush()
 
 
 @contextlib.contextmanager
-def _stderr_held():
-    sys.stderr.flush()
-    saved = os.dup(2)
+def held(loud=False):
+    """Descriptors 1 and 2 into a temporary file for the block (the module's docstring);
+    yields a ``Held``. ``loud`` (``verbose()``): nothing held."""
+    if loud:
+        yield Held()
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's C++ INFO lines: not even held
+    levels = {name: logging.getLogger(name).level for name in LOGGERS}
+    for name in LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    streams = {1: "stdout", 2: "stderr"}
+    python = {fd: getattr(sys, name) for fd, name in streams.items()}
+    for stream in python.values():
+        stream.flush()
+    saved = {fd: os.dup(fd) for fd in streams}
+    # Python's streams follow the terminal, unless someone else has replaced one (a test's capture).
+    ours = [fd for fd, stream in python.items() if _descriptor(stream) == fd]
     with tempfile.TemporaryFile() as caught:
-        os.dup2(caught.fileno(), 2)
+        for fd in streams:
+            os.dup2(caught.fileno(), fd)
+        for fd in ours:
+            setattr(sys, streams[fd], _reopened(python[fd], saved[fd]))
+        hold = Held(caught)
+        _terminal.append(saved)
         try:
-            yield
-        except BaseException:
-            os.dup2(saved, 2)
-            caught.seek(0)
-            sys.stderr.write(caught.read().decode(errors="replace"))  # nothing hidden when it fails
+            yield hold
+        except SystemExit:  # --help and bad input (one line of its own) leave this way
+            raise
+        except BaseException:  # a bug: the held lines may say why
+            hold.show()
             raise
         finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        caught.seek(0)
-        held.append(caught.read().decode(errors="replace"))
+            _terminal.pop()
+            for fd in ours:
+                getattr(sys, streams[fd]).flush()
+                setattr(sys, streams[fd], python[fd])
+            for fd in streams:
+                os.dup2(saved[fd], fd)
+                os.close(saved[fd])
+            for name, level in levels.items():
+                logging.getLogger(name).setLevel(level)
 
 
-class _HeldBackLoader:
-    """Runs the real loader with stderr held; anything else is the real loader's."""
-
-    def __init__(self, loader):
-        self._loader = loader
-
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        with _stderr_held():
-            self._loader.exec_module(module)
-            if module.__name__ == "tensorflow":
-                module.config.list_physical_devices()  # the platforms' start-up lines (cuInit)
-        for name in ("tensorflow", "absl"):  # retracing warnings and the like
-            logging.getLogger(name).setLevel(logging.ERROR)
+def terminal(fd):
+    """A child process's ``stdout=`` (``fd`` 1) or ``stderr=`` (2): where it went before
+    ``held()`` (a keras-vit command started as a child holds its own lines back), else
+    None (inherited)."""
+    return _terminal[-1][fd] if _terminal else None
 
 
-class _Finder:
-    """Finds a noisy module as the other finders do, and hands it the held-back loader."""
-
-    def find_spec(self, name, path, target=None):
-        if name not in NOISY:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _HeldBackLoader(spec.loader)
-                return spec
-        return None
+def _reopened(stream, fd):
+    """``stream`` (``sys.stdout`` or ``sys.stderr``) again, on descriptor ``fd``."""
+    return open(fd, "w", encoding=stream.encoding, errors=stream.errors, closefd=False,
+                buffering=1 if stream.line_buffering else -1)  # fmt: skip
 
 
-def _holding():
-    """Whether this process holds the lines back (a keras-vit command, not ``verbose()``);
-    if so, TensorFlow's C++ INFO lines after start-up are left out too."""
-    if not is_command() or verbose():
-        return False
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    return True
-
-
-def hold_back():
-    """In a keras-vit command (and not ``verbose()``), holds the noisy backends' import-time
-    lines back for the rest of the process; elsewhere does nothing. Returns whether it did.
-    The command line calls it first thing (``keras_vit.commands.main``)."""
-    if not _holding():
-        return False
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
-    return True
-
-
-@contextlib.contextmanager
-def held_while_importing():
-    """The noisy backends' import-time lines held back while the block imports them, in a
-    keras-vit command only: the package's own imports, which the ``keras-vit`` program makes
-    before its ``main`` runs. Leaves the process as it found it (``sys.meta_path``)."""
-    finder = _Finder() if _holding() else None
-    if finder is not None:
-        sys.meta_path.insert(0, finder)
+def _descriptor(stream):
     try:
-        yield
-    finally:
-        if finder is not None:
-            sys.meta_path.remove(finder)
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.StringIO and the like
+        return None

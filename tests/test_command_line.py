@@ -1,7 +1,9 @@
 """The command line's parsing and help: every flag described, hyphenated, in its group,
-with its default as typed; both spellings of a flag, switches, the old --preset."""
+with its default as typed; both spellings of a flag, switches, the old --preset; no
+abbreviations; the training's progress as the output suits."""
 
 import argparse
+import os
 
 import pytest
 
@@ -104,3 +106,32 @@ def test_a_bad_flag_or_value_is_one_line_naming_the_flag_and_exit_status_2(capsy
         parse_args(["--rope-reference-grid", "4x6"], "digits_pretrain")
     with pytest.raises(ValueError, match=r"Unknown flag\(s\): --lr \(did you mean --learning-rate"):
         parse_args(["--lr", "0.1"], "digits_finetune")
+
+
+def test_an_abbreviated_flag_is_refused_not_taken_for_the_flag_it_begins(capsys):
+    # argparse's default takes --epoch for --epochs silently; here it is an unknown flag.
+    with pytest.raises(ValueError, match=r"Unknown flag\(s\): --epoch \(did you mean --epochs"):
+        parse_args(["--epoch", "5"], "digits_pretrain")
+    for name in COMMANDS:
+        assert command(name).build_parser().allow_abbrev is False, name
+    with pytest.raises(SystemExit) as exit:
+        command("presets").build_parser().parse_args(["--verb"])  # not --verbose
+    assert exit.value.code == 2
+    assert (
+        capsys.readouterr().err == "error: unrecognized arguments: --verb; keras-vit presets --help lists the flags\n"
+    )
+
+
+def test_training_shows_progress_bars_on_a_terminal_and_one_line_per_epoch_elsewhere():
+    from keras_vit.training.processes import fit_verbosity
+
+    assert parse_args([], "digits_pretrain").progress is None  # the default: the output decides
+    assert parse_args(["--progress", "none"], "digits_pretrain").progress is None
+    leader, follower = os.openpty()  # a terminal, as a shell gives one
+    try:
+        with open(follower, "w", closefd=False) as terminal, open(os.devnull, "w") as log:
+            assert [fit_verbosity(None, terminal), fit_verbosity(None, log)] == [1, 2]
+            assert [fit_verbosity(p, log) for p in (0, 1, 2)] == [0, 1, 2]  # as asked, wherever it goes
+    finally:
+        os.close(leader)
+        os.close(follower)

@@ -5,8 +5,10 @@ the scripts in the source tree's ``recipes/`` run the same commands. Each comman
 module here with ``main(argv)``; ``keras-vit COMMAND --help`` lists its flags and their
 defaults. Bad input is one line on stderr and exit status 2, as is a feature whose
 package is not installed (naming the extra that installs it); a traceback is for bugs.
-The backends' start-up lines are held back (``keras_vit/quiet.py``); ``--verbose`` or
-``KERAS_VIT_VERBOSE=1`` shows them.
+The backends' own lines (TensorFlow's, XLA's, Gloo's) are held back while a command runs,
+and written out before a traceback (``keras_vit/quiet.py``); ``--verbose`` or ``KERAS_VIT_VERBOSE=1``
+shows them as they come. ``keras-vit --help``, ``keras-vit presets`` and every command's
+``--help`` import no backend: a command imports what it needs when it runs.
 
 Examples:
     >>> main(["presets", "vit_ti16.augreg_in21k_ft_in1k_384"])  # doctest: +ELLIPSIS
@@ -22,6 +24,8 @@ import os
 import sys
 
 from keras_vit import quiet
+from keras_vit.atomic import DiskFullError
+from keras_vit.commands.interrupts import run_stoppable
 from keras_vit.commands.parser import CommandLineParser
 from keras_vit.dependencies import MissingDependencyError
 
@@ -83,35 +87,43 @@ def usage():
             *lines,
             "",
             "keras-vit COMMAND --help lists a command's flags and their defaults.",
-            "--verbose (or KERAS_VIT_VERBOSE=1) shows the backends' start-up lines and warnings.",
+            "--verbose (or KERAS_VIT_VERBOSE=1) shows the backends' own lines and warnings.",
         ]
     )
 
 
-def command(name):
-    """The module of command ``name``, or ValueError naming the commands (and the closest)."""
+def known(name):
+    """``name`` if it is a command, else ValueError naming the commands (and the closest)."""
     if name not in COMMANDS:
         close = difflib.get_close_matches(name, COMMANDS, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise ValueError(f"Unknown command {name!r}{hint}; expected one of {', '.join(COMMANDS)}.")
-    return importlib.import_module(f"keras_vit.commands.{COMMANDS[name][0]}")
+    return name
+
+
+def command(name):
+    """The module of command ``name`` (imported now: what it imports, it needs), or ``known``'s ValueError."""
+    return importlib.import_module(f"keras_vit.commands.{COMMANDS[known(name)][0]}")
 
 
 def main(argv=None):
-    """Runs ``keras-vit`` with ``argv`` (default: the process's); returns the exit status."""
-    quiet.hold_back()  # the backends' lines when a command first imports them (tf.data, ...)
-    try:
+    """Runs ``keras-vit`` with ``argv`` (default: the process's); returns the exit status
+    (Ctrl-C and SIGTERM: one line, and 130 or 143: ``interrupts``). The backends' own lines
+    are held back meanwhile, and written out before a traceback (``quiet.held``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    with quiet.held(quiet.verbose(argv)):
         try:
-            status = _run(list(sys.argv[1:] if argv is None else argv))
-        finally:  # --help and bad input leave through SystemExit: their output is flushed too
-            sys.stdout.flush()  # here, not at the interpreter's exit, where a closed pipe is a traceback
-    except BrokenPipeError:
-        return closed_output()
+            try:
+                status = run_stoppable(_run, argv)
+            finally:  # --help and bad input leave through SystemExit: their output is flushed too
+                sys.stdout.flush()  # here, not at the interpreter's exit, where a closed pipe is a traceback
+        except BrokenPipeError:
+            return closed_output()
     return status
 
 
 def _run(argv):
-    if argv[:1] == ["--verbose"]:  # quiet.verbose() has seen it; commands take it too
+    if argv[:1] == ["--verbose"]:  # main has seen it; commands take it too
         argv = argv[1:] + ["--verbose"]
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)
@@ -128,7 +140,7 @@ def _run(argv):
         return 2
     try:
         status = module.main(argv[1:])
-    except MissingDependencyError as error:  # from a command's first use of a feature
+    except (MissingDependencyError, DiskFullError) as error:  # a feature's first use; a write out of space
         print(f"error: {error}", file=sys.stderr)
         return 2
     return status if isinstance(status, int) else 0  # the training commands return their run

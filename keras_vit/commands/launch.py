@@ -5,8 +5,9 @@
 
 Starts the processes with Keras' KERAS_DISTRIBUTION_* variables set (the coordinator, the
 count, each process's id; KERAS_BACKEND=jax unless set), which keras.distribution.initialize
-reads. A keras-vit command runs as ``keras-vit
-COMMAND``, a ``.py`` file with this Python. If one process fails, the others are stopped
+reads. A keras-vit command runs as ``keras-vit COMMAND``, a ``.py`` file with this Python.
+A keras-vit command's output is process 0's (each prints the same), a script's is every
+process's; each process's errors are shown. If one process fails, the others are stopped
 and its exit status is this command's. On several hosts, start each host's process
 yourself with --coordinator-address, --num-processes and --process-id (or the variables);
 on a TPU VM pod slice, --coordinator-address auto (docs/guide/recipes.md, "More than one
@@ -20,8 +21,7 @@ import subprocess
 import sys
 import time
 
-from keras_vit import commands
-from keras_vit.training.processes import ENVIRONMENT
+from keras_vit import commands, quiet
 
 STOP_GRACE_SECONDS = 10  # a stopped process's time to exit before it is killed
 
@@ -46,7 +46,7 @@ def _program(command, arguments):
         if not os.path.isfile(command):
             raise ValueError(f"no script {command!r}: expected a .py file or a keras-vit command.")
         return [sys.executable, command, *arguments]
-    commands.command(command)  # an unknown command is an error here, not in every process
+    commands.known(command)  # an unknown command is an error here, not in every process
     return [sys.executable, "-m", "keras_vit", command, *arguments]
 
 
@@ -60,13 +60,20 @@ def main(argv=None):
         program = _program(args.command, args.arguments)
     except ValueError as error:
         commands.bad_input(error)
+    from keras_vit.training.processes import ENVIRONMENT  # here, not above: launch --help imports no backend
+
     address = f"127.0.0.1:{args.port or _free_port()}"
     environment = {**os.environ, "KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "jax")}
     environment.update(
         {ENVIRONMENT["coordinator_address"]: address, ENVIRONMENT["num_processes"]: str(args.num_processes)}
     )
     children = [
-        subprocess.Popen(program, env={**environment, ENVIRONMENT["process_id"]: str(index)})
+        subprocess.Popen(
+            program,
+            env={**environment, ENVIRONMENT["process_id"]: str(index)},
+            stdout=_stdout(args.command, index),
+            stderr=quiet.terminal(2),  # this terminal's: each child holds its backends' lines itself
+        )
         for index in range(args.num_processes)
     ]
     try:
@@ -74,6 +81,12 @@ def main(argv=None):
     except KeyboardInterrupt:
         _stop(children)
         return 130
+
+
+def _stdout(command, index):
+    """A child's standard output: a keras-vit command's from process 0 alone (every process
+    prints the same summary), a script's from each."""
+    return subprocess.DEVNULL if index > 0 and not command.endswith(".py") else quiet.terminal(1)
 
 
 def _wait(children):

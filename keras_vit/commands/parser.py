@@ -4,7 +4,8 @@ Bad input is one line on stderr and exit status 2 (argparse's own prints the who
 first); the flags are spelt with hyphens (``--batch-size``), as argparse and timm spell
 them, and the underscore form of a flag (``--batch_size``) is the same flag; ``--help``
 shows each flag's default as it would be typed (none for a required flag, an unset one or
-an off-switch); ``add_switch`` makes a true/false option's ``--name`` / ``--no-name``.
+an off-switch); ``add_switch`` makes a true/false option's ``--name`` / ``--no-name``. A
+flag is taken as spelt: no abbreviation (``--epoch`` is not ``--epochs``).
 """
 
 import argparse
@@ -47,6 +48,7 @@ class CommandLineParser(argparse.ArgumentParser):
         self.takes_value = {}  # every flag of this parser: whether a value follows it
         self.passes_on = False  # whether the rest of the line is another program's
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)  # --epoch is not --epochs: a typo is an error
         super().__init__(*args, **kwargs)
 
     def add_argument(self, *names, **options):

@@ -5,7 +5,6 @@ pre-processing, top-1, licence."""
 import sys
 
 from keras_vit import commands
-from keras_vit.presets.catalog import PRESETS, list_presets
 
 
 def build_parser():
@@ -24,6 +23,8 @@ def table(pattern="*"):
     | vit_ti16.augreg_in21k_ft_in1k | 224 | 1000 | 75.45 | original |
     | vit_ti16.augreg_in21k_ft_in1k_384 | 384 | 1000 | 78.44 | original |
     """
+    from keras_vit.presets.catalog import PRESETS, list_presets  # here: presets --help needs no catalog
+
     lines = ["| preset | image size | classes | ImageNet top-1 | file layout |", "| --- | --- | --- | --- | --- |"]
     for name in list_presets(pattern):
         p = PRESETS[name]
@@ -44,6 +45,8 @@ def family_line():
 
 def main(argv=None):
     pattern = build_parser().parse_args(argv).pattern
+    from keras_vit.presets.catalog import PRESETS, list_presets
+
     names = list_presets(pattern)
     if not names:
         print(f"error: no preset matches {pattern!r}; keras-vit presets lists them all.", file=sys.stderr)

@@ -153,7 +153,8 @@ class RecipeConfig:
                                    "KERAS_DISTRIBUTION_PROCESS_ID")
     coordinator_timeout: float = _flag(300.0, "seconds a process waits for the coordinator to answer")
     seed: int = _flag(0, "seeds the initial weights, the data's splits and shuffling, and the augmentations")
-    progress: int = _flag(1, "what training prints: 1 progress bars, 2 one line per epoch, 0 nothing")
+    progress: int | None = _flag(None, "what training prints: 1 progress bars, 2 one line per epoch, 0 nothing; "
+                                 "none: bars on a terminal, else one line per epoch")
     # fmt: on
     # Not flags: the recipe preset the values start from, and where each value the user did
     # not give came from (the recipe, the dataset, the model, the field's default), which the

@@ -8,8 +8,9 @@ collectives go through gloo. ``--coordinator-address auto`` leaves the three val
 JAX's cluster detection (a TPU VM pod slice, SLURM, Open MPI).
 
 The run's other rules live with the run: each process reads its own part of each batch
-(``keras_vit/data/pipeline.py``), process 0 alone writes files (``is_writer``), and a
-value that must agree across processes is process 0's (``agree``).
+(``keras_vit/data/pipeline.py``), process 0 alone writes files (``is_writer``) and shows
+the progress (``fit_verbosity``), and a value that must agree across processes is process
+0's (``agree``).
 
 TensorFlow's ``MultiWorkerMirroredStrategy`` and torch across processes are not engines
 Keras' ``fit`` runs on: asking for them is an error naming what works.
@@ -20,6 +21,7 @@ import dataclasses
 import json
 import os
 import socket
+import sys
 import time
 import weakref
 
@@ -192,6 +194,22 @@ def _joined():
 def is_writer():
     """Whether this process writes the run's files: process 0 alone."""
     return index() == 0
+
+
+def fit_verbosity(progress, stream=None):
+    """Keras fit's ``verbose`` for the recipe's ``progress``: 0 but in the writer (one
+    progress a run); ``None`` is progress bars on a terminal, else (a log file, a pipe) one
+    line per epoch, without the bars' escape codes. ``stream``: default ``sys.stdout``.
+
+    >>> import io
+    >>> fit_verbosity(None, io.StringIO()), fit_verbosity(1, io.StringIO()), fit_verbosity(0)
+    (2, 1, 0)
+    """
+    if not is_writer():
+        return 0
+    if progress is None:
+        return 1 if (sys.stdout if stream is None else stream).isatty() else 2
+    return progress
 
 
 @contextlib.contextmanager
