@@ -19,11 +19,12 @@ from keras_vit.version import __version__
 _checks.backend_name(_os.environ.get("KERAS_BACKEND") or None)  # before Keras is imported
 
 if _typing.TYPE_CHECKING:  # the names as type checkers and the API reference read them; imported on first use
-    from keras_vit.checkpoints import load_weights
+    from keras_vit.checkpoints.loader import load_weights
     from keras_vit.factory import create_model, list_models, load_model, save_model
     from keras_vit.labels import decode_predictions
     from keras_vit.models import ResNetSpec, VisionTransformer, ViTSpec, get_spec, resize
-    from keras_vit.presets import get_preset, save_preset
+    from keras_vit.presets.catalog import get_preset
+    from keras_vit.presets.local import save_preset
     from keras_vit.torch_graph import compile_for_inference
 
 # The package's names: where each is defined.

@@ -286,3 +286,20 @@ def test_importing_keras_vit_imports_no_backend_until_a_name_is_used():
 
     with pytest.raises(AttributeError, match="module 'keras_vit' has no attribute 'no_such_name'"):
         keras_vit.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("package", ["keras_vit", "keras_vit.checkpoints", "keras_vit.export"])
+def test_a_lazy_package_lists_its_names_once_for_readers_and_once_for_python_alike(package):
+    # Its TYPE_CHECKING imports (what the API reference and type checkers read) and the table
+    # its __getattr__ imports from name the same names, from the same modules.
+    import ast
+    import importlib
+
+    module = importlib.import_module(package)
+    with open(module.__file__) as f:
+        tree = ast.parse(f.read())
+    guarded = next(n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test))
+    read = {alias.name: node.module for node in guarded.body for alias in node.names}
+    for name, defined_in in read.items():
+        assert getattr(importlib.import_module(defined_in), name) is getattr(module, name), name
+    assert set(read) == set(module._DEFINED_IN), set(read) ^ set(module._DEFINED_IN)

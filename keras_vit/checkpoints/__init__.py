@@ -4,7 +4,13 @@ The names below import on first use (``keras_vit.lazy``): the count of timm's bu
 architectures (``timm_config``, read by ``keras-vit presets``) needs no backend.
 """
 
+import typing
+
 from keras_vit.lazy import exports
+
+if typing.TYPE_CHECKING:  # the names as type checkers and the API reference read them
+    from keras_vit.checkpoints.loader import LoadReport, load_weights
+    from keras_vit.checkpoints.resample import resample_position_embedding, resize_grid
 
 _DEFINED_IN = {
     "LoadReport": "keras_vit.checkpoints.loader",

@@ -24,7 +24,22 @@ Examples:
     (2, 3)
 """
 
+import typing
+
 from keras_vit.lazy import exports
+
+if typing.TYPE_CHECKING:  # the names as type checkers and the API reference read them
+    from keras_vit.export.api import ExportResult, export_model
+    from keras_vit.export.errors import (
+        ExportError,
+        InvalidModelFileError,
+        UnconvertibleModelError,
+        VerificationError,
+    )
+    from keras_vit.export.formats import DEFAULT_FORMATS, FORMATS, ExportFormat, parse_formats
+    from keras_vit.export.representative import digits_images
+    from keras_vit.export.runtime import load_exported, tflite_interpreter
+    from keras_vit.export.verify import TOLERANCES
 
 # Imported on first use (``keras_vit.lazy``): ``keras-vit export --help`` reads the formats
 # alone, with no backend.
