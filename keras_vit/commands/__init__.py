@@ -7,8 +7,8 @@ defaults. Bad input is one line on stderr and exit status 2, as is a feature who
 package is not installed (naming the extra that installs it); a traceback is for bugs.
 The backends' own lines (TensorFlow's, XLA's, Gloo's) are held back while a command runs,
 and written out before a traceback (``keras_vit/quiet.py``); ``--verbose`` or ``KERAS_VIT_VERBOSE=1``
-shows them as they come. ``keras-vit --help``, ``keras-vit presets`` and every command's
-``--help`` import no backend: a command imports what it needs when it runs.
+shows them as they come. ``keras-vit --help`` and ``keras-vit presets`` import no backend,
+nor do most commands' ``--help``: a command imports what it needs when it runs.
 
 Examples:
     >>> main(["presets", "vit_ti16.augreg_in21k_ft_in1k_384"])  # doctest: +ELLIPSIS
