@@ -18,6 +18,7 @@ from keras_vit.presets.catalog import list_presets
 # The resolver, the builder and what the layers above ask of a source, through the front door.
 from keras_vit.sources import InvalidModelFileError, NoWeightsError, build, resolve  # noqa: F401
 from keras_vit.sources.description import CHECKPOINT, KERAS_FILE  # noqa: F401
+from keras_vit.sources.resolver import is_url  # noqa: F401
 
 
 def list_models(pattern="*", pretrained=False):

@@ -478,6 +478,41 @@ def test_finetune_from_a_timm_hub_name_served_by_a_mirror(timm, photos, tmp_path
     np.testing.assert_array_equal(registers, peer.reg_token.detach().numpy())
 
 
+@pytest.mark.parametrize("served", [False, True], ids=["file", "url"])
+def test_finetune_from_a_timm_state_dict_with_init_model_builds_what_load_model_builds(
+    timm, photos, tmp_path, monkeypatch, served
+):
+    import torch
+    from http_server import FileServer, download_env, hub_env
+
+    from keras_vit.models.spec import ARCHITECTURE, ViTSpec
+
+    # timm's ViT-Ti/16 as a weights-only state dict (exact GELU): the recipe builds it with
+    # the file's numerics, as load_model does, from the file or from its URL.
+    state = timm.create_model("vit_tiny_patch16_224", pretrained=False).state_dict()
+    torch.save(state, tmp_path / "t.pth")
+    expected = keras_vit.load_model(str(tmp_path / "t.pth"), model_name="vit_ti16")
+    assert expected.spec.gelu_approximate is False  # what the wrong route lost
+    args = ("--init-model", "vit_ti16", "--dataset", str(photos), "--image-size", "32", "--freeze", "backbone",
+            "--output-dir", str(tmp_path / "runs"))  # fmt: skip
+    if served:
+        (tmp_path / "served").mkdir()
+        os.replace(tmp_path / "t.pth", tmp_path / "served" / "t.pth")
+        with FileServer(tmp_path / "served") as server:
+            download_env(monkeypatch, tmp_path / "home")
+            hub_env(monkeypatch, server, tmp_path / "hf-cache")
+            result = finetune_command("--init-from", f"{server.url.rstrip('/')}/t.pth", *args)
+            assert len(server.requests) >= 1
+    else:
+        result = finetune_command("--init-from", str(tmp_path / "t.pth"), *args)
+    architecture = [k for k in ViTSpec.fields_with_role(ARCHITECTURE) if k != "image_size"]
+    built = {k: getattr(result.model.spec, k) for k in architecture}
+    assert built == {k: getattr(expected.spec, k) for k in architecture}
+    # Its backbone is the file's, frozen: the position embedding resampled to 32 px apart.
+    trained = {v.path: to_numpy(v) for v in result.model.weights}
+    np.testing.assert_array_equal(trained["block_11/mlp/fc2/kernel"], state["blocks.11.mlp.fc2.weight"].numpy().T)
+
+
 def test_a_model_the_user_names_is_built_as_named():
     # The digits recipe's own model (patch 4, 128 wide, 16 px) gives way to the named one.
     config = make_config("digits_pretrain", model="vit_s16", depth=2)

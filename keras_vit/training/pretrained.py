@@ -22,11 +22,15 @@ from keras_vit.training.errors import MissingInputFileError, RecipeInputError
 
 
 def load_pretrained(config):
-    """The model to fine-tune from ``init_from`` (what ``keras_vit.load_model`` loads; a
-    self-supervised model's backbone: masked patch prediction's, a masked autoencoder's
-    encoder), or None for a checkpoint without architecture, which the recipe loads into
-    the model it builds."""
-    model = _load(config.init_from, "--init-from")
+    """The model to fine-tune from ``init_from``: what ``keras_vit.load_model`` loads from
+    it (a checkpoint or URL that holds weights alone built into ``--init-model``, else
+    ``--model``, with the numerics of the checkpoint's layout); a self-supervised model's
+    backbone: masked patch prediction's, a masked autoencoder's encoder."""
+    given, architecture = config.init_from, config.init_model or config.model
+    source = _resolve(given, "--init-from", model_name=architecture if factory.is_url(given) else config.init_model)
+    if source.kind == factory.CHECKPOINT and source.spec is None:  # weights alone, without --init-model
+        source = _resolve(given, "--init-from", model_name=architecture)
+    model = factory.build(source)  # a head the checkpoint has not is left fresh: fine-tuning replaces it
     return model.backbone if isinstance(model, (MaskedPatchPrediction, MaskedAutoencoder)) else model
 
 
@@ -116,14 +120,15 @@ def _load(given, option):
     """The model ``given`` names, or None for a checkpoint without architecture."""
     source = _resolve(given, option)
     if source.kind == factory.CHECKPOINT:
-        return None  # loaded into the model to fine-tune by load_weights
+        return None
     return factory.build(source)
 
 
-def _resolve(given, option):
-    """What ``given`` names (``factory.resolve``), its errors the recipe's input errors."""
+def _resolve(given, option, model_name=None):
+    """What ``given`` names (``factory.resolve``; ``model_name``: the architecture of a
+    checkpoint or URL of weights alone), its errors the recipe's input errors."""
     try:
-        source = factory.resolve(given, loading=True)
+        source = factory.resolve(given, model_name=model_name, loading=True)
     except factory.NoWeightsError:
         raise RecipeInputError(
             f"{option} {given!r} is not a file, a folder or a preset: a model name alone has no "
@@ -131,9 +136,11 @@ def _resolve(given, option):
             "(keras_vit.save_preset) or a .keras file."
         ) from None
     except factory.InvalidModelFileError as error:
-        if os.path.exists(given):
+        if os.path.exists(given) or factory.is_url(given):
             raise RecipeInputError(f"{option} {given!r}: {error}") from None
         raise MissingInputFileError(f"{option} {given!r} is not a file or folder.") from None
+    except ValueError as error:  # an unknown architecture, or one given for a model that states its own
+        raise RecipeInputError(f"{option} {given!r} built into {model_name!r} (--init-model): {error}") from None
     return source
 
 

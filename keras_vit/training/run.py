@@ -272,11 +272,9 @@ def _spec(config, recipe, num_classes, pretrained):
         base = get_spec(config.model) if pretrained is None else pretrained.spec
         _check_image_size(config, base, pretrained)
         return _student(config, base.replace(**task))
-    base = pretrained.spec if pretrained is not None else get_spec(config.init_model or config.model)
+    base = pretrained.spec
     _check_image_size(config, base, pretrained)
     architecture = ViTSpec.fields_with_role(ARCHITECTURE)
-    if pretrained is None:
-        base = base.replace(**{k: v for k, v in task.items() if k in architecture})
     own = {k: v for k, v in task.items() if k not in architecture}
     # A zero head, so fine-tuning starts from the pre-trained features alone.
     return _student(config, ViTSpec(**{k: getattr(base, k) for k in architecture}, **{**own, "head_zero_init": True}))
@@ -310,7 +308,7 @@ def _student(config, spec):
 
 
 def _build(config, recipe, spec, class_names, pretrained):
-    """The model of ``spec`` to train, with ``pretrained``'s weights (or ``init_from``'s) when fine-tuning."""
+    """The model of ``spec`` to train, with ``pretrained``'s weights when fine-tuning."""
     dtype = "mixed_bfloat16" if config.mixed_precision else None
     # What the evaluation pipeline does, so the saved model classifies raw images and its
     # exports pre-process as it was trained (and the masked objective reads pixel colours).
@@ -335,13 +333,7 @@ def _build(config, recipe, spec, class_names, pretrained):
     if recipe == "finetune":
         # A fresh zero head (and no pre-logits) for the new task, whatever the source holds; a
         # masked patch prediction model's [mask] embedding and head are left unused.
-        if pretrained is not None:
-            unloaded = copy_weights(pretrained, model, exclude=TASK_LAYERS)
-        else:
-            report = load_weights(model, config.init_from, warn=False, exclude=TASK_LAYERS)
-            unloaded = [
-                v.path for v in model.weights if v.path not in report.loaded and not v.path.startswith(TASK_LAYERS)
-            ]
+        unloaded = copy_weights(pretrained, model, exclude=TASK_LAYERS)
         fresh = ("distillation_token/",) if config.teacher else ()  # a student's new token, as DeiT draws it
         unloaded = [path for path in unloaded if not path.startswith(fresh)]
         if unloaded:
@@ -505,8 +497,7 @@ def _fit(config, recipe, extra_callbacks):
         checks = {}
         if recipe == "finetune" and processes.count() == 1:  # the checks predict in one process
             images = np.concatenate([keras.ops.convert_to_numpy(x) for x, *_ in validation])
-            size = tuple(pretrained.spec.image_size) if pretrained is not None else None  # (a dynamic one has none)
-            checks = start_checks(_trained(model), pretrained, images, size)
+            checks = start_checks(_trained(model), pretrained, images, tuple(pretrained.spec.image_size))
         epochs = EpochTimes()  # last: each epoch's steps, validation and file writes
         with _finite_evaluation():
             history = model.fit(
