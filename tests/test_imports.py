@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import floor_of, floors
+from helpers import floor_of, floors, once_on
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -263,6 +263,7 @@ def _commands():
     [["--help"], ["presets"]] + [_light([name, "--help"], HEAVY_HELP.get(name)) for name in _commands()],
     ids=" ".join,
 )
+@once_on("torch", "what a command line imports does not depend on KERAS_BACKEND (none, or keras and its backend)")
 def test_the_help_and_the_presets_table_import_no_backend(argv):
     # What a user types first answers at once: no Keras, no framework until a command runs.
     assert _imported_backends(argv) == [], f"keras-vit {' '.join(argv)} imported a backend"
