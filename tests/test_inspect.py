@@ -23,7 +23,7 @@ def mean_pairwise_distance(grid, stride):
 
 def uniform_attention(model):
     """Zero queries and keys: every attention row is uniform, whatever the input."""
-    for block in model._vit_layers["blocks"]:
+    for block in model.layers_by_role["blocks"]:
         qkv = block.attention.qkv
         width = qkv.kernel.shape[0]
         kernel, bias = to_numpy(qkv.kernel).copy(), to_numpy(qkv.bias).copy()

@@ -31,9 +31,9 @@ def representation_model(model):
     from keras_vit.inspect.attention import check_vit
 
     check_vit(model, "few-shot evaluation")
-    if model._vit_layers["head"] is None:
+    if model.layers_by_role["head"] is None:
         return model
-    last = "pre_logits" if model._vit_layers["pre_logits"] is not None else None
+    last = "pre_logits" if model.layers_by_role["pre_logits"] is not None else None
     if last is None:
         return model.feature_model()
     return keras.Model(model.input, model.get_layer(last).output, name=f"{model.name}_representation")

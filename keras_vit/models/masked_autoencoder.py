@@ -344,7 +344,7 @@ class MaskedAutoencoder(SelfSupervisedModel):
         self.seed_generator = keras.random.SeedGenerator(seed)
         prefix = spec.num_prefix_tokens
         # MAE's encoder table: fixed sine-cosine values, not trained in pre-training.
-        position = backbone._vit_layers["position_embedding"]
+        position = backbone.layers_by_role["position_embedding"]
         position.embedding.assign(mae_position_table(spec.grid_size, spec.hidden_size, position.num_prefix_tokens))
         position.trainable = False
         # Built here, outside any name scope, so that their paths are short and fixed
@@ -391,7 +391,7 @@ class MaskedAutoencoder(SelfSupervisedModel):
 
     def encode(self, images, kept):
         """The encoder on the visible patches: ``(batch, prefix + keep, width)`` after its final norm."""
-        layers = self.backbone._vit_layers
+        layers = self.backbone.layers_by_role
         x, _ = embed(layers, images)
         prefix = self.spec.num_prefix_tokens
         x = ops.concatenate([x[:, :prefix], gather_tokens(x[:, prefix:], kept)], axis=1)

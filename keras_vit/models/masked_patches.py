@@ -255,7 +255,7 @@ class MaskedPatchPrediction(SelfSupervisedModel):
         self.built = True
 
     def call(self, images, training=None, corrupt=True):
-        layers = self.backbone._vit_layers
+        layers = self.backbone.layers_by_role
         # The ViT's own forward pass, with the step that yields the patch tokens (the
         # embedding, flattened for a dynamic-size model) followed by the corruption.
         step = "patch_flatten" if layers["patch_flatten"] is not None else "patch_embedding"

@@ -1,5 +1,7 @@
 """The Vision Transformer as a functional Keras model (plain and hybrid ResNet+ViT)."""
 
+import types
+
 import keras
 from keras.dtype_policies import DTypePolicyMap
 
@@ -90,6 +92,22 @@ class VisionTransformer(keras.Model):
     def fit(self, x=None, *args, **kwargs):
         check_data(self.spec, x)
         return super().fit(x, *args, **kwargs)
+
+    @property
+    def layers_by_role(self):
+        """The model's layers by their role in the forward pass, read-only, None where the
+        spec has none: ``stem`` (a hybrid's ResNet), ``patch_embedding``, ``class_token``,
+        ``position_embedding``, ``rotary_embedding``, ``blocks`` (a tuple, first to last),
+        ``norm``, ``pooling``, ``pre_logits``, ``head``, ... (``keys()`` lists them all).
+
+        >>> model = VisionTransformer(image_size=16, patch_size=8, hidden_size=32, depth=2,
+        ...                           num_heads=2, mlp_dim=64, num_classes=3)
+        >>> [block.name for block in model.layers_by_role["blocks"]], model.layers_by_role["pre_logits"]
+        (['block_0', 'block_1'], None)
+        """
+        return types.MappingProxyType(
+            {role: tuple(layer) if isinstance(layer, list) else layer for role, layer in self._vit_layers.items()}
+        )
 
     @property
     def preprocessing(self):
