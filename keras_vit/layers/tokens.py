@@ -101,8 +101,37 @@ class DistillationToken(ClassToken):
         self.token = deferrable_weight(self, name="token", shape=(1, 1, input_shape[-1]), initializer=initializer)
 
 
+class AddedTokens(keras.layers.Layer):
+    """The base of a layer that adds ``count`` learned tokens to a sequence of tokens: before
+    them (``PREPEND``) or after; a subclass makes the weight in ``build`` and says in
+    ``added`` which table it broadcasts (one row per token, or one row for all)."""
+
+    PREPEND = True
+
+    def __init__(self, count, **kwargs):
+        super().__init__(**kwargs)
+        self.count = int(count)
+
+    def added(self):
+        raise NotImplementedError
+
+    def call(self, tokens):
+        batch = ops.shape(tokens)[0]
+        added = ops.broadcast_to(ops.cast(self.added(), tokens.dtype), (batch, self.count, tokens.shape[-1]))
+        return ops.concatenate([added, tokens] if self.PREPEND else [tokens, added], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        batch, length, width = input_shape
+        return (batch, None if length is None else length + self.count, width)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(count=self.count)
+        return config
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
-class RegisterTokens(keras.layers.Layer):
+class RegisterTokens(AddedTokens):
     """Prepends ``count`` learned tokens that no output reads: the register tokens of
     Darcet et al., "Vision Transformers Need Registers" (timm's ``reg_token``).
 
@@ -119,10 +148,6 @@ class RegisterTokens(keras.layers.Layer):
         (2, 13, 8)
     """
 
-    def __init__(self, count, **kwargs):
-        super().__init__(**kwargs)
-        self.count = int(count)
-
     def build(self, input_shape):
         self.tokens = deferrable_weight(
             self,
@@ -131,19 +156,8 @@ class RegisterTokens(keras.layers.Layer):
             initializer=keras.initializers.RandomNormal(stddev=1e-6),
         )
 
-    def call(self, tokens):
-        batch = ops.shape(tokens)[0]
-        registers = ops.broadcast_to(ops.cast(self.tokens, tokens.dtype), (batch, self.count, tokens.shape[-1]))
-        return ops.concatenate([registers, tokens], axis=1)
-
-    def compute_output_shape(self, input_shape):
-        batch, length, width = input_shape
-        return (batch, None if length is None else length + self.count, width)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(count=self.count)
-        return config
+    def added(self):
+        return self.tokens
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -25,7 +25,7 @@ from keras import ops
 from keras_vit import checks
 from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.layer_norm import make_norm
-from keras_vit.layers.tokens import PositionEmbedding, sincos_2d_position_embedding
+from keras_vit.layers.tokens import AddedTokens, PositionEmbedding, sincos_2d_position_embedding
 from keras_vit.models.graph import embed, final_norm
 from keras_vit.models.self_supervised import SelfSupervisedModel
 from keras_vit.models.spec import ViTSpec
@@ -230,7 +230,7 @@ def _decoder_checked(width, depth, heads, mlp_dim):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class MaskTokens(keras.layers.Layer):
+class MaskTokens(AddedTokens):
     """Appends ``count`` copies of one learned [mask] token to the tokens: the decoder's
     stand-ins for the hidden patches. Its weight is ``token``, shape ``(1, 1, width)``.
 
@@ -240,9 +240,7 @@ class MaskTokens(keras.layers.Layer):
         (2, 7, 8)
     """
 
-    def __init__(self, count, **kwargs):
-        super().__init__(**kwargs)
-        self.count = int(count)
+    PREPEND = False
 
     def build(self, input_shape):
         # As MAE's: small random values, learned.
@@ -250,19 +248,8 @@ class MaskTokens(keras.layers.Layer):
             name="token", shape=(1, 1, input_shape[-1]), initializer=keras.initializers.RandomNormal(stddev=0.02)
         )
 
-    def call(self, tokens):
-        batch = ops.shape(tokens)[0]
-        masks = ops.broadcast_to(ops.cast(self.token, tokens.dtype), (batch, self.count, tokens.shape[-1]))
-        return ops.concatenate([tokens, masks], axis=1)
-
-    def compute_output_shape(self, input_shape):
-        batch, length, width = input_shape
-        return (batch, None if length is None else length + self.count, width)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(count=self.count)
-        return config
+    def added(self):
+        return self.token
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
