@@ -165,12 +165,20 @@ def digits_teacher(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_the_recipes_distil_into_a_student_with_a_distillation_token(digits_teacher, tmp_path):
+def test_the_recipes_distil_into_a_student_with_a_distillation_token(digits_teacher, tmp_path, capsys):
     tiny = dict(epochs=1, steps_per_epoch=2, depth=1, progress=0, output_dir=str(tmp_path))
-    # Pre-training: the digits recipe's model (patches' average) gets the token and its head.
-    result = pretrain(make_config("digits_pretrain", teacher=digits_teacher, representation_size=None, **tiny))
+    # Pre-training: the digits recipe's model (patches' average) gets the token and its head,
+    # and loses the recipe's pre-logits layer, saying so in the run's first lines.
+    result = pretrain(make_config("digits_pretrain", teacher=digits_teacher, **tiny))
     student = keras_vit.load_model(os.path.join(result.run_dir, "model.keras"))
     assert type(student) is keras_vit.VisionTransformer and student.spec.distillation_token
+    assert student.spec.representation_size is None
+    assert "the student has no pre-logits layer (representation_size 128 [recipe digits_pretrain] dropped)" in (
+        capsys.readouterr().out
+    )
+    # A pre-logits layer the user asks for stays, and DeiT's heads cannot take it: one error.
+    with pytest.raises(ValueError, match="--teacher gives the student DeiT's distillation token and head"):
+        pretrain(make_config("digits_pretrain", teacher=digits_teacher, representation_size=64, **tiny))
     assert os.path.isfile(os.path.join(result.run_dir, "best.keras")) and result.model.spec.distillation_token
     # Fine-tuning a model without the token: its weights are the pre-trained model's, the new
     # token's position row first (no class token), zero.

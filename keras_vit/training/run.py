@@ -298,13 +298,28 @@ def _check_image_size(config, base, pretrained):
 
 
 def _student(config, spec):
-    """``spec`` with DeiT's distillation token and head where the run has a teacher."""
+    """``spec`` with DeiT's distillation token and head where the run has a teacher, and
+    without the pre-logits layer a recipe (not the user) gave it: DeiT's two heads read the
+    pooled features and the token themselves."""
     if not config.teacher or (spec.distillation_token and spec.distillation_head):
         return spec
+    changes = dict(distillation_token=True, distillation_head=True)
+    if spec.representation_size is not None and "representation_size" in config.defaults:
+        changes["representation_size"] = None
     try:
-        return spec.replace(distillation_token=True, distillation_head=True)
+        return spec.replace(**changes)
     except ValueError as error:
         raise ValueError(f"--teacher gives the student DeiT's distillation token and head: {error}") from None
+
+
+def _student_note(config, spec):
+    """The line that says what ``--teacher`` took from the recipe's model, or None."""
+    size = config.model_options.get("representation_size")
+    if config.teacher and size is not None and spec.representation_size is None:
+        return (f"--teacher: the student has no pre-logits layer (representation_size {size} "
+                f"[{config.defaults['representation_size']}] dropped): DeiT's two heads read the pooled features "
+                "and the distillation token")  # fmt: skip
+    return None
 
 
 def _build(config, recipe, spec, class_names, pretrained):
@@ -480,6 +495,9 @@ def _fit(config, recipe, extra_callbacks):
         _check_objective_options(config, spec)
         if processes.is_writer():  # the recipe as it will train, once every input is checked
             print(describe(config), flush=True)
+            note = _student_note(config, spec)
+            if note:
+                print(note, flush=True)
         run_dir, resumed = open_run_dir(config, run_name(config, recipe, model_name(config, recipe, pretrained)))
         record_config(run_dir, config, recipe, resumed)
     # One stream of batches across the epochs, `steps` an epoch: a run resumed from its
