@@ -2,8 +2,6 @@
 
 import os
 
-from keras_vit.images import read_image
-
 
 def image_paths(folder):
     """The image files of ``folder`` and its subfolders (a dataset's class folders), sorted
@@ -24,8 +22,3 @@ def image_paths(folder):
             "in it or its subfolders."
         )
     return [os.path.join(folder, path) for path in paths]
-
-
-def read_folder(folder, count=None):
-    """Up to ``count`` images of ``folder`` (and its subfolders), sorted by path, as uint8 RGB arrays."""
-    return [read_image(path) for path in image_paths(folder)[:count]]
