@@ -1,11 +1,12 @@
 """load_weights: formats by content, fresh heads, resampling, and errors that name the key."""
 
+import os
 import textwrap
 
 import keras
 import numpy as np
 import pytest
-from helpers import randomize_torch, run_on_next_backend, to_numpy
+from helpers import assert_close_to_scale, randomize_torch, run_on_next_backend, to_numpy
 
 import keras_vit
 
@@ -286,3 +287,16 @@ def test_class_names_given_are_kept_whatever_the_source(tmp_path):
     assert keras_vit.create_model(path, class_names=list("abcdefghij")).class_names == tuple("abcdefghij")
     with pytest.raises(ValueError, match="Expected 2 class names, one per classifier output; got 3"):
         keras_vit.create_model(path, num_classes=2, class_names=("cat", "dog", "bird"))
+
+
+SAVED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "saved_models")
+
+
+# Files an earlier keras-vit wrote (tests/write_saved_models.py, committed as written): each
+# variant's layers keep their weight paths and numerics across refactors of the layers.
+@pytest.mark.parametrize("name", sorted(f[: -len(".keras")] for f in os.listdir(SAVED) if f.endswith(".keras")))
+def test_a_keras_file_an_earlier_version_wrote_loads_and_gives_its_stored_outputs(name):
+    model = keras_vit.load_model(os.path.join(SAVED, f"{name}.keras"))
+    stored = np.load(os.path.join(SAVED, f"{name}.npz"))
+    assert model.name == name
+    assert_close_to_scale(to_numpy(model.predict_on_batch(stored["images"])), stored["outputs"], 1e-6)
