@@ -140,7 +140,9 @@ def _resolve(given, option, model_name=None):
             raise RecipeInputError(f"{option} {given!r}: {error}") from None
         raise MissingInputFileError(f"{option} {given!r} is not a file or folder.") from None
     except ValueError as error:  # an unknown architecture, or one given for a model that states its own
-        raise RecipeInputError(f"{option} {given!r} built into {model_name!r} (--init-model): {error}") from None
+        if model_name is None:
+            raise
+        raise RecipeInputError(f"{option} {given!r} built into the architecture {model_name!r}: {error}") from None
     return source
 
 
