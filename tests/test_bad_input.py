@@ -628,7 +628,7 @@ def _(tmp):
     from keras_vit.training.run_folder import open_run_dir, record_config, run_name
 
     config = make_config("digits_pretrain", output_dir=str(tmp))
-    name = run_name(config, "pretrain", model_name(config, "pretrain", None))  # the folder the command opens
+    name = run_name(config, "pretrain", model_name(config, None))  # the folder the command opens
     run_dir, _ = open_run_dir(config, name)  # a run stopped before its end
     record_config(run_dir, config, "pretrain", resumed=False)
     before = os.listdir(run_dir)

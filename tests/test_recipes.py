@@ -523,5 +523,5 @@ def test_a_model_the_user_names_is_built_as_named():
     # Its run folder and figures name what it is, not the vit_ti16 it resizes.
     from keras_vit.training.pretrained import model_name
 
-    assert model_name(make_config("digits_pretrain"), "pretrain", None) == "vit-d4w128p4"
-    assert model_name(config, "pretrain", None) == "vit-d2w384p16"  # vit_s16 at depth 2
+    assert model_name(make_config("digits_pretrain"), None) == "vit-d4w128p4"
+    assert model_name(config, None) == "vit-d2w384p16"  # vit_s16 at depth 2

@@ -155,20 +155,20 @@ def _presets_of(model_name):
 SIZE_FIELDS = ("patch_size", "hidden_size", "depth", "num_heads", "mlp_dim")
 
 
-def model_name(config, recipe, pretrained):
+def model_name(config, pretrained):
     """The name of the model a run trains (its run folder's and its figures'): the loaded
     model's; else the variant named (``vit_ti16``), or, where the recipe's options resize
     it, a name of what it is: ``vit-d<depth>w<width>p<patch>``.
 
     >>> from keras_vit.training.config import make_config
-    >>> model_name(make_config("digits_pretrain"), "pretrain", None)  # vit_ti16 resized: 4 blocks of 128, patch 4
+    >>> model_name(make_config("digits_pretrain"), None)  # vit_ti16 resized: 4 blocks of 128, patch 4
     'vit-d4w128p4'
-    >>> model_name(make_config("digits_pretrain", model="vit_s16", image_size=32), "pretrain", None)
+    >>> model_name(make_config("digits_pretrain", model="vit_s16", image_size=32), None)
     'vit_s16'
     """
     if pretrained is not None:
         return pretrained.name
-    named = _variant(config, recipe)
+    named = config.model  # a run without a loaded model pre-trains the named variant
     variant = get_spec(named)
     spec = variant.replace(**{k: v for k, v in config.model_options.items() if k in SIZE_FIELDS})
     if all(getattr(spec, k) == getattr(variant, k) for k in SIZE_FIELDS):
@@ -177,16 +177,11 @@ def model_name(config, recipe, pretrained):
     return f"{family}-d{spec.depth}w{spec.hidden_size}p{spec.patch_size}"
 
 
-def _variant(config, recipe):
-    """The variant a run without a loaded model builds (``keras_vit.list_models()``'s name)."""
-    return config.init_model or config.model if recipe == "finetune" else config.model
-
-
-def resolved(config, recipe, pretrained):
+def resolved(config, pretrained):
     """``config`` with what it leaves to the model (image size, normalization) taken from it;
     an option that contradicts the pre-trained model is an error listing each conflict."""
     if pretrained is None:
-        spec = get_spec(_variant(config, recipe)).replace(**config.model_options)
+        spec = get_spec(config.model).replace(**config.model_options)
         own_normalization = "vit"
     else:
         spec = pretrained.spec
@@ -232,7 +227,7 @@ def _cosine(a, b):
     return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1) + 1e-12)
 
 
-def start_checks(model, pretrained, images, pretrained_size):
+def start_checks(model, pretrained, images):
     """What fine-tuning starts from, measured before any step.
 
     - ``head_max_abs_output``: the new zero head outputs exactly 0.
@@ -245,9 +240,8 @@ def start_checks(model, pretrained, images, pretrained_size):
     """
     to_numpy = keras.ops.convert_to_numpy
     checks = {"head_max_abs_output": float(np.abs(to_numpy(model.predict(images, verbose=0))).max())}
-    if pretrained is None:
-        return checks
-    small = to_numpy(keras.ops.image.resize(images, pretrained_size, interpolation="bilinear", antialias=True))
+    size = tuple(pretrained.spec.image_size)
+    small = to_numpy(keras.ops.image.resize(images, size, interpolation="bilinear", antialias=True))
     old = to_numpy(pretrained.feature_model().predict(small, verbose=0))
     new = to_numpy(model.feature_model().predict(images, verbose=0))
     checks["feature_cosine_similarity"] = float(_cosine(old, new).mean())

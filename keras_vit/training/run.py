@@ -328,7 +328,7 @@ def _build(config, recipe, spec, class_names, pretrained):
     # What the evaluation pipeline does, so the saved model classifies raw images and its
     # exports pre-process as it was trained (and the masked objective reads pixel colours).
     preprocessing = ImagePreprocessing.from_normalization(config.normalization, spec.image_size)
-    name = model_name(config, recipe, pretrained)
+    name = model_name(config, pretrained)
     if config.objective == "masked_patch_prediction":
         # The ViT as its backbone, without classifier: the dataset's labels are unused.
         return MaskedPatchPrediction(spec, dtype, preprocessing, seed=config.seed, name=name)
@@ -474,7 +474,7 @@ def _fit(config, recipe, extra_callbacks):
         # Outside the distribution scope: only the source of the weights of the model to train.
         # Fine-tuning: the pre-trained model; pre-training: where a masked autoencoder continues from.
         pretrained = load_pretrained(config) if recipe == "finetune" else pretraining_start(config)
-        config = resolved(config, recipe, pretrained)
+        config = resolved(config, pretrained)
         if recipe == "pretrain":
             config = with_start_options(config, pretrained)
         splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
@@ -498,7 +498,7 @@ def _fit(config, recipe, extra_callbacks):
             note = _student_note(config, spec)
             if note:
                 print(note, flush=True)
-        run_dir, resumed = open_run_dir(config, run_name(config, recipe, model_name(config, recipe, pretrained)))
+        run_dir, resumed = open_run_dir(config, run_name(config, recipe, model_name(config, pretrained)))
         record_config(run_dir, config, recipe, resumed)
     # One stream of batches across the epochs, `steps` an epoch: a run resumed from its
     # backup skips the epochs it has done, so it sees the batches the uninterrupted run
@@ -515,7 +515,7 @@ def _fit(config, recipe, extra_callbacks):
         checks = {}
         if recipe == "finetune" and processes.count() == 1:  # the checks predict in one process
             images = np.concatenate([keras.ops.convert_to_numpy(x) for x, *_ in validation])
-            checks = start_checks(_trained(model), pretrained, images, tuple(pretrained.spec.image_size))
+            checks = start_checks(_trained(model), pretrained, images)
         epochs = EpochTimes()  # last: each epoch's steps, validation and file writes
         with _finite_evaluation():
             history = model.fit(
