@@ -57,7 +57,7 @@ def test_torch_compile_and_export_take_the_full_path():
 def test_direct_and_full_calls_agree_with_attention_scores(rng, force_inline, policy):
     # Forced on every backend, so the exactness of the direct path is checked everywhere,
     # not only where it runs (eager PyTorch).
-    block = EncoderBlock(num_heads=4, mlp_dim=64, gelu_approximate=False, dtype=policy)
+    block = EncoderBlock(num_heads=4, mlp_dim=64, mlp_options=dict(gelu_approximate=False), dtype=policy)
     x = rng.standard_normal((2, 9, 32)).astype("float32")
     force_inline(True)
     inline, weights = block(x, return_attention_scores=True)

@@ -140,7 +140,7 @@ def test_attention_maps_equal_timms_explicit_attention_and_predict_stays_fused(t
     model.predict(x, verbose=0)
     # The model's own graph runs the form the one switch chooses (on this CPU-only suite:
     # fused on torch, written out on tensorflow and jax).
-    assert bool(explicit) == (not keras_vit.layers.attention.use_fused_attention())
+    assert bool(explicit) == (not keras_vit.layers.fused_attention.use_fused_attention())
     assert bool(explicit) == (keras.config.backend() in ("tensorflow", "jax"))
     explicit.clear()
     model.attention_model()(x)

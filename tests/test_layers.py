@@ -38,7 +38,10 @@ CASES = {
     "Dense": (dict(units=4, activation="gelu"), (2, 5, 8)),
     "DropPath": (dict(rate=0.5, seed=3), (2, 5, 8)),
     # With LayerScale: its two scales saved, reloaded and cast as the block's other weights.
-    "EncoderBlock": (dict(num_heads=2, mlp_dim=16, gelu_approximate=False, layer_scale_init=0.5), (2, 5, 8)),
+    "EncoderBlock": (
+        dict(num_heads=2, mlp_dim=16, mlp_options=dict(gelu_approximate=False), layer_scale_init=0.5),
+        (2, 5, 8),
+    ),
     # Downsampling with a center crop: both resize matrices and the crop are exercised.
     "ImagePreprocessing": (dict(image_size=4, crop_fraction=0.875), (2, 7, 6, 3)),
     "LayerNorm": (dict(epsilon=1e-6), (2, 5, 8)),
@@ -46,8 +49,11 @@ CASES = {
     # Gated (SwiGLU): the plain MLP is the EncoderBlock case's.
     # With a norm on the hidden state (EVA-02's).
     "MlpBlock": (dict(mlp_dim=16, gated=True, activation="silu", use_bias=False, hidden_norm="layernorm"), (2, 5, 8)),
-    # With BEiT's relative position bias (a class token and a 2x2 grid) and a norm before the projection.
-    "MultiHeadSelfAttention": (dict(num_heads=2, relative_position_grid=(2, 2), output_norm="layernorm"), (2, 5, 8)),
+    # With a norm before the projection.
+    "MultiHeadSelfAttention": (dict(num_heads=2, output_norm="layernorm"), (2, 5, 8)),
+    # BEiT's relative position bias (a class token and a 2x2 grid).
+    "RelativePositionAttention": (dict(num_heads=2, relative_position_grid=(2, 2)), (2, 5, 8)),
+    "DifferentialAttention": (dict(num_heads=2, lambda_init=0.3), (2, 5, 8)),
     "PatchEmbedding": (dict(hidden_size=8, patch_size=4, num_channels=3), (2, 8, 8, 3)),
     "PatchTokens": (dict(num_prefix_tokens=1, grid_size=(2, 2)), (2, 5, 8)),
     "PositionEmbedding": (dict(grid_size=(2, 2), num_prefix_tokens=1), (2, 5, 8)),
@@ -61,10 +67,16 @@ CASES = {
     "TokenPooling": (dict(mode="gap", num_prefix_tokens=1), (2, 5, 8)),
     # Variants, "<class>[<what>]": the options that add weights or change the computation.
     "EncoderBlock[parallel, differential]": (
-        dict(num_heads=2, mlp_dim=16, layer_scale_init=0.5, parallel=True, differential_lambda_init=0.3),
+        dict(
+            num_heads=2,
+            mlp_dim=16,
+            form="parallel",
+            layer_scale_init=0.5,
+            attention_options=dict(kind="differential", lambda_init=0.3),
+        ),
         (2, 5, 8),
-    ),
-    "EncoderBlock[post-norm]": (dict(num_heads=2, mlp_dim=16, post_norm=True), (2, 5, 8)),
+    ),  # fmt: skip
+    "EncoderBlock[post-norm]": (dict(num_heads=2, mlp_dim=16, form="post_norm"), (2, 5, 8)),
     "MultiHeadSelfAttention[grouped, qk norm]": (dict(num_heads=4, num_kv_heads=2, qk_norm="rmsnorm"), (2, 5, 8)),
     "RotaryEmbedding[mixed]": (
         dict(grid_size=(2, 2), head_dim=4, num_prefix_tokens=1, form="mixed", depth=2, num_heads=2),
@@ -359,3 +371,26 @@ def test_dense_gradients_are_keras_own(rng):
         gradients.append([variable.value.grad.numpy() for variable in layer.trainable_variables])
     for got, want in zip(*gradients):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "old, new_case",
+    [
+        # MultiHeadSelfAttention and EncoderBlock took every kind and form as flags before.
+        (dict(num_heads=2, relative_position_grid=(2, 2), differential_lambda_init=None), "RelativePositionAttention"),
+        (dict(num_heads=2, mlp_dim=16, layer_scale_init=0.5, parallel=True, post_norm=False,
+              differential_lambda_init=0.3, gelu_approximate=True, qk_norm=False),
+         "EncoderBlock[parallel, differential]"),
+        (dict(num_heads=2, mlp_dim=16, post_norm=True, parallel=False, relative_position_grid=None),
+         "EncoderBlock[post-norm]"),
+    ],
+)  # fmt: skip
+def test_a_config_written_before_the_kinds_were_classes_builds_the_same_layer(old, new_case):
+    keras.utils.set_random_seed(SEED)
+    layer, x = _built_layer(new_case)
+    rebuilt = type(layer).from_config(old)
+    rebuilt(x)
+    # The same sublayers and weights (the form's norms and scales, the kind's own weights).
+    assert [w.path.split("/", 1)[1] for w in rebuilt.weights] == [w.path.split("/", 1)[1] for w in layer.weights]
+    rebuilt.set_weights(layer.get_weights())
+    np.testing.assert_allclose(to_numpy(rebuilt(x)), to_numpy(layer(x)), atol=1e-6, rtol=0)

@@ -119,7 +119,7 @@ def test_fused_and_explicit_attention_equal_the_formula(rng, policy, head_dim, f
     # Both forms, forced on every backend through the one switch (the fused op, and the
     # written-out one that also returns weights), and in bfloat16 both places the scale can go.
     from keras_vit.layers import MultiHeadSelfAttention
-    from keras_vit.layers.attention import set_fused_attention
+    from keras_vit.layers.fused_attention import set_fused_attention
 
     layer = MultiHeadSelfAttention(num_heads=2, dtype=policy)
     x = rng.standard_normal((2, 9, 2 * head_dim)).astype("float32")
@@ -142,7 +142,7 @@ def test_fused_and_explicit_attention_equal_the_formula(rng, policy, head_dim, f
 def test_one_switch_chooses_the_attention_form(monkeypatch, setting, fused):
     # KERAS_VIT_FUSED_ATTN forces either form; set_fused_attention wins over it; the weights,
     # when asked for, always come from the written-out form; a wrong value is a clear error.
-    from keras_vit.layers import attention
+    from keras_vit.layers import fused_attention as attention
 
     default = keras.backend.backend() == "torch" or (
         keras.backend.backend() == "jax" and attention._jax_platform() != "cpu"
@@ -168,10 +168,11 @@ def test_flash_attention_is_declined_only_where_jax_gpus_have_no_backward_pass(r
     # training) the layer asks Keras for XLA's attention, instead of letting Keras try cuDNN's
     # in every block, log a traceback and fall back. Everywhere else Keras chooses (None).
     import keras_vit.layers.attention as attention_module
+    import keras_vit.layers.fused_attention as switch
     from keras_vit.layers import MultiHeadSelfAttention
 
-    monkeypatch.setattr(attention_module, "_jax_platform", lambda: "gpu")  # as JAX on a GPU says
-    monkeypatch.setattr(attention_module, "_override", [True])
+    monkeypatch.setattr(switch, "_jax_platform", lambda: "gpu")  # as JAX on a GPU says
+    monkeypatch.setattr(switch, "_override", [True])
     asked, fused = [], keras.ops.dot_product_attention
 
     def spy(*args, flash_attention=None, **kwargs):
@@ -199,7 +200,7 @@ def test_inline_sublayer_calls_equal_full_keras_calls(rng, monkeypatch, policy):
 
     # The direct path is taken on every backend here, not only in eager torch where it pays.
     monkeypatch.setattr(inline_module, "_inline_pays", lambda: True)
-    block = EncoderBlock(num_heads=4, mlp_dim=64, gelu_approximate=False, dtype=policy)
+    block = EncoderBlock(num_heads=4, mlp_dim=64, mlp_options=dict(gelu_approximate=False), dtype=policy)
     x = rng.standard_normal((2, 9, 32)).astype("float32")
     inline, weights = block(x, return_attention_scores=True)
     assert keras.backend.standardize_dtype(inline.dtype) == block.compute_dtype

@@ -166,7 +166,7 @@ def test_bad_rotary_options_are_clear_errors():
         RotaryEmbedding(GRID, 6)
     from keras_vit.models.spec import ViTSpec
 
-    with pytest.raises(ValueError, match=r"rope='dinov3' needs a head width divisible by 4.*is 6"):
+    with pytest.raises(ValueError, match=r"rope='dinov3' needs a head width divisible by 4.*got 6"):
         ViTSpec(hidden_size=36, num_heads=6, rope="dinov3")
     with pytest.raises(ValueError, match="rope must be one of"):
         ViTSpec(rope="cat")

@@ -75,8 +75,11 @@ def test_resnet_fields_by_prefix_and_nested_config():
         (dict(parallel_blocks=True, residual_post_norm=True), "parallel_blocks=True has one norm"),
         (
             dict(differential_attention=True, rope="axial", position_embedding="none"),
-            "differential_attention=True takes an even head width and no rotary embeddings.*got head width 64, "
-            "rope='axial'",
+            "differential_attention=True takes no rotary embeddings.*; got rope='axial'",
+        ),
+        (
+            dict(differential_attention=True, hidden_size=15, num_heads=5),
+            "differential attention takes an even head width; got head width 3",
         ),
         (dict(rope="mixed", num_kv_heads=1), "rope='mixed' turns each query head apart: it takes no num_kv_heads"),
     ],

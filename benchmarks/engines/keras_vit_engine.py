@@ -22,7 +22,7 @@ NUMERICS = (
     "default", "original", "timm", "hf", "hf_beit", "hf_dinov3", "hf_dinov2", "hf_dinov2_registers", "keras_hub_vit",
     "keras_hub_dinov2", "keras_hub_dinov3", "keras_hub_siglip", "keras_hub_clip",
 )  # fmt: skip
-# --fused-attention: the values of keras_vit.layers.attention.set_fused_attention.
+# --fused-attention: the values of keras_vit.layers.fused_attention.set_fused_attention.
 FUSED_ATTENTION = {"auto": None, "0": False, "1": True}
 
 backend = keras_steps.backend
@@ -45,7 +45,7 @@ def model(arch, numerics="default"):
 
 
 def _switch(fused_attention):
-    from keras_vit.layers.attention import set_fused_attention
+    from keras_vit.layers.fused_attention import set_fused_attention
 
     set_fused_attention(FUSED_ATTENTION[fused_attention])
 

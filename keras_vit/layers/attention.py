@@ -1,94 +1,23 @@
-"""Multi-head self-attention with one fused query/key/value projection.
-
-Attention has two forms, both in ``keras.ops``: the fused
-``keras.ops.dot_product_attention`` (each backend's own kernel: PyTorch's
-``scaled_dot_product_attention``, cuDNN or XLA's on JAX, flash attention where it runs) and
-the written-out softmax of the scores, which can also return the weights and drop them
-out. ``use_fused_attention`` is the one place that chooses between them, and
-``KERAS_VIT_FUSED_ATTN`` (or ``set_fused_attention``) overrides it, as timm's
-``TIMM_FUSED_ATTN`` does.
+"""Multi-head self-attention with one fused query/key/value projection, and its kinds:
+the plain one (grouped key/value heads, query/key norms and rotary turns are its options,
+as they go with every kind), BEiT's relative position bias and differential attention,
+each a subclass that overrides one step. The fused or written-out form is chosen by
+``keras_vit.layers.fused_attention``.
 """
 
-import functools
 import math
-import os
 
 import keras
 import numpy as np
 from keras import ops
 
+from keras_vit.layers import legacy
 from keras_vit.layers.dense import Dense
+from keras_vit.layers.fused_attention import _flash_attention, use_fused_attention
 from keras_vit.layers.initializers import deferrable, deferrable_weight
 from keras_vit.layers.inline import call_inline, composite_config, sublayer_policy
 from keras_vit.layers.layer_norm import make_norm
 from keras_vit.layers.rotary import rotate
-
-FUSED_ATTENTION_ENV = "KERAS_VIT_FUSED_ATTN"
-_override = []  # set_fused_attention's value, when set
-
-
-def set_fused_attention(enabled):
-    """Runs every attention layer fused (``True``), written out (``False``), or as
-    ``use_fused_attention`` chooses by default (``None``); for this process, from the
-    next trace or eager call on. The environment variable ``KERAS_VIT_FUSED_ATTN=0`` or
-    ``=1`` does the same before start-up. Written out is the reference form: parity
-    tests and debugging use it to rule the backends' kernels out.
-
-    >>> set_fused_attention(False); use_fused_attention()
-    False
-    >>> set_fused_attention(None)
-    """
-    if enabled not in (True, False, None):
-        raise ValueError(f"set_fused_attention takes True, False or None; got {enabled!r}.")
-    _override[:] = [] if enabled is None else [enabled]
-
-
-def _environment_override():
-    value = os.environ.get(FUSED_ATTENTION_ENV, "").strip().lower()
-    if value in ("", "auto"):
-        return None
-    if value in ("1", "true", "on"):
-        return True
-    if value in ("0", "false", "off"):
-        return False
-    raise ValueError(f"{FUSED_ATTENTION_ENV} must be 0, 1 or auto; got {value!r}.")
-
-
-def use_fused_attention(needs_weights=False):
-    """Whether attention runs as the fused ``keras.ops.dot_product_attention``.
-
-    Never where the weights themselves are needed (returned, or dropped out). Otherwise
-    ``set_fused_attention``'s value, else ``KERAS_VIT_FUSED_ATTN``'s, else the default:
-    fused on PyTorch and on JAX on an accelerator, written out on TensorFlow (whose
-    ``dot_product_attention`` is two einsums) and on JAX on a CPU (the benchmark's
-    ``--fused-attention`` rows in docs/performance.md chose it).
-    """
-    if needs_weights:
-        return False
-    if _override:
-        return _override[0]
-    forced = _environment_override()
-    if forced is not None:
-        return forced
-    backend = keras.config.backend()
-    return backend == "torch" or (backend == "jax" and _jax_platform() != "cpu")
-
-
-def _flash_attention(length, training):
-    """``keras.ops.dot_product_attention``'s ``flash_attention``: None (Keras chooses), or
-    False on JAX on a GPU in training at an odd token count (a class token and a square
-    grid: 197 at 224/16), where cuDNN's fused attention has no backward pass and Keras
-    would try it in every block, log the error and fall back; this asks for XLA's directly.
-    """
-    if keras.config.backend() == "jax" and training and length % 2 and _jax_platform() in ("gpu", "cuda"):
-        return False
-    return None
-
-
-@functools.cache
-def _jax_platform():
-    """``"cpu"``, ``"gpu"`` or ``"tpu"``: where JAX computes."""
-    return keras.distribution.list_devices()[0].split(":")[0].lower()
 
 
 def relative_position_index(grid_size):
@@ -120,9 +49,37 @@ def differential_lambda_init(index):
     return 0.8 - 0.6 * math.exp(-0.3 * index)
 
 
+def check_heads(width, num_heads, what="width"):
+    """Attention's first rule: the heads divide the token width (``what`` names the width
+    in the message). The spec and the layers ask it here."""
+    if width % num_heads:
+        raise ValueError(f"{what} {width} is not divisible by num_heads {num_heads}.")
+
+
+def check_kv_heads(num_heads, num_kv_heads):
+    """Grouped-query attention's one rule: the key/value heads divide the query heads.
+    The spec and the layer both ask it here.
+
+    >>> check_kv_heads(4, 3)
+    Traceback (most recent call last):
+    ...
+    ValueError: num_kv_heads 3 does not divide num_heads 4.
+    """
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_kv_heads {num_kv_heads} does not divide num_heads {num_heads}.")
+
+
+def check_differential_head_width(head_dim):
+    """Differential attention's rule: each head's channels split into two halves. The spec
+    and the layer ask it here."""
+    if head_dim % 2:
+        raise ValueError(f"differential attention takes an even head width; got head width {head_dim}.")
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
-    """Scaled dot-product self-attention over all tokens.
+    """Scaled dot-product self-attention over all tokens: the plain kind, and the base of
+    the others (``RelativePositionAttention``, ``DifferentialAttention``).
 
     Query, key and value come from one ``(width, 3 * width)`` matmul (columns ordered
     query | key | value, heads contiguous inside each): one large matmul instead of
@@ -140,32 +97,18 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qkv_bias: add a bias to the query, key and value projections (the paper's and
             timm's default; some timm models have none).
         out_bias: add a bias to the output projection (AIMv2's has none).
-        relative_position_grid: ``(rows, cols)`` of the patch grid for a learned bias on the
-            attention logits by the two tokens' relative position (BEiT's; weight
-            ``relative_position_bias``, one value per head and offset, read through
-            ``relative_position_index``; the tokens must be a class token then that grid);
-            None for none.
-        rope_interleaved: the rotary table's channel pairs are neighbours (``rotate``'s
-            ``interleaved``; EVA-02's), not the two halves (DINOv3's).
-        output_norm: a norm of this kind (``"layernorm"``, ``"rmsnorm"``) on the heads'
-            output before the output projection (sublayer ``norm``; EVA-02 CLIP's and
-            BEiT-3's, timm's ``scale_attn_inner`` / ``scale_attn_norm``); None for none.
-        output_norm_epsilon: its epsilon, and the query/key norms'.
         num_kv_heads: key and value heads, each shared by ``num_heads / num_kv_heads``
             query heads (grouped-query attention: ``qkv`` projects to ``(num_heads + 2
             num_kv_heads) head_dim`` columns, query | key | value); None: ``num_heads``.
-        qk_norm: a norm of this kind on each head's queries and keys (sublayers ``q_norm``,
-            ``k_norm``, over the head's channels), before the rotary turn; None for none.
-        differential_lambda_init: differential attention (Ye et al., "Differential
-            Transformer", 2024; timm's ``DiffAttention``) with this starting part of its
-            weight (``differential_lambda_init(block index)``); None: the ordinary kind.
-            Each head's queries and keys split in two halves, two softmax maps, the
-            second subtracted with a learned weight ``exp(q1 . k1) - exp(q2 . k2) +
-            lambda_init`` (weights ``lambda_q1``, ``lambda_k1``, ``lambda_q2``, ``lambda_k2``,
-            one value per half-head channel); the heads' output RMS-normed (sublayer
-            ``sub_norm``) and scaled by ``1 - lambda_init``. Always written out (two maps
-            of another width than the values'); the attention weights returned are the
-            difference.
+        qk_norm: a norm of this kind (``"layernorm"``, ``"rmsnorm"``) on each head's
+            queries and keys (sublayers ``q_norm``, ``k_norm``, over the head's channels),
+            before the rotary turn; None for none.
+        output_norm: a norm of this kind on the heads' output before the output projection
+            (sublayer ``norm``; EVA-02 CLIP's and BEiT-3's, timm's ``scale_attn_inner`` /
+            ``scale_attn_norm``); None for none.
+        output_norm_epsilon: its epsilon, and the query/key norms'.
+        rope_interleaved: the rotary table's channel pairs are neighbours (``rotate``'s
+            ``interleaved``; EVA-02's), not the two halves (DINOv3's).
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
 
     Call with ``rope=`` a ``RotaryEmbedding``'s table to turn the queries and keys by it
@@ -184,39 +127,37 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def __init__(
         self,
         num_heads,
+        *,
         attention_dropout_rate=0.0,
         qkv_bias=True,
         out_bias=True,
-        relative_position_grid=None,
-        rope_interleaved=False,
-        output_norm=None,
-        output_norm_epsilon=1e-6,
         num_kv_heads=None,
         qk_norm=None,
-        differential_lambda_init=None,
+        output_norm=None,
+        output_norm_epsilon=1e-6,
+        rope_interleaved=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        lambda_init = differential_lambda_init
-        self.differential_lambda_init = None if lambda_init is None else float(lambda_init)
-        self.num_kv_heads = int(num_heads if num_kv_heads is None else num_kv_heads)
-        if num_heads % self.num_kv_heads:
-            raise ValueError(f"num_kv_heads {self.num_kv_heads} does not divide num_heads {num_heads}.")
-        self.qk_norm = qk_norm
-        self.rope_interleaved = bool(rope_interleaved)
-        self.output_norm = output_norm
-        self.output_norm_epsilon = float(output_norm_epsilon)
-        grid = relative_position_grid
-        self.relative_position_grid = None if grid is None else tuple(int(side) for side in grid)
-        self.out_bias = bool(out_bias)
         self.num_heads = int(num_heads)
+        self.num_kv_heads = int(num_heads if num_kv_heads is None else num_kv_heads)
+        check_kv_heads(self.num_heads, self.num_kv_heads)
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.qkv_bias = bool(qkv_bias)
+        self.out_bias = bool(out_bias)
+        self.qk_norm = qk_norm
+        self.output_norm = output_norm
+        self.output_norm_epsilon = float(output_norm_epsilon)
+        self.rope_interleaved = bool(rope_interleaved)
+
+    @classmethod
+    def from_config(cls, config):
+        kind, config = legacy.attention_config(config)
+        return keras.layers.Layer.from_config.__func__(ATTENTION_KINDS[kind] if kind else cls, config)
 
     def build(self, input_shape):
         width = input_shape[-1]
-        if width % self.num_heads:
-            raise ValueError(f"{self.name}: width {width} is not divisible by num_heads {self.num_heads}.")
+        check_heads(width, self.num_heads, f"{self.name}: width")
         self.head_dim = width // self.num_heads
         # Made and built here, inside this layer's name scope, so that their paths
         # (".../attention/qkv") are complete: a reloaded quantized layer finds their
@@ -242,50 +183,22 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 make_norm(self.output_norm, self.output_norm_epsilon, name="norm", dtype=sublayer_policy(self, "norm"))
             )
             self.norm.build(input_shape)
-        if self.differential_lambda_init is not None:
-            self._build_differential()
+        self._build_kind()
         self.attention_dropout = keras.layers.Dropout(
             self.attention_dropout_rate, name="attention_dropout", dtype=sublayer_policy(self, "attention_dropout")
         )
         # Built although it has no weights: see `call_inline`.
         self.attention_dropout.build((None, self.num_heads, input_shape[1], input_shape[1]))
-        self._relative_index = None
-        if self.relative_position_grid is not None:
-            self._relative_index = relative_position_index(self.relative_position_grid)
-            self.relative_position_bias = self.add_weight(
-                name="relative_position_bias",
-                shape=(int(self._relative_index.max()) + 1, self.num_heads),
-                initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-            )
 
-    def _build_differential(self):
-        if self.head_dim % 2 or self.num_kv_heads != self.num_heads or self.qk_norm or self.relative_position_grid:
-            raise ValueError(
-                f"{self.name}: differential attention takes an even head width and no grouped heads, query/key "
-                f"norm or relative position bias; got head width {self.head_dim}, num_kv_heads {self.num_kv_heads}, "
-                f"qk_norm {self.qk_norm!r}, relative_position_grid {self.relative_position_grid}."
-            )
-        for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
-            setattr(self, name, deferrable_weight(
-                self, name=name, shape=(self.head_dim // 2,), dtype="float32", autocast=False,
-                initializer=keras.initializers.RandomNormal(stddev=0.1),
-            ))  # fmt: skip
-        # timm's RmsNorm, epsilon fixed at 1e-5 whatever the model's norms take.
-        self.sub_norm = deferrable(make_norm("rmsnorm", 1e-5, name="sub_norm", dtype=sublayer_policy(self, "sub_norm")))
-        self.sub_norm.build((None, self.head_dim))
+    def _build_kind(self):
+        """A kind's own weights and sublayers (none for the plain kind)."""
 
     def call(self, tokens, return_attention_scores=False, training=None, as_rows=False, rope=None):
         length, width = ops.shape(tokens)[1], tokens.shape[2]  # length: a tensor where the graph has none
         qkv = self._qkv(tokens, length, width)
         if rope is not None or self.q_norm is not None or self.num_kv_heads != self.num_heads:
             qkv = self._per_head(qkv, rope)
-        dropout = bool(training) and self.attention_dropout_rate > 0
-        if self.differential_lambda_init is not None:
-            out, weights = self._differential_attention(qkv, training)
-        elif use_fused_attention(needs_weights=return_attention_scores or dropout):
-            out, weights = self._fused_attention(qkv, training), None
-        else:
-            out, weights = self._explicit_attention(qkv, training)
+        out, weights = self._attend(qkv, training, needs_weights=return_attention_scores)
         out = self._project_out(out, length, width, as_rows)
         return (out, weights) if return_attention_scores else out
 
@@ -313,23 +226,26 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             key, value = ops.repeat(key, groups, axis=2), ops.repeat(value, groups, axis=2)
         return ops.stack([query, key, value], axis=2)
 
+    def _attend(self, qkv, training, needs_weights):
+        """``(heads' output (batch, length, heads, dim), weights or None)``: fused, or
+        written out where the weights are returned or dropped out."""
+        dropout = bool(training) and self.attention_dropout_rate > 0
+        if use_fused_attention(needs_weights=needs_weights or dropout):
+            return self._fused_attention(qkv, training), None
+        return self._explicit_attention(qkv, training)
+
     def _logit_bias(self, dtype):
-        """The relative position bias, ``(1, heads, tokens, tokens)``; None without one."""
-        if self._relative_index is None:
-            return None
-        length = self._relative_index.shape[0]
-        table = ops.take(ops.cast(self.relative_position_bias, dtype), self._relative_index.reshape(-1), axis=0)
-        return ops.expand_dims(ops.transpose(ops.reshape(table, (length, length, self.num_heads)), (2, 0, 1)), 0)
+        """A bias on the attention logits, ``(1, heads, tokens, tokens)``; None for none."""
+        return None
 
     def _fused_attention(self, qkv, training):
         # Unstacked, not sliced: the gradient of an unstack is one stack, where three
         # slices each write a zero-filled gradient of the whole qkv tensor, then summed.
         query, key, value = ops.unstack(qkv, 3, axis=2)  # (batch, length, heads, dim)
-        flash = _flash_attention(query.shape[1], training)
         bias = self._logit_bias(query.dtype)
         if bias is not None:
             return ops.dot_product_attention(query, key, value, bias=bias, flash_attention=False)
-        return ops.dot_product_attention(query, key, value, flash_attention=flash)
+        return ops.dot_product_attention(query, key, value, flash_attention=_flash_attention(query.shape[1], training))
 
     def _project_out(self, heads, length, width, as_rows):
         # heads: (batch, length, heads, dim)
@@ -359,7 +275,83 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         dropped = call_inline(self.attention_dropout, weights, training=training)
         return ops.transpose(ops.matmul(dropped, value), (0, 2, 1, 3)), weights
 
-    def _differential_attention(self, qkv, training):
+    def get_config(self):
+        return composite_config(self, super().get_config())
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class RelativePositionAttention(MultiHeadSelfAttention):
+    """Attention with BEiT's learned bias on the logits by the two tokens' relative position
+    (weight ``relative_position_bias``, one value per head and offset, read through
+    ``relative_position_index``; the tokens must be a class token then the grid).
+
+    Args:
+        num_heads: see ``MultiHeadSelfAttention``, as the others.
+        relative_position_grid: ``(rows, cols)`` of the patch grid.
+
+    Examples:
+        >>> import numpy as np
+        >>> layer = RelativePositionAttention(2, relative_position_grid=(2, 2))
+        >>> tuple(layer(np.zeros((1, 5, 8), "float32")).shape), tuple(layer.relative_position_bias.shape)
+        ((1, 5, 8), (12, 2))
+    """
+
+    def __init__(self, num_heads, *, relative_position_grid, **kwargs):
+        super().__init__(num_heads, **kwargs)
+        self.relative_position_grid = tuple(int(side) for side in relative_position_grid)
+
+    def _build_kind(self):
+        self._relative_index = relative_position_index(self.relative_position_grid)
+        self.relative_position_bias = self.add_weight(
+            name="relative_position_bias",
+            shape=(int(self._relative_index.max()) + 1, self.num_heads),
+            initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+        )
+
+    def _logit_bias(self, dtype):
+        length = self._relative_index.shape[0]
+        table = ops.take(ops.cast(self.relative_position_bias, dtype), self._relative_index.reshape(-1), axis=0)
+        return ops.expand_dims(ops.transpose(ops.reshape(table, (length, length, self.num_heads)), (2, 0, 1)), 0)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class DifferentialAttention(MultiHeadSelfAttention):
+    """Differential attention (Ye et al., "Differential Transformer", 2024; timm's
+    ``DiffAttention``): each head's queries and keys split in two halves, two softmax maps,
+    the second subtracted with a learned weight ``exp(q1 . k1) - exp(q2 . k2) +
+    lambda_init`` (weights ``lambda_q1``, ``lambda_k1``, ``lambda_q2``, ``lambda_k2``, one
+    value per half-head channel); the heads' output RMS-normed (sublayer ``sub_norm``) and
+    scaled by ``1 - lambda_init``. Always written out (two maps of another width than the
+    values'); the attention weights returned are the difference.
+
+    Args:
+        num_heads: see ``MultiHeadSelfAttention``, as the others.
+        lambda_init: the starting part of the weight (``differential_lambda_init(block index)``).
+
+    Examples:
+        >>> import numpy as np
+        >>> layer = DifferentialAttention(2, lambda_init=0.2)
+        >>> out, weights = layer(np.zeros((1, 5, 8), "float32"), return_attention_scores=True)
+        >>> tuple(out.shape), tuple(weights.shape), tuple(layer.lambda_q1.shape)
+        ((1, 5, 8), (1, 2, 5, 5), (2,))
+    """
+
+    def __init__(self, num_heads, *, lambda_init, **kwargs):
+        super().__init__(num_heads, **kwargs)
+        self.lambda_init = float(lambda_init)
+
+    def _build_kind(self):
+        check_differential_head_width(self.head_dim)
+        for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+            setattr(self, name, deferrable_weight(
+                self, name=name, shape=(self.head_dim // 2,), dtype="float32", autocast=False,
+                initializer=keras.initializers.RandomNormal(stddev=0.1),
+            ))  # fmt: skip
+        # timm's RmsNorm, epsilon fixed at 1e-5 whatever the model's norms take.
+        self.sub_norm = deferrable(make_norm("rmsnorm", 1e-5, name="sub_norm", dtype=sublayer_policy(self, "sub_norm")))
+        self.sub_norm.build((None, self.head_dim))
+
+    def _attend(self, qkv, training, needs_weights):
         # Each head's query and key channels are two half-heads (2h and 2h + 1 of twice the
         # heads), its value channels whole: two maps over the same values.
         query, key, value = ops.unstack(qkv, 3, axis=2)  # (batch, length, heads, dim)
@@ -377,12 +369,24 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         weight = (
             ops.exp(ops.sum(self.lambda_q1 * self.lambda_k1))
             - ops.exp(ops.sum(self.lambda_q2 * self.lambda_k2))
-            + self.differential_lambda_init
+            + self.lambda_init
         )
         weights = maps[:, :, 0] - weight * maps[:, :, 1]  # (batch, heads, length, length)
         weights = ops.cast(weights, qkv.dtype)
-        heads = call_inline(self.sub_norm, ops.matmul(weights, value)) * (1.0 - self.differential_lambda_init)
+        heads = call_inline(self.sub_norm, ops.matmul(weights, value)) * (1.0 - self.lambda_init)
         return ops.transpose(heads, (0, 2, 1, 3)), weights
 
-    def get_config(self):
-        return composite_config(self, super().get_config())
+
+# The attention kinds by the name an EncoderBlock's ``attention`` options give (``"kind"``).
+ATTENTION_KINDS = {
+    "plain": MultiHeadSelfAttention,
+    "relative_position": RelativePositionAttention,
+    "differential": DifferentialAttention,
+}
+
+
+def attention_layer(kind="plain", **options):
+    """The attention layer of ``kind`` (an ``ATTENTION_KINDS`` name) with ``options``."""
+    if kind not in ATTENTION_KINDS:
+        raise ValueError(f"attention kind must be one of {sorted(ATTENTION_KINDS)}; got {kind!r}.")
+    return ATTENTION_KINDS[kind](**options)

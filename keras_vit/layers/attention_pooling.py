@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.attention import check_heads
 from keras_vit.layers.dense import Dense
 from keras_vit.layers.encoder_block import MlpBlock
 from keras_vit.layers.initializers import deferrable, deferrable_weight
@@ -66,8 +67,7 @@ class AttentionPooling(keras.layers.Layer):
 
     def build(self, input_shape):
         width = input_shape[-1]
-        if width % self.num_heads:
-            raise ValueError(f"{self.name}: width {width} is not divisible by num_heads {self.num_heads}.")
+        check_heads(width, self.num_heads, f"{self.name}: width")
         # Sublayers made and built here, in this layer's name scope, so that their paths
         # are complete (see EncoderBlock.build).
         self.latent = deferrable_weight(
@@ -87,7 +87,11 @@ class AttentionPooling(keras.layers.Layer):
         )
         self.norm.build((None, width))
         self.mlp = MlpBlock(
-            self.mlp_dim, 0.0, self.gelu_approximate, self.mlp_activation, name="mlp", dtype=self.dtype_policy
+            self.mlp_dim,
+            gelu_approximate=self.gelu_approximate,
+            activation=self.mlp_activation,
+            name="mlp",
+            dtype=self.dtype_policy,
         )
         self.mlp.build((None, width))
 

@@ -3,8 +3,9 @@
 import keras
 from keras import ops
 
+from keras_vit.layers import legacy
 from keras_vit.layers.activations import mlp_activation
-from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.attention import attention_layer
 from keras_vit.layers.dense import Dense
 from keras_vit.layers.initializers import deferrable
 from keras_vit.layers.inline import call_inline, composite_config, sublayer_policy
@@ -65,6 +66,7 @@ class MlpBlock(keras.layers.Layer):
     def __init__(
         self,
         mlp_dim,
+        *,
         dropout_rate=0.0,
         gelu_approximate=True,
         activation="gelu",
@@ -134,44 +136,83 @@ class MlpBlock(keras.layers.Layer):
         return composite_config(self, super().get_config())
 
 
+class PreNorm:
+    """``x + MSA(LN(x))`` then ``x + MLP(LN(x))``: the paper's block form (eq. 2-3)."""
+
+    mlp_branch = True  # the MLP a residual branch of its own, after norm2
+
+    @staticmethod
+    def forward(block, x, return_attention_scores, training, rope):
+        # The residual stream stays on the 2-D token rows that the attention's output
+        # projection and fc2 compute, so that TensorFlow can fuse each add into that matmul.
+        rows = ops.reshape(x, (-1, x.shape[-1]))
+        y, weights = block.attend(call_inline(block.norm1, x), return_attention_scores, training, rope)
+        rows = rows + block.residual(y, x, training, block.layer_scale1)
+        mlp = block.mlp_rows(call_inline(block.norm2, rows), x, training)
+        return rows + block.residual(mlp, x, training, block.layer_scale2), weights
+
+
+class PostNorm:
+    """``x + norm1(MSA(x))`` then ``x + norm2(MLP(x))``: the norms on the attention's and the
+    MLP's outputs, inside the residual (timm's ``ResPostBlock``, ``EvaBlockPostNorm``)."""
+
+    mlp_branch = True
+
+    @staticmethod
+    def forward(block, x, return_attention_scores, training, rope):
+        rows = ops.reshape(x, (-1, x.shape[-1]))
+        y, weights = block.attend(x, return_attention_scores, training, rope)
+        rows = rows + block.residual(call_inline(block.norm1, y), x, training, block.layer_scale1)
+        mlp = call_inline(block.norm2, block.mlp_rows(rows, x, training))
+        return rows + block.residual(mlp, x, training, block.layer_scale2), weights
+
+
+class Parallel:
+    """``x + MSA(LN(x)) + MLP(LN(x))``: the attention and the MLP side by side on ``norm1``'s
+    output, their sum one residual branch (ViT-22B's; timm's ``ParallelScalingBlock``): no
+    ``norm2`` and one LayerScale (``layer_scale1``)."""
+
+    mlp_branch = False
+
+    @staticmethod
+    def forward(block, x, return_attention_scores, training, rope):
+        rows = ops.reshape(x, (-1, x.shape[-1]))
+        normed = call_inline(block.norm1, x)
+        y, weights = block.attend(normed, return_attention_scores, training, rope)
+        y = y + block.mlp_rows(ops.reshape(normed, ops.shape(rows)), x, training)
+        return rows + block.residual(y, x, training, block.layer_scale1), weights
+
+
+# The block forms by the name an EncoderBlock's ``form`` gives. Not layers: a form is how
+# the block wires its sublayers, and every form's block saves as an EncoderBlock.
+BLOCK_FORMS = {"pre_norm": PreNorm, "post_norm": PostNorm, "parallel": Parallel}
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class EncoderBlock(keras.layers.Layer):
-    """``x + MSA(LN(x))`` then ``x + MLP(LN(x))`` (the paper's eq. 2-3).
+    """A Transformer encoder block: attention then MLP, each residual, in one of the
+    ``BLOCK_FORMS``: the paper's ``x + MSA(LN(x))`` then ``x + MLP(LN(x))`` (eq. 2-3), the
+    residual post-norm one or the parallel one.
 
     Args:
         num_heads: attention heads.
         mlp_dim: MLP hidden width.
+        form: ``"pre_norm"`` (the paper's), ``"post_norm"`` (``PostNorm``) or ``"parallel"``
+            (``Parallel``).
+        attention_options: the attention's options: ``"kind"`` (a name of
+            ``keras_vit.layers.attention.ATTENTION_KINDS``; default ``"plain"``) and that
+            class's arguments (``qkv_bias``, ``num_kv_heads``, ``qk_norm``, ...); its norms'
+            epsilon defaults to ``layer_norm_epsilon``.
+        mlp_options: ``MlpBlock``'s arguments (``gelu_approximate``, ``activation``, ``gated``,
+            ``use_bias``, ``hidden_norm``); its norm's epsilon defaults to ``layer_norm_epsilon``.
         dropout_rate: dropout after attention and in the MLP.
-        attention_dropout_rate: dropout on the attention weights.
         drop_path_rate: stochastic-depth rate of both residual branches.
-        layer_norm_epsilon: 1e-6 in the original code and timm, 1e-12 in HF transformers.
-        gelu_approximate: see ``MlpBlock``.
-        qkv_bias: see ``MultiHeadSelfAttention``.
-        mlp_activation: the MLP's ``activation``, see ``MlpBlock``.
-        gated_mlp: see ``MlpBlock``'s ``gated``.
-        proj_bias: biases on the attention's output projection and the MLP's two.
         norm_type: ``"layernorm"`` or ``"rmsnorm"`` (``keras_vit.layers.layer_norm.make_norm``).
+        layer_norm_epsilon: 1e-6 in the original code and timm, 1e-12 in HF transformers.
         layer_scale_init: scale each residual branch by a ``LayerScale`` starting at this
             value (sublayers ``layer_scale1`` and ``layer_scale2``); None for none.
-        relative_position_grid: the patch grid of the attention's relative position bias
-            (see ``MultiHeadSelfAttention``); None for none.
-        rope_interleaved: see ``MultiHeadSelfAttention``.
-        attention_norm: a norm (``norm_type``) on the attention's heads before its output
-            projection (``MultiHeadSelfAttention``'s ``output_norm``).
-        mlp_norm: a norm (``norm_type``) on the MLP's hidden state (``MlpBlock``'s ``hidden_norm``).
-        num_kv_heads: see ``MultiHeadSelfAttention``.
-        qk_norm: a norm (``norm_type``) on each head's queries and keys (see
-            ``MultiHeadSelfAttention``).
         layer_scale_mlp: with ``layer_scale_init``, the MLP's branch scaled too (sublayer
             ``layer_scale2``); False: the attention's alone.
-        parallel: the attention and the MLP side by side on ``norm1``'s output, their sum
-            one residual branch (ViT-22B's; timm's ``ParallelScalingBlock``): ``x +
-            MSA(LN(x)) + MLP(LN(x))``, no ``norm2`` and one LayerScale (``layer_scale1``).
-        differential_lambda_init: differential attention (see ``MultiHeadSelfAttention``);
-            None: the ordinary kind.
-        post_norm: ``norm1`` and ``norm2`` on the attention's and the MLP's outputs, inside
-            the residual: ``x + norm1(MSA(x))`` then ``x + norm2(MLP(x))`` (timm's
-            ``ResPostBlock``, ``EvaBlockPostNorm``).
         remat: rematerialise the block in training (``keras.remat``): its activations are
             recomputed in the backward pass instead of kept; the same function.
         **kwargs: ``Layer`` arguments (``name``, ``dtype``, ...).
@@ -195,59 +236,38 @@ class EncoderBlock(keras.layers.Layer):
         self,
         num_heads,
         mlp_dim,
+        *,
+        form="pre_norm",
+        attention_options=None,
+        mlp_options=None,
         dropout_rate=0.0,
-        attention_dropout_rate=0.0,
         drop_path_rate=0.0,
-        layer_norm_epsilon=1e-6,
-        gelu_approximate=True,
-        qkv_bias=True,
-        mlp_activation="gelu",
-        layer_scale_init=None,
-        gated_mlp=False,
-        proj_bias=True,
         norm_type="layernorm",
-        remat=False,
-        relative_position_grid=None,
-        rope_interleaved=False,
-        attention_norm=False,
-        mlp_norm=False,
-        post_norm=False,
-        num_kv_heads=None,
-        qk_norm=False,
+        layer_norm_epsilon=1e-6,
+        layer_scale_init=None,
         layer_scale_mlp=True,
-        parallel=False,
-        differential_lambda_init=None,
+        remat=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.parallel = bool(parallel)
-        lambda_init = differential_lambda_init
-        self.differential_lambda_init = None if lambda_init is None else float(lambda_init)
-        if self.parallel and post_norm:
-            raise ValueError("parallel blocks have one norm, on their input: they take no post_norm.")
-        self.post_norm = bool(post_norm)
-        self.num_kv_heads = None if num_kv_heads is None else int(num_kv_heads)
-        self.qk_norm = bool(qk_norm)
-        self.layer_scale_mlp = bool(layer_scale_mlp)
-        self.rope_interleaved = bool(rope_interleaved)
-        self.attention_norm = bool(attention_norm)
-        self.mlp_norm = bool(mlp_norm)
-        grid = relative_position_grid
-        self.relative_position_grid = None if grid is None else tuple(int(side) for side in grid)
-        self.remat = bool(remat)
-        self.gated_mlp = bool(gated_mlp)
-        self.proj_bias = bool(proj_bias)
-        self.norm_type = norm_type
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
+        if form not in BLOCK_FORMS:
+            raise ValueError(f"form must be one of {sorted(BLOCK_FORMS)}; got {form!r}.")
+        self.form = form
+        self.attention_options = dict(attention_options or {})
+        self.mlp_options = dict(mlp_options or {})
         self.dropout_rate = float(dropout_rate)
-        self.attention_dropout_rate = float(attention_dropout_rate)
         self.drop_path_rate = float(drop_path_rate)
+        self.norm_type = norm_type
         self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.gelu_approximate = bool(gelu_approximate)
-        self.qkv_bias = bool(qkv_bias)
-        self.mlp_activation = mlp_activation
         self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
+        self.layer_scale_mlp = bool(layer_scale_mlp)
+        self.remat = bool(remat)
+
+    @classmethod
+    def from_config(cls, config):
+        return super().from_config(legacy.block_config(config))
 
     def build(self, input_shape):
         # Sublayers are made and built here, in this layer's name scope, so that their
@@ -261,23 +281,20 @@ class EncoderBlock(keras.layers.Layer):
             return deferrable(make_norm(self.norm_type, epsilon, name=name, dtype=sublayer_policy(self, name)))
 
         self.norm1 = norm("norm1")
-        self.attention = MultiHeadSelfAttention(
-            self.num_heads, self.attention_dropout_rate, self.qkv_bias, self.proj_bias, self.relative_position_grid,
-            self.rope_interleaved, self.norm_type if self.attention_norm else None, epsilon, self.num_kv_heads,
-            self.norm_type if self.qk_norm else None, self.differential_lambda_init, name="attention",
-            dtype=self.dtype_policy,
+        self.attention = attention_layer(
+            num_heads=self.num_heads, **{"output_norm_epsilon": epsilon, **self.attention_options},
+            name="attention", dtype=self.dtype_policy,
         )  # fmt: skip
-        self.norm2 = None if self.parallel else norm("norm2")
+        mlp_branch = BLOCK_FORMS[self.form].mlp_branch
+        self.norm2 = norm("norm2") if mlp_branch else None
         self.mlp = MlpBlock(
-            self.mlp_dim, self.dropout_rate, self.gelu_approximate, self.mlp_activation, self.gated_mlp,
-            self.proj_bias, self.norm_type if self.mlp_norm else None, epsilon, name="mlp", dtype=self.dtype_policy,
+            self.mlp_dim, dropout_rate=self.dropout_rate, **{"hidden_norm_epsilon": epsilon, **self.mlp_options},
+            name="mlp", dtype=self.dtype_policy,
         )  # fmt: skip
         self.layer_scale1 = self.layer_scale2 = None
         if self.layer_scale_init is not None:
             # The MLP's own only where it has a branch of its own, and asks for one.
-            names = (
-                ("layer_scale1", "layer_scale2") if self.layer_scale_mlp and not self.parallel else ("layer_scale1",)
-            )
+            names = ("layer_scale1", "layer_scale2") if self.layer_scale_mlp and mlp_branch else ("layer_scale1",)
             for name in names:
                 layer = LayerScale(self.layer_scale_init, name=name, dtype=sublayer_policy(self, name))
                 layer.build((None, input_shape[-1]))
@@ -300,11 +317,8 @@ class EncoderBlock(keras.layers.Layer):
             return rematerialised(lambda tokens: self._forward(tokens, False, training, rope), x, generators)
         return self._forward(x, return_attention_scores, training, rope)
 
-    def _forward(self, x, return_attention_scores, training, rope=None):
-        # The residual stream stays on the 2-D token rows that the attention's output
-        # projection and fc2 compute, so that TensorFlow can fuse each add into that matmul.
-        rows = ops.reshape(x, (-1, x.shape[-1]))
-        normed = x if self.post_norm else call_inline(self.norm1, x)
+    def attend(self, normed, return_attention_scores, training, rope):
+        """The attention on ``normed`` tokens: its output rows, and its weights or None."""
         y = call_inline(
             self.attention,
             normed,
@@ -313,28 +327,23 @@ class EncoderBlock(keras.layers.Layer):
             as_rows=True,
             rope=rope,
         )
-        y, weights = y if return_attention_scores else (y, None)
-        if self.parallel:  # the MLP on the same normed tokens, one branch
-            y = y + self._mlp(ops.reshape(normed, ops.shape(rows)), x, training)
-        elif self.post_norm:
-            y = call_inline(self.norm1, y)
-        rows = rows + self._residual(y, x, training, self.layer_scale1)
-        if not self.parallel:
-            mlp = self._mlp(rows if self.post_norm else call_inline(self.norm2, rows), x, training)
-            if self.post_norm:
-                mlp = call_inline(self.norm2, mlp)
-            rows = rows + self._residual(mlp, x, training, self.layer_scale2)
+        return y if return_attention_scores else (y, None)
+
+    def _forward(self, x, return_attention_scores, training, rope=None):
+        rows, weights = BLOCK_FORMS[self.form].forward(self, x, return_attention_scores, training, rope)
         x = ops.reshape(rows, ops.shape(x))
         return (x, weights) if return_attention_scores else x
 
-    def _mlp(self, rows, x, training):
+    def mlp_rows(self, rows, x, training):
+        """The MLP on token ``rows`` (of the tokens ``x``)."""
         if training and self.dropout_rate > 0:  # the MLP's dropouts over the tokens' view
             return ops.reshape(
                 call_inline(self.mlp, ops.reshape(rows, ops.shape(x)), training=training), ops.shape(rows)
             )
         return call_inline(self.mlp, rows, training=training)
 
-    def _residual(self, branch, x, training, layer_scale):
+    def residual(self, branch, x, training, layer_scale):
+        """A residual branch: its LayerScale, dropout and stochastic depth."""
         if layer_scale is not None:
             branch = call_inline(layer_scale, branch)
         branch = dropout_rows(self.dropout, branch, x, training)

@@ -131,14 +131,24 @@ def dtype_policy_config(layer):
 def composite_config(layer, base_config):
     """``get_config`` of a layer made of sublayers: Keras' ``base_config``, each argument of
     the layer's ``__init__`` as the layer holds it (an attribute of the same name), and
-    ``dtype_policy_config``. The arguments are read from the signature, so a new one is
-    saved without being listed again.
+    ``dtype_policy_config``. The arguments are read from the signatures (a subclass's and
+    those of the keras-vit classes it passes ``**kwargs`` on to), so a new one is saved
+    without being listed again.
 
     >>> from keras_vit.layers import MlpBlock
     >>> config = composite_config(MlpBlock(8, dropout_rate=0.1), {})
     >>> config["mlp_dim"], config["dropout_rate"], config["gelu_approximate"]
     (8, 0.1, True)
     """
-    parameters = inspect.signature(type(layer).__init__).parameters.values()
-    names = [p.name for p in parameters if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD]
+    names = []
+    for cls in type(layer).__mro__:
+        if not cls.__module__.startswith("keras_vit."):
+            break
+        if "__init__" not in vars(cls):  # a subclass that takes its base's arguments
+            continue
+        parameters = inspect.signature(cls.__init__).parameters.values()
+        own = [p.name for p in parameters if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        names += [name for name in own if name not in names]
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break
     return {**base_config, **{name: getattr(layer, name) for name in names}, "dtype": dtype_policy_config(layer)}

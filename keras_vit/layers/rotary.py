@@ -160,6 +160,21 @@ def rotate(x, table, interleaved=False):
     return ops.cast(turned * cos + swapped * sin, x.dtype)
 
 
+def check_rope_head_width(form, head_dim):
+    """The rotary embeddings' rule: two axes, pairs of channels, so a head width divisible
+    by 4. The spec and the layer ask it here.
+
+    >>> check_rope_head_width("dinov3", 6)
+    Traceback (most recent call last):
+    ...
+    ValueError: rope='dinov3' needs a head width divisible by 4 (two axes, pairs of channels); got 6.
+    """
+    if head_dim % 4:
+        raise ValueError(
+            f"rope={form!r} needs a head width divisible by 4 (two axes, pairs of channels); got {head_dim}."
+        )
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class RotaryEmbedding(keras.layers.Layer):
     """The ``(2, tokens, head_dim)`` table of sines and cosines that each attention layer
@@ -202,6 +217,7 @@ class RotaryEmbedding(keras.layers.Layer):
         grid_size,
         head_dim,
         num_prefix_tokens=0,
+        *,
         form="dinov3",
         temperature=None,
         reference_grid=None,
@@ -214,10 +230,7 @@ class RotaryEmbedding(keras.layers.Layer):
         super().__init__(**kwargs)
         if form not in ROPE_FORMS:
             raise ValueError(f"rope must be one of {tuple(ROPE_FORMS)} or None, got {form!r}.")
-        if head_dim % 4:
-            raise ValueError(
-                f"rotary embeddings need a head width divisible by 4 (two axes, channel pairs); got {head_dim}."
-            )
+        check_rope_head_width(form, head_dim)
         learned = form in LEARNED_FORMS
         if learned and not (depth and num_heads):
             raise ValueError(f"rope={form!r} learns frequencies per block and head: it needs depth and num_heads.")

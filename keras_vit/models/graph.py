@@ -59,18 +59,11 @@ def make_layers(spec, dtype_for):
 
     def block(i):
         return make(
-            f"block_{i}", EncoderBlock, spec.num_heads, spec.mlp_dim, composite=True,
-            dropout_rate=spec.dropout_rate, attention_dropout_rate=spec.attention_dropout_rate,
+            f"block_{i}", EncoderBlock, spec.num_heads, spec.mlp_dim, composite=True, form=block_form(spec),
+            attention_options=attention_options(spec, i), mlp_options=mlp_options(spec), dropout_rate=spec.dropout_rate,
             drop_path_rate=spec.drop_path_rate * i / max(spec.depth - 1, 1),  # rising linearly
-            layer_norm_epsilon=spec.layer_norm_epsilon, gelu_approximate=spec.gelu_approximate,
-            qkv_bias=spec.qkv_bias, mlp_activation=spec.mlp_activation, layer_scale_init=spec.layer_scale_init,
-            gated_mlp=spec.gated_mlp, proj_bias=spec.proj_bias, norm_type=spec.norm_type, remat=spec.remat,
-            relative_position_grid=spec.grid_size if spec.relative_position_bias else None,
-            rope_interleaved=bool(spec.rope) and ROPE_FORMS[spec.rope],
-            attention_norm=spec.attention_norm, mlp_norm=spec.mlp_norm, post_norm=spec.residual_post_norm,
-            num_kv_heads=spec.kv_heads_per_block[i], qk_norm=spec.qk_norm, layer_scale_mlp=spec.layer_scale_mlp,
-            parallel=spec.parallel_blocks,
-            differential_lambda_init=differential_lambda_init(i) if spec.differential_attention else None,
+            norm_type=spec.norm_type, layer_norm_epsilon=spec.layer_norm_epsilon,
+            layer_scale_init=spec.layer_scale_init, layer_scale_mlp=spec.layer_scale_mlp, remat=spec.remat,
         )  # fmt: skip
 
     def norm(name):
@@ -120,14 +113,14 @@ def make_layers(spec, dtype_for):
                 spec.grid_size,
                 spec.head_dim,
                 spec.num_prefix_tokens,
-                spec.rope,
-                spec.rope_temperature,
-                spec.rope_reference_grid,
-                spec.rope_grid_indexing,
-                spec.rope_grid_offset,
-                spec.depth,
-                spec.num_heads,
-            )  # fmt: skip
+                form=spec.rope,
+                temperature=spec.rope_temperature,
+                reference_grid=spec.rope_reference_grid,
+                grid_indexing=spec.rope_grid_indexing,
+                grid_offset=spec.rope_grid_offset,
+                depth=spec.depth,
+                num_heads=spec.num_heads,
+            )
             if spec.rope
             else None
         ),
@@ -162,6 +155,37 @@ def make_layers(spec, dtype_for):
             else None
         ),
     )
+
+
+def block_form(spec):
+    """The spec's block form, a name of ``keras_vit.layers.encoder_block.BLOCK_FORMS``."""
+    return "parallel" if spec.parallel_blocks else "post_norm" if spec.residual_post_norm else "pre_norm"
+
+
+def attention_options(spec, index):
+    """Block ``index``'s attention: its kind (``ATTENTION_KINDS``) and that kind's options."""
+    norm = spec.norm_type
+    options = dict(
+        attention_dropout_rate=spec.attention_dropout_rate, qkv_bias=spec.qkv_bias, out_bias=spec.proj_bias,
+        output_norm=norm if spec.attention_norm else None,
+    )  # fmt: skip
+    if spec.differential_attention:
+        return dict(options, kind="differential", lambda_init=differential_lambda_init(index))
+    options.update(
+        num_kv_heads=spec.kv_heads_per_block[index], qk_norm=norm if spec.qk_norm else None,
+        rope_interleaved=bool(spec.rope) and ROPE_FORMS[spec.rope],
+    )  # fmt: skip
+    if spec.relative_position_bias:
+        return dict(options, kind="relative_position", relative_position_grid=spec.grid_size)
+    return options
+
+
+def mlp_options(spec):
+    """The blocks' MLP options (``MlpBlock``'s arguments)."""
+    return dict(
+        gelu_approximate=spec.gelu_approximate, activation=spec.mlp_activation, gated=spec.gated_mlp,
+        use_bias=spec.proj_bias, hidden_norm=spec.norm_type if spec.mlp_norm else None,
+    )  # fmt: skip
 
 
 def pooling_layer(spec, make):

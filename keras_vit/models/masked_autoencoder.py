@@ -348,8 +348,9 @@ class MaskedAutoencoder(SelfSupervisedModel):
         self.decoder_blocks = []
         for i in range(depth):
             block = EncoderBlock(
-                heads, mlp_dim, layer_norm_epsilon=spec.layer_norm_epsilon, gelu_approximate=spec.gelu_approximate,
-                qkv_bias=spec.qkv_bias, norm_type=spec.norm_type, name=f"decoder_block_{i}", dtype=policy,
+                heads, mlp_dim, attention_options=dict(qkv_bias=spec.qkv_bias),
+                mlp_options=dict(gelu_approximate=spec.gelu_approximate), norm_type=spec.norm_type,
+                layer_norm_epsilon=spec.layer_norm_epsilon, name=f"decoder_block_{i}", dtype=policy,
             )  # fmt: skip
             block.build((None, prefix + self.num_patches, width))
             self.decoder_blocks.append(block)

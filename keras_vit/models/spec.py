@@ -19,11 +19,12 @@ import typing
 
 from keras_vit import checks
 from keras_vit.layers.activations import MLP_ACTIVATIONS
+from keras_vit.layers.attention import check_differential_head_width, check_heads, check_kv_heads
 from keras_vit.layers.attention_pooling import ATTENTION_POOLING
 from keras_vit.layers.heads import POOLINGS
 from keras_vit.layers.layer_norm import NORM_TYPES
 from keras_vit.layers.resnet import check_block_units, resnet_feature_stride, resnet_out_channels
-from keras_vit.layers.rotary import GRID_INDEXINGS, LEARNED_FORMS, ROPE_FORMS
+from keras_vit.layers.rotary import GRID_INDEXINGS, LEARNED_FORMS, ROPE_FORMS, check_rope_head_width
 from keras_vit.layers.std_conv import check_std_conv_form
 from keras_vit.layers.tokens import POSITION_EMBEDDINGS
 
@@ -399,8 +400,7 @@ class ViTSpec(_Spec):
             if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate < 1.0:
                 raise ValueError(f"{name} must be a rate in [0, 1); got {rate!r}.")
         self._check_kv_heads(set_)
-        if self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}.")
+        check_heads(self.hidden_size, self.num_heads, "hidden_size")
         if self.rope_reference_grid is not None:
             set_("rope_reference_grid", checks.pair(self.rope_reference_grid, "rope_reference_grid"))
             if self.rope != "axial":
@@ -411,24 +411,19 @@ class ViTSpec(_Spec):
         if self.differential_attention:
             named = ("rope", "num_kv_heads", "relative_position_bias", "qk_norm")
             conflicts = [f"{name}={getattr(self, name)!r}" for name in named if getattr(self, name)]
-            if conflicts or (self.hidden_size // self.num_heads) % 2:
+            if conflicts:
                 raise ValueError(
-                    "differential_attention=True takes an even head width and no rotary embeddings, grouped heads, "
-                    f"relative position bias or query/key norm; got head width {self.hidden_size // self.num_heads}"
-                    + "".join(", " + c for c in conflicts)
-                    + "."
+                    "differential_attention=True takes no rotary embeddings, grouped heads, relative position bias "
+                    f"or query/key norm; got {', '.join(conflicts)}."
                 )
+            check_differential_head_width(self.head_dim)
         if self.rope_grid_offset and self.rope is None:
             raise ValueError(f"rope_grid_offset={self.rope_grid_offset!r} is the rotary embeddings'; got rope=None.")
         if self.rope is not None:
             _one_of(self.rope, tuple(ROPE_FORMS), "rope")
             if self.rope in LEARNED_FORMS and self.num_kv_heads is not None:
                 raise ValueError(f"rope={self.rope!r} turns each query head apart: it takes no num_kv_heads.")
-            if (self.hidden_size // self.num_heads) % 4:
-                raise ValueError(
-                    f"rope={self.rope!r} needs a head width divisible by 4 (two axes, pairs of channels); "
-                    f"hidden_size {self.hidden_size} / num_heads {self.num_heads} is {self.head_dim}."
-                )
+            check_rope_head_width(self.rope, self.head_dim)
         if self.relative_position_bias:
             self._check_relative_position_bias()
         for side in self.image_size:
@@ -451,8 +446,7 @@ class ViTSpec(_Spec):
                 raise ValueError(f"num_kv_heads has {len(heads)} counts; expected one per block ({self.depth}).")
         for count in heads if isinstance(heads, tuple) else (heads,):
             checks.positive_int(count, "num_kv_heads")
-            if self.num_heads % count:
-                raise ValueError(f"num_kv_heads {count} does not divide num_heads {self.num_heads}.")
+            check_kv_heads(self.num_heads, count)
 
     def _check_relative_position_bias(self):
         # BEiT's index has one row for a class token before the grid, and a table per grid.
