@@ -135,6 +135,26 @@ def test_every_public_layer_has_a_case():
     assert sorted({_class_name(case) for case in CASES}) == PUBLIC_LAYERS
 
 
+def test_each_layer_takes_at_most_twelve_arguments_and_names_all_but_its_first_three():
+    # A layer's options are named at the call (keyword-only after the first few), and a layer
+    # with more than twelve has options that belong in a group or a kind of its own.
+    import importlib
+    import pkgutil
+
+    for module_info in pkgutil.iter_modules(keras_vit.layers.__path__):
+        module = importlib.import_module(f"keras_vit.layers.{module_info.name}")
+        for name, cls in vars(module).items():
+            if not (inspect.isclass(cls) and issubclass(cls, keras.layers.Layer) and "__init__" in vars(cls)):
+                continue
+            if cls.__module__ != module.__name__:
+                continue
+            parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+            named = [p for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+            positional = [p.name for p in named if p.kind is p.POSITIONAL_OR_KEYWORD]
+            assert len(named) <= 12, f"{name} takes {len(named)} arguments"
+            assert len(positional) <= 3, f"{name} takes {positional} by position"
+
+
 @pytest.fixture
 def force_inline(monkeypatch):
     """Sets whether call_inline takes the direct `layer.call` path, on any backend."""

@@ -70,7 +70,7 @@ def test_matches_pil_within_a_level(photo, region, size, crop_fraction, crop_mod
 @pytest.mark.parametrize("region, size, crop_fraction, crop_mode", CASES)
 def test_nearest_picks_pils_pixels(photo, region, size, crop_fraction, crop_mode):
     image = np.ascontiguousarray(photo[region])
-    layer = ImagePreprocessing(size, crop_fraction, crop_mode, "nearest", mean=0.0, std=1 / 255)
+    layer = ImagePreprocessing(size, crop_fraction, crop_mode, interpolation="nearest", mean=0.0, std=1 / 255)
     got = to_numpy(layer(image))  # one image, no batch
     np.testing.assert_allclose(got, pil_reference(image, size, crop_fraction, crop_mode, "nearest"), atol=1e-3)
 

@@ -48,6 +48,7 @@ class AttentionPooling(keras.layers.Layer):
         num_heads,
         mlp_dim,
         num_prefix_tokens=0,
+        *,
         layer_norm_epsilon=1e-6,
         gelu_approximate=True,
         mlp_activation="gelu",

@@ -34,7 +34,7 @@ class PatchEmbedding(keras.layers.Layer):
         (2, 16, 8)
     """
 
-    def __init__(self, hidden_size, patch_size, num_channels=3, flatten=True, use_bias=True, **kwargs):
+    def __init__(self, hidden_size, patch_size, num_channels=3, *, flatten=True, use_bias=True, **kwargs):
         super().__init__(**kwargs)
         self.use_bias = bool(use_bias)
         self.hidden_size = int(hidden_size)

@@ -111,6 +111,7 @@ class ImagePreprocessing(_DataLayer):
         image_size,
         crop_fraction=1.0,
         crop_mode="center",
+        *,
         interpolation="bicubic",
         antialias=True,
         mean=(0.5, 0.5, 0.5),

@@ -86,7 +86,7 @@ class _BitLayer(keras.layers.Layer):
     """The numerics that the backbone, its stages and units share and hand down."""
 
     def __init__(
-        self, std_conv_form="var_eps", std_conv_epsilon=1e-8, group_norm_epsilon=1e-5, num_groups=32, **kwargs
+        self, *, std_conv_form="var_eps", std_conv_epsilon=1e-8, group_norm_epsilon=1e-5, num_groups=32, **kwargs
     ):
         super().__init__(**kwargs)
         self.std_conv_form = check_std_conv_form(std_conv_form)
@@ -261,7 +261,13 @@ class ResNetBackbone(_BitLayer):
         **kwargs,
     ):
         kwargs.setdefault("name", "resnet")
-        super().__init__(std_conv_form, std_conv_epsilon, group_norm_epsilon, num_groups, **kwargs)
+        super().__init__(
+            std_conv_form=std_conv_form,
+            std_conv_epsilon=std_conv_epsilon,
+            group_norm_epsilon=group_norm_epsilon,
+            num_groups=num_groups,
+            **kwargs,
+        )
         self.block_units = check_block_units(block_units)
         if int(width) < 1:
             raise ValueError(f"`width` must be >= 1. Received: width={width!r}")

@@ -56,6 +56,7 @@ class StdConv2D(keras.layers.Layer):
         filters,
         kernel_size,
         strides=1,
+        *,
         padding="same",
         epsilon=1e-8,
         std_conv_form="var_eps",

@@ -193,7 +193,7 @@ class PositionEmbedding(keras.layers.Layer):
         (3, 13, 8)
     """
 
-    def __init__(self, grid_size, num_prefix_tokens=1, kind="learned", interpolation="bicubic", **kwargs):
+    def __init__(self, grid_size, num_prefix_tokens=1, kind="learned", *, interpolation="bicubic", **kwargs):
         super().__init__(**kwargs)
         if kind not in POSITION_TABLES:
             raise ValueError(f"position_embedding must be one of {POSITION_TABLES}, got {kind!r}.")
