@@ -251,6 +251,19 @@ def timm_input(peer):
     return normalised[None].astype("float32")
 
 
+def small_timm_args(architecture, **model_args):
+    """The timm ``model_args`` of ``small_timm_model``: depth 2, a 3x3 patch grid, 8
+    channels a head; ``model_args`` override."""
+    from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
+
+    row = ARCHITECTURES[architecture]
+    args = {**dict(depth=2, img_size=3 * row.get("patch_size", 16), embed_dim=8 * row["num_heads"]), **model_args}
+    if isinstance(row.get("num_kv_heads"), list) and "num_kv_heads" not in model_args:
+        # One count per block: the first block's and the fewest (grouped, where any block is).
+        args["num_kv_heads"] = [row["num_kv_heads"][0], min(row["num_kv_heads"])]
+    return args
+
+
 def small_timm_model(timm, architecture, embedding_scale=None, **model_args):
     """timm's ``architecture`` as the family checks build it (its options are what is
     tested, not its width): depth 2, a 3x3 patch grid, 8 channels a head, random
@@ -259,13 +272,7 @@ def small_timm_model(timm, architecture, embedding_scale=None, **model_args):
     first norm's inputs have a variance near its epsilon and a wrong epsilon shows."""
     import torch
 
-    from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
-
-    row = ARCHITECTURES[architecture]
-    args = {**dict(depth=2, img_size=3 * row.get("patch_size", 16), embed_dim=8 * row["num_heads"]), **model_args}
-    if isinstance(row.get("num_kv_heads"), list) and "num_kv_heads" not in model_args:
-        # One count per block: the first block's and the fewest (grouped, where any block is).
-        args["num_kv_heads"] = [row["num_kv_heads"][0], min(row["num_kv_heads"])]
+    args = small_timm_args(architecture, **model_args)
     peer = randomize_torch(timm.create_model(architecture, pretrained=False, **args).eval(), informative=True)
     if embedding_scale is not None:
         with torch.no_grad():
