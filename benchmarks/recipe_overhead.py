@@ -72,7 +72,7 @@ def recipe_step(config):
 def bare_step(config):
     """The same model's median step under a bare ``fit`` on the recipe's batches in memory."""
     keras.utils.set_random_seed(config.seed)
-    config = resolved(config, "pretrain", None)  # the image size and normalisation the recipe trains with
+    config = resolved(config, None)  # the image size and normalisation the recipe trains with
     splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
     train, _, _ = run._pipelines(config, splits, replicas=1, shard=None)
     # The recipe's stream runs across its epochs (and on): one epoch's batches, held in memory.

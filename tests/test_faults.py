@@ -54,8 +54,8 @@ def read_line(child, prefix, timeout=240):
 
 
 def staged(folder, stem):
-    """Whether a temporary file of ``stem`` is being written under ``folder``."""
-    return any(n.startswith(f".{stem}.tmp-") for _, _, names in os.walk(folder) for n in names)
+    """Whether a temporary file or folder of ``stem`` is being written under ``folder``."""
+    return any(n.startswith(f".{stem}.tmp-") for _, dirs, names in os.walk(folder) for n in names + dirs)
 
 
 # The files these faults hit are written by the same code on every backend (keras-vit's

@@ -167,6 +167,10 @@ def convert_in_process(
         # The child imports what this process can (keras_vit from a checkout, the modules
         # named in `imports`), whether or not they are installed.
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        # Its temporary files (TensorFlow's traced functions among them) in the job's folder:
+        # a child killed on a stop leaves none behind.
+        env["TMPDIR"] = os.path.join(job_dir, "tmp")
+        os.mkdir(env["TMPDIR"])
         log_path = os.path.join(job_dir, "worker.log")
         with open(log_path, "w") as log:
             child = subprocess.Popen(
