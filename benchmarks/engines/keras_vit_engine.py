@@ -82,23 +82,27 @@ def _compiled_steps(model, x, y, device, tanh_gelu_as_sigmoid):
     from keras_vit.torch_graph import export_program
 
     # Only inference rewrites the GELU: the train step compiles the exported training graph.
-    predict = keras_vit.compile_for_inference(model, tanh_gelu_as_sigmoid=tanh_gelu_as_sigmoid)
+    # Each is exported and compiled at its first call (a row times one of them).
     x, y = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
-    graph = export_program(model, training=True).module()
-    forward = torch.compile(graph)
-    optimizer = torch.optim.AdamW([p for p in graph.parameters() if p.requires_grad], lr=1e-4)
+    made = {}
 
     def infer():
-        out = predict(x)
+        if "predict" not in made:
+            made["predict"] = keras_vit.compile_for_inference(model, tanh_gelu_as_sigmoid=tanh_gelu_as_sigmoid)
+        out = made["predict"](x)
         torch_sync(device)
         return out
 
     def train():
+        if "forward" not in made:
+            graph = export_program(model, training=True).module()
+            made["forward"] = torch.compile(graph)
+            made["optimizer"] = torch.optim.AdamW([p for p in graph.parameters() if p.requires_grad], lr=1e-4)
         # The model ends in float32 under mixed_bfloat16 too (its head's policy).
-        loss = torch.nn.functional.cross_entropy(forward(x), y)
+        loss = torch.nn.functional.cross_entropy(made["forward"](x), y)
         loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        made["optimizer"].step()
+        made["optimizer"].zero_grad(set_to_none=True)
         return loss.item()
 
     return infer, train
