@@ -175,29 +175,48 @@ def digits():
     return {"train": train, "test": test}
 
 
-# The tests that take this fixture are slow (tests/tiers.py): it trains a model and exports it in every format.
-@pytest.fixture(scope="module", params=MODELS)
-def exported(request, digits, tmp_path_factory):
-    """A model trained on this backend, saved as .keras and exported in all formats."""
+# The trained models the fixture exports: written once by tests/write_export_models.py (as
+# train_for_export trains them) and committed, so that no backend spends its run training them.
+TRAINED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "export_models")
+
+
+def trained_path(name):
+    return os.path.join(TRAINED, f"{name}.keras")
+
+
+def train_for_export(config, digits):
+    """The model ``config`` names, trained on the digits to ~95% test accuracy: an
+    under-trained model has many near-ties between classes, where any perturbation flips
+    the top-1, which would measure the model's indecision rather than the quantisation."""
     keras.utils.set_random_seed(0)
-    name = request.param["name"]
+    name = config["name"]
     if name == TINY_VIT["name"]:
         own = dict(class_names=DIGIT_NAMES)
     else:
         own = dict(preprocessing=ImagePreprocessing(IMAGE_SIZE, **OWN_PREPROCESSING))
-    model = _build(dict(request.param, **own))
-    epochs = EPOCHS[name]
-    (x_train, y_train), (x_test, y_test) = digits["train"], digits["test"]
-    # Trained to ~95% test accuracy: an under-trained model has many near-ties between
-    # classes, where any perturbation flips the top-1, which would measure the model's
-    # indecision rather than the quantisation.
-    steps = epochs * -(-len(x_train) // 64)
+    model = _build(dict(config, **own))
+    x_train, y_train = digits["train"]
+    steps = EPOCHS[name] * -(-len(x_train) // 64)
     model.compile(
         keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(3e-3, steps)),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
     with _one_torch_thread():
-        model.fit(_preprocess(model, x_train), y_train, epochs=epochs, batch_size=64, verbose=0)
+        model.fit(_preprocess(model, x_train), y_train, epochs=EPOCHS[name], batch_size=64, verbose=0)
+    return model
+
+
+# The tests that take this fixture are slow (tests/tiers.py): it exports a model in every format.
+@pytest.fixture(scope="module", params=MODELS)
+def exported(request, digits, tmp_path_factory):
+    """A trained model, loaded on this backend from its committed file, saved here as
+    .keras and exported in all formats."""
+    name = request.param["name"]
+    path = trained_path(name)
+    assert os.path.exists(path), f"{path} is missing: KERAS_BACKEND=tensorflow python tests/write_export_models.py"
+    model = keras_vit.load_model(path)
+    (x_test, y_test) = digits["test"]
+    with _one_torch_thread():
         log_reference = _keras_log_probabilities(model, x_test)  # once; tests compare with slices
     reference = np.exp(log_reference)
     accuracy = float((reference.argmax(-1) == y_test).mean())
@@ -211,7 +230,7 @@ def exported(request, digits, tmp_path_factory):
     source = model_file if name == TINY_VIT["name"] else model
     # The ViT calibrates on a folder of the training digits as PNG files, in subfolders (a
     # user's own images); named so that the seeded draw picks the images "digits" would.
-    representative = "digits" if name != TINY_VIT["name"] else _png_folder(x_train, folder / "train")
+    representative = "digits" if name != TINY_VIT["name"] else _png_folder(digits["train"][0], folder / "train")
     result = export_model(source, output, formats=formats, representative_data=representative)
     files = dict(model_file=model_file, output=output, result=result, formats=formats)
     return dict(model=model, name=name, accuracy=accuracy, x_test=x_test, y_test=y_test, reference=reference,
