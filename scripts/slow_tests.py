@@ -16,7 +16,8 @@ import re
 import sys
 
 # A line of pytest's --durations report, as scripts/test.sh prefixes it: "[jax] 1.23s call tests/x.py::y"
-LINE = re.compile(r"^(?:\[(\w+)\] )?([0-9.]+)s (setup|call|teardown)\s+(\S+)$")
+# ("[jax-2]", "[jax-users]": a backend's other processes, counted as that backend).
+LINE = re.compile(r"^(?:\[(\w+)(?:-\w+)?\] )?([0-9.]+)s (setup|call|teardown)\s+(\S+)$")
 
 
 def durations(paths):

@@ -22,7 +22,7 @@ def test_the_fast_tier_takes_each_files_quickest_test_then_the_quickest_within_t
         "[jax] 1.00s call     tests/test_a.py::test_2[x]\n"
         "[torch] 2.00s call     tests/test_a.py::test_2[x]\n"
         "[jax] 5.00s call     tests/test_b.py::test_3\n"
-        "[jax] 0.20s setup    tests/test_b.py::test_4\n"
+        "[jax-2] 0.20s setup    tests/test_b.py::test_4\n"
         "[jax] 0.30s call     tests/test_b.py::test_4\n"
         "[jax] 9.00s call     tests/test_c.py::test_5\n"  # a file's only test: fast, whatever it costs
         "unrelated line 1.0s call\n"
