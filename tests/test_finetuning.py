@@ -3,14 +3,12 @@ merged, the adapter reloaded on the other two backends), layer-wise learning-rat
 weights' moving average and the linear probe."""
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import keras
 import numpy as np
 import pytest
-from helpers import TINY_ENCODER, assert_close_to_scale, randomize_keras, to_numpy
+from helpers import TINY_ENCODER, assert_close_to_scale, randomize_keras, run_on_next_backend, to_numpy
 
 import keras_vit
 from keras_vit.data import load_dataset
@@ -104,7 +102,8 @@ def test_lora_trains_its_adapters_and_the_head_alone_and_its_merged_model_equals
     np.testing.assert_allclose(to_numpy(merged(x)), expected_logits, rtol=1e-5, atol=1e-5)
     assert np.abs(expected_logits).max() > 1e-3  # informative: the head learnt
 
-    # The adapter on its base model, on each other backend, gives the same outputs.
+    # The adapter on its base model, on the next backend, gives the same outputs (the three
+    # backends' runs load each other's: tensorflow's on jax, jax's on torch, torch's on tensorflow).
     np.save(tmp_path / "x.npy", x)
     code = textwrap.dedent(f"""
         import numpy as np, keras, keras_vit
@@ -112,16 +111,10 @@ def test_lora_trains_its_adapters_and_the_head_alone_and_its_merged_model_equals
         model = keras_vit.create_model({base!r}, num_classes=10)  # the base with the task's head
         load_adapter(model, {os.path.join(result.run_dir, "adapter.npz")!r})
         np.save({str(tmp_path / "y.npy")!r}, keras.ops.convert_to_numpy(model(np.load({str(tmp_path / "x.npy")!r}))))
-        print(model.class_names[:2])
+        assert tuple(model.class_names[:2]) == ("0", "1"), model.class_names  # the digits' names travel with it
     """)
-    for other in sorted({"tensorflow", "jax", "torch"} - {BACKEND}):
-        env = {**os.environ, "KERAS_BACKEND": other}
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, f"{other}: {out.stderr[-3000:]}"
-        assert "('0', '1')" in out.stdout, other  # the digits' names travel with the adapter
-        reloaded = np.load(tmp_path / "y.npy")
-        os.remove(tmp_path / "y.npy")  # each backend writes its own
-        np.testing.assert_allclose(reloaded, expected_logits, rtol=1e-4, atol=1e-5, err_msg=other)
+    other = run_on_next_backend(code)
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected_logits, rtol=1e-4, atol=1e-5, err_msg=other)
 
 
 def test_layer_decay_gives_each_block_its_rate_and_scales_its_steps():
