@@ -346,29 +346,38 @@ def test_deit_distilled_averages_its_two_heads_and_its_two_tokens_as_timm_does(t
         new.spec.replace(pooling="token_gap")
 
 
-def same_model_as():
-    """{architecture: the first architecture whose model at the family checks' size is the
-    same (the spec timm's config.json gives, its pre-processing included)}."""
+# The options that set only a model's widths and sizes: architectures that differ in these
+# alone are one kind (the same layers, options and pre-processing at other shapes).
+SHAPE_OPTIONS = ("hidden_size", "num_heads", "mlp_dim", "patch_size", "image_size", "num_classes", "map_num_heads",
+                 "map_mlp_dim", "num_kv_heads", "representation_size", "rope_reference_grid")  # fmt: skip
+
+
+def kinds():
+    """{architecture: the first architecture of its kind}, from the spec options and
+    pre-processing that timm's config.json gives at the family checks' size."""
     first = {}
     for architecture in timm_config.buildable():
         config = {"architecture": architecture, "model_args": small_timm_args(architecture)}
-        key = json.dumps(timm_config.from_hub_config(config)[:3], sort_keys=True, default=str)
-        first.setdefault(key, architecture)
-        yield architecture, first[key]
+        options, _, preprocessing, _ = timm_config.from_hub_config(config)
+        kind = {name: value for name, value in options.items() if name not in SHAPE_OPTIONS}
+        kind.update(
+            grouped=options.get("num_kv_heads") is not None, pre_logits=bool(options.get("representation_size"))
+        )
+        key = json.dumps([kind, preprocessing], sort_keys=True, default=str)
+        yield architecture, first.setdefault(key, architecture)
 
 
-SAME_MODEL_AS = dict(same_model_as())
+FIRST_OF_KIND = dict(kinds())
 
 
 # Every architecture keras-vit builds (timm_config.buildable()): each on PyTorch, where its
-# config's translation, its layout and its numerics are checked; on the other backends one
-# architecture a model (the graph a backend runs is the spec's: the others build that graph again).
+# config's translation, its layout and its numerics are checked; on TensorFlow and JAX the
+# first of each kind (the graph a backend runs for the others differs in its shapes alone).
 @pytest.mark.parametrize("architecture", timm_config.buildable())
 def test_timm_architectures_load_by_hub_name_at_timms_logits(timm, mirror, architecture):
-    if keras.backend.backend() != "torch" and SAME_MODEL_AS[architecture] != architecture:
-        pytest.skip(
-            f"the same model as {SAME_MODEL_AS[architecture]} at this size, checked on this backend; this one on torch"
-        )
+    first = FIRST_OF_KIND[architecture]
+    if keras.backend.backend() != "torch" and first != architecture:
+        pytest.skip(f"{first}'s kind at other widths: checked on this backend as {first}, this one on torch")
     assert_loads_by_hub_name_at_timms_logits(timm, mirror, architecture)
 
 
