@@ -14,7 +14,6 @@ backend, in a child process from the others) must run in a process that never im
 Keras.
 """
 
-import contextlib
 import csv
 import functools
 import os
@@ -25,10 +24,19 @@ import sys
 import keras
 import numpy as np
 import pytest
+from export_models import (
+    DIGIT_NAMES,
+    IMAGE_SIZE,
+    OWN_PREPROCESSING,
+    TINY_HYBRID,
+    TINY_VIT,
+    one_torch_thread,
+    preprocess,
+    trained_path,
+)
 from helpers import TINY_ENCODER, assert_close_to_scale, log_softmax, not_on, once_on, randomize_keras, to_numpy
 
 import keras_vit
-from keras_vit.data import IMAGENET_MEAN, IMAGENET_STD
 from keras_vit.export import (
     FORMATS,
     InvalidModelFileError,
@@ -42,7 +50,6 @@ from keras_vit.layers import ImagePreprocessing
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKEND = keras.backend.backend()
-IMAGE_SIZE = 16
 FLOAT_TOLERANCE = 1e-4  # export_model's own check, on probabilities
 # The exports are compared with the Keras model on log-probabilities, relative to their
 # largest size (helpers.assert_close_to_scale): the probabilities of these trained models
@@ -67,24 +74,6 @@ FLOAT16_TOLERANCE = 1e-2
 MIN_INT8_TOP1_AGREEMENT = {"tflite_dynamic_int8": 0.98, "tflite_int8": 0.95}
 CONFIDENT = 0.9
 MIN_TEST_ACCURACY = 0.9
-# Enough for >90% test accuracy (measured: ViT ~95% after 25 epochs, the hybrid ~98% after 6).
-EPOCHS = {"vit_ti16": 25, "r26_vit_s32": 6}
-
-TINY_TASK = dict(image_size=IMAGE_SIZE, num_classes=10, **TINY_ENCODER)
-TINY_VIT = dict(name="vit_ti16", patch_size=4, depth=2, gelu_approximate=False, **TINY_TASK)
-# The hybrid cut to two stages of one unit (total stride 8, a 2x2 token grid at 16x16)
-# and width 32, the least its GroupNorm's 32 groups allow: the same layers as R26, small.
-TINY_HYBRID = dict(name="r26_vit_s32", resnet_block_units=(1, 1), resnet_width=32, depth=1, **TINY_TASK)
-# The hybrid's own pre-processing: ImageNet's mean and std, and a bicubic resize 16 -> 18
-# then a center crop back to 16, so that the exports' resize is exercised. (Not the ViT's:
-# full-integer int8 quantises the resize too, 0.6 pixel levels of error on average instead
-# of 0.3, and the tiny ViT's int8 top-1 agreement falls to 0.97 on JAX and PyTorch, where
-# the hybrid's stays above 0.99.) The ViT is exported with the default normalization
-# ("vit": x / 127.5 - 1).
-OWN_PREPROCESSING = dict(
-    crop_fraction=0.875, crop_mode="center", interpolation="bicubic", mean=IMAGENET_MEAN, std=IMAGENET_STD
-)
-DIGIT_NAMES = [f"digit {d}" for d in range(10)]
 # LiteRT files that differ from tflite_float32 in how the weights are stored only: the ViT
 # covers them; the hybrid (its convolutions, its own pre-processing) is exported in the
 # formats whose graphs its layers change.
@@ -131,17 +120,10 @@ def _build(config):
     return keras_vit.create_model(config.pop("name"), **config)
 
 
-def _preprocess(model, images):
-    """What the exports do to raw images: the model's own pre-processing, else x / 127.5 - 1."""
-    if model.preprocessing is not None:
-        return to_numpy(model.preprocessing(images))
-    return (np.asarray(images, np.float32) / 127.5 - 1.0).astype(np.float32)
-
-
 def _keras_log_probabilities(model, images):
     # predict_on_batch: the compiled inference path (one jitted call on JAX, where eager
     # calls compile op by op for every new batch shape).
-    return log_softmax(to_numpy(model.predict_on_batch(_preprocess(model, images))))
+    return log_softmax(to_numpy(model.predict_on_batch(preprocess(model, images))))
 
 
 def assert_log_probabilities_close(probabilities, expected_log, rtol=LOG_TOLERANCE, err_msg=""):
@@ -151,59 +133,11 @@ def assert_log_probabilities_close(probabilities, expected_log, rtol=LOG_TOLERAN
     return assert_close_to_scale(np.log(probabilities), expected_log, rtol, err_msg)
 
 
-@contextlib.contextmanager
-def _one_torch_thread():
-    # Tiny matmuls: on a 2-core machine shared with other jobs a second OpenMP thread
-    # spins more than it computes (measured ~7x slower training steps).
-    if BACKEND != "torch":
-        yield
-        return
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def digits():
     train = digits_images(IMAGE_SIZE, "train")
     test = digits_images(IMAGE_SIZE, "test")
     return {"train": train, "test": test}
-
-
-# The trained models the fixture exports: written once by tests/write_export_models.py (as
-# train_for_export trains them) and committed, so that no backend spends its run training them.
-TRAINED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "export_models")
-
-
-def trained_path(name):
-    return os.path.join(TRAINED, f"{name}.keras")
-
-
-def train_for_export(config, digits):
-    """The model ``config`` names, trained on the digits to ~95% test accuracy: an
-    under-trained model has many near-ties between classes, where any perturbation flips
-    the top-1, which would measure the model's indecision rather than the quantisation."""
-    keras.utils.set_random_seed(0)
-    name = config["name"]
-    if name == TINY_VIT["name"]:
-        own = dict(class_names=DIGIT_NAMES)
-    else:
-        own = dict(preprocessing=ImagePreprocessing(IMAGE_SIZE, **OWN_PREPROCESSING))
-    model = _build(dict(config, **own))
-    x_train, y_train = digits["train"]
-    steps = EPOCHS[name] * -(-len(x_train) // 64)
-    model.compile(
-        keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(3e-3, steps)),
-        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
-    with _one_torch_thread():
-        model.fit(_preprocess(model, x_train), y_train, epochs=EPOCHS[name], batch_size=64, verbose=0)
-    return model
 
 
 # The tests that take this fixture are slow (tests/tiers.py): it exports a model in every format.
@@ -216,7 +150,7 @@ def exported(request, digits, tmp_path_factory):
     assert os.path.exists(path), f"{path} is missing: KERAS_BACKEND=tensorflow python tests/write_export_models.py"
     model = keras_vit.load_model(path)
     (x_test, y_test) = digits["test"]
-    with _one_torch_thread():
+    with one_torch_thread():
         log_reference = _keras_log_probabilities(model, x_test)  # once; tests compare with slices
     reference = np.exp(log_reference)
     accuracy = float((reference.argmax(-1) == y_test).mean())
@@ -291,7 +225,7 @@ def test_savedmodel_serving_signatures_match_keras(exported):
         assert outputs["top_k_indices"].shape == (batch, 5)
         np.testing.assert_array_equal(outputs["top_k_indices"], np.argsort(-expected, -1)[:, :5])
         assert_log_probabilities_close(outputs["top_k_scores"], np.sort(expected, -1)[:, ::-1][:, :5])
-        pre = loaded.signatures["serving_preprocessed"](images=tf.constant(_preprocess(exported["model"], images)))
+        pre = loaded.signatures["serving_preprocessed"](images=tf.constant(preprocess(exported["model"], images)))
         assert_log_probabilities_close(pre["probabilities"].numpy(), expected)
 
 

@@ -1,6 +1,6 @@
 """Writes tests/data/export_models/: the trained tiny ViT and hybrid that tests/test_export.py
-exports in every format (``train_for_export`` trains them on the digits), so that no backend
-trains them again in its test run.
+exports in every format (``export_models.train_for_export`` trains them on the digits), so
+that no backend trains them again in its test run.
 
     KERAS_BACKEND=tensorflow python tests/write_export_models.py
 
@@ -16,18 +16,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def main():
-    import test_export
+    import export_models
 
     import keras_vit
+    from keras_vit.export import digits_images
 
-    os.makedirs(test_export.TRAINED, exist_ok=True)
-    digits = {split: test_export.digits_images(test_export.IMAGE_SIZE, split) for split in ("train", "test")}
-    for param in test_export.MODELS:
-        config = param.values[0]
-        trained = test_export.train_for_export(config, digits)
+    os.makedirs(export_models.TRAINED, exist_ok=True)
+    digits = {split: digits_images(export_models.IMAGE_SIZE, split) for split in ("train", "test")}
+    for config in (export_models.TINY_VIT, export_models.TINY_HYBRID):
+        trained = export_models.train_for_export(config, digits)
         model = type(trained).from_config(trained.get_config())  # without the optimizer's state
         model.set_weights(trained.get_weights())
-        path = test_export.trained_path(config["name"])
+        path = export_models.trained_path(config["name"])
         keras_vit.save_model(model, path)
         print(config["name"], os.path.getsize(path), "bytes")
 
