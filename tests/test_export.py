@@ -159,8 +159,7 @@ def exported(request, digits, tmp_path_factory):
     model.save(model_file)
     output = str(folder / "export")
     formats = _formats(name)
-    # The ViT is exported from its file, the hybrid from the model in memory: both entry
-    # points, and on JAX the hybrid is not rebuilt from the file (seconds).
+    # The ViT is exported from its file, the hybrid from the model in memory: both entry points.
     source = model_file if name == TINY_VIT["name"] else model
     # The ViT calibrates on a folder of the training digits as PNG files, in subfolders (a
     # user's own images); named so that the seeded draw picks the images "digits" would.
