@@ -377,7 +377,7 @@ class DifferentialAttention(MultiHeadSelfAttention):
         return ops.transpose(heads, (0, 2, 1, 3)), weights
 
 
-# The attention kinds by the name an EncoderBlock's ``attention`` options give (``"kind"``).
+# The attention kinds by the name an EncoderBlock's ``attention_options`` give (``"kind"``).
 ATTENTION_KINDS = {
     "plain": MultiHeadSelfAttention,
     "relative_position": RelativePositionAttention,

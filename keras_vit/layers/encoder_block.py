@@ -142,10 +142,7 @@ class PreNorm:
     mlp_branch = True  # the MLP a residual branch of its own, after norm2
 
     @staticmethod
-    def forward(block, x, return_attention_scores, training, rope):
-        # The residual stream stays on the 2-D token rows that the attention's output
-        # projection and fc2 compute, so that TensorFlow can fuse each add into that matmul.
-        rows = ops.reshape(x, (-1, x.shape[-1]))
+    def forward(block, x, rows, return_attention_scores, training, rope):
         y, weights = block.attend(call_inline(block.norm1, x), return_attention_scores, training, rope)
         rows = rows + block.residual(y, x, training, block.layer_scale1)
         mlp = block.mlp_rows(call_inline(block.norm2, rows), x, training)
@@ -159,8 +156,7 @@ class PostNorm:
     mlp_branch = True
 
     @staticmethod
-    def forward(block, x, return_attention_scores, training, rope):
-        rows = ops.reshape(x, (-1, x.shape[-1]))
+    def forward(block, x, rows, return_attention_scores, training, rope):
         y, weights = block.attend(x, return_attention_scores, training, rope)
         rows = rows + block.residual(call_inline(block.norm1, y), x, training, block.layer_scale1)
         mlp = call_inline(block.norm2, block.mlp_rows(rows, x, training))
@@ -175,8 +171,7 @@ class Parallel:
     mlp_branch = False
 
     @staticmethod
-    def forward(block, x, return_attention_scores, training, rope):
-        rows = ops.reshape(x, (-1, x.shape[-1]))
+    def forward(block, x, rows, return_attention_scores, training, rope):
         normed = call_inline(block.norm1, x)
         y, weights = block.attend(normed, return_attention_scores, training, rope)
         y = y + block.mlp_rows(ops.reshape(normed, ops.shape(rows)), x, training)
@@ -184,7 +179,8 @@ class Parallel:
 
 
 # The block forms by the name an EncoderBlock's ``form`` gives. Not layers: a form is how
-# the block wires its sublayers, and every form's block saves as an EncoderBlock.
+# the block wires its sublayers, and every form's block saves as an EncoderBlock. Each
+# ``forward`` takes the tokens and their 2-D rows, the residual stream, and returns the rows.
 BLOCK_FORMS = {"pre_norm": PreNorm, "post_norm": PostNorm, "parallel": Parallel}
 
 
@@ -330,7 +326,10 @@ class EncoderBlock(keras.layers.Layer):
         return y if return_attention_scores else (y, None)
 
     def _forward(self, x, return_attention_scores, training, rope=None):
-        rows, weights = BLOCK_FORMS[self.form].forward(self, x, return_attention_scores, training, rope)
+        # The residual stream stays on the 2-D token rows that the attention's output
+        # projection and fc2 compute, so that TensorFlow can fuse each add into that matmul.
+        rows = ops.reshape(x, (-1, x.shape[-1]))
+        rows, weights = BLOCK_FORMS[self.form].forward(self, x, rows, return_attention_scores, training, rope)
         x = ops.reshape(rows, ops.shape(x))
         return (x, weights) if return_attention_scores else x
 
