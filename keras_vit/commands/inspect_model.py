@@ -42,8 +42,8 @@ from keras_vit import commands, inspect
 from keras_vit.atomic import StagedWrites
 from keras_vit.commands.sources import image_paths
 from keras_vit.dependencies import require
-from keras_vit.factory import load_model
 from keras_vit.images import read_image
+from keras_vit.inspect.fusions import HEAD_FUSIONS
 
 FIGURES = ("attention_rollout", "attention_distance", "position_embedding_similarity", "embedding_filters")
 
@@ -57,7 +57,7 @@ def build_parser():
     parser.add_argument(
         "--head-fusion",
         default="mean",
-        choices=inspect.attention.HEAD_FUSIONS,
+        choices=HEAD_FUSIONS,
         help="how the rollout fuses each block's heads: their mean (the paper's), max or min",
     )
     parser.add_argument(
@@ -246,6 +246,7 @@ def plot_reconstructions(plt, path, rows, title):
 
 
 def _checked_model(model, reconstruct, what):
+    from keras_vit.inspect.attention import check_vit
     from keras_vit.models.masked_autoencoder import MaskedAutoencoder
 
     if reconstruct and not isinstance(model, MaskedAutoencoder):
@@ -253,7 +254,7 @@ def _checked_model(model, reconstruct, what):
             f"--reconstruct draws a masked autoencoder's reconstructions: expected a model pre-trained with "
             f"keras-vit pretrain --objective mae; got a {type(model).__name__} {getattr(model, 'name', '')!r} ({what})."
         )
-    return model if reconstruct else inspect.attention.check_vit(model, what)
+    return model if reconstruct else check_vit(model, what)
 
 
 def main(argv=None):
@@ -272,6 +273,8 @@ def main(argv=None):
         from keras_vit.atomic import check_targets, check_writable, remove_leftovers
 
         check_writable(output, "--output")  # before the model loads: nothing to wait for
+        from keras_vit.factory import load_model  # here: --help needs no backend
+
         model = _checked_model(load_model(args.model), args.reconstruct, args.model)
         raw, labels = pick_images(args.images, args.num_images)
         if args.reconstruct:
