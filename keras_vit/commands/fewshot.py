@@ -16,8 +16,7 @@ import argparse
 
 from keras_vit import commands
 from keras_vit.atomic import check_writable_file
-from keras_vit.evaluation.fewshot import DEFAULT_L2, DEFAULT_SHOTS, check_shots, fewshot_linear_eval
-from keras_vit.factory import load_model
+from keras_vit.evaluation.fewshot_defaults import DEFAULT_L2, DEFAULT_SHOTS
 
 
 def _numbers(kind):
@@ -50,7 +49,9 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from keras_vit.data import load_dataset
+    from keras_vit.data import load_dataset  # here: --help needs no backend
+    from keras_vit.evaluation.fewshot import check_shots, fewshot_linear_eval
+    from keras_vit.factory import load_model
     from keras_vit.inspect.attention import check_vit
 
     try:

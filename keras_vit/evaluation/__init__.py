@@ -1,23 +1,27 @@
 """Evaluating a ViT's representation: the paper's few-shot linear evaluation."""
 
-from keras_vit.evaluation.fewshot import (
-    FewShotCallback,
-    FewShotResult,
-    RidgeProbe,
-    extract_features,
-    fewshot_eval,
-    fewshot_linear_eval,
-    representation_model,
-    sample_shots,
-)
+import typing
 
-__all__ = [
-    "FewShotCallback",
-    "FewShotResult",
-    "RidgeProbe",
-    "extract_features",
-    "fewshot_eval",
-    "fewshot_linear_eval",
-    "representation_model",
-    "sample_shots",
-]
+from keras_vit.lazy import exports
+
+if typing.TYPE_CHECKING:  # the names as type checkers and the API reference read them
+    from keras_vit.evaluation.fewshot import (
+        FewShotCallback,
+        FewShotResult,
+        RidgeProbe,
+        extract_features,
+        fewshot_eval,
+        fewshot_linear_eval,
+        representation_model,
+        sample_shots,
+    )
+
+# Imported on first use (``keras_vit.lazy``): ``keras-vit fewshot --help`` reads the probe's
+# defaults alone (``keras_vit.evaluation.fewshot_defaults``), with no backend.
+_DEFINED_IN = dict.fromkeys(
+    ("FewShotCallback", "FewShotResult", "RidgeProbe", "extract_features", "fewshot_eval", "fewshot_linear_eval",
+     "representation_model", "sample_shots"),
+    "keras_vit.evaluation.fewshot",
+)  # fmt: skip
+__all__ = sorted(_DEFINED_IN)
+__getattr__, __dir__ = exports(__name__, _DEFINED_IN)

@@ -18,10 +18,9 @@ import keras
 import numpy as np
 
 from keras_vit.dependencies import require
+from keras_vit.evaluation.fewshot_defaults import DEFAULT_L2, DEFAULT_SHOTS
 
 BIAS_CONSTANT = 100.0
-DEFAULT_L2 = 2.0**10  # big_vision's common_fewshot config, which the paper's numbers come from
-DEFAULT_SHOTS = (1, 5, 10, 25)
 
 
 def representation_model(model):
