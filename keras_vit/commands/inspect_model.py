@@ -38,12 +38,12 @@ import os
 
 import numpy as np
 
-from keras_vit import commands, inspect
+from keras_vit import commands
 from keras_vit.atomic import StagedWrites
 from keras_vit.commands.sources import image_paths
 from keras_vit.dependencies import require
 from keras_vit.images import read_image
-from keras_vit.inspect.fusions import HEAD_FUSIONS
+from keras_vit.vocabulary import HEAD_FUSIONS
 
 FIGURES = ("attention_rollout", "attention_distance", "position_embedding_similarity", "embedding_filters")
 
@@ -273,7 +273,8 @@ def main(argv=None):
         from keras_vit.atomic import check_targets, check_writable, remove_leftovers
 
         check_writable(output, "--output")  # before the model loads: nothing to wait for
-        from keras_vit.factory import load_model  # here: --help needs no backend
+        from keras_vit import inspect  # here, as the loader: --help needs no backend
+        from keras_vit.factory import load_model
 
         model = _checked_model(load_model(args.model), args.reconstruct, args.model)
         raw, labels = pick_images(args.images, args.num_images)

@@ -11,9 +11,9 @@ that it can be checked on constructed maps.
 import numpy as np
 
 from keras_vit.images import as_model_input
-from keras_vit.inspect.fusions import HEAD_FUSIONS
 from keras_vit.internals import set_untracked
 from keras_vit.models.graph import block_indices
+from keras_vit.vocabulary import HEAD_FUSIONS
 
 
 def check_vit(model, what="this"):
