@@ -32,8 +32,10 @@ import numpy as np
 from keras_vit.data import load_dataset
 from keras_vit.training import run
 from keras_vit.training.config import make_config
+from keras_vit.training.objectives import OBJECTIVES
 from keras_vit.training.optimizers import make_optimizer
 from keras_vit.training.pretrained import resolved
+from keras_vit.training.recipes import PRETRAIN
 
 FIELDS = ("backend", "recipe", "round", "epochs", "recipe_step_ms", "bare_step_ms", "ratio", "machine")
 
@@ -74,17 +76,18 @@ def bare_step(config):
     keras.utils.set_random_seed(config.seed)
     config = resolved(config, None)  # the image size and normalisation the recipe trains with
     splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
-    train, _, _ = run._pipelines(config, splits, replicas=1, shard=None)
+    objective = OBJECTIVES[config.objective]
+    train, _, _ = run._pipelines(config, objective, splits, replicas=1, shard=None)
     # The recipe's stream runs across its epochs (and on): one epoch's batches, held in memory.
     steps = run._steps_per_epoch(config, splits.train, drop_remainder=False) * config.accumulation_steps
     batches = list(train.take(steps).as_numpy_iterator())
     images = np.concatenate([images for images, _ in batches])
     labels = np.concatenate([labels for _, labels in batches])
-    spec = run._spec(config, "pretrain", splits.info.num_classes, None)
-    model = run._build(config, "pretrain", spec, splits.info.class_names, None)
+    spec = PRETRAIN.spec(config, splits.info.num_classes, None)
+    model = run._build(config, PRETRAIN, objective, spec, splits.info.class_names, None)
     model.compile(
         optimizer=make_optimizer(config, total_steps=len(batches) * config.epochs),
-        **run._objective_terms(config),
+        **objective.compile_terms(config),
         jit_compile=run._jit_compile(config),
     )
     timer = StepTimes()

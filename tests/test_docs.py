@@ -240,7 +240,7 @@ def test_the_presets_and_recipes_references_are_what_the_catalogue_and_the_recip
     import importlib.util
 
     from keras_vit.presets import catalog
-    from keras_vit.training import config
+    from keras_vit.training import recipe_presets
 
     spec = importlib.util.spec_from_file_location(
         "make_catalogue_reference", os.path.join(ROOT, "scripts", "make_catalogue_reference.py")
@@ -260,4 +260,4 @@ def test_the_presets_and_recipes_references_are_what_the_catalogue_and_the_recip
     assert all(f"| `{name}` |" in presets for name in catalog.PRESETS)
     with open(generator.RECIPES_PAGE) as f:
         recipes = f.read()
-    assert all(f"`{name}`" in recipes for name in config.PRESETS)
+    assert all(f"`{name}`" in recipes for name in recipe_presets.PRESETS)

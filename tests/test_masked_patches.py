@@ -20,7 +20,8 @@ from keras_vit.models.masked_patches import (
     PatchCorruption,
     mean_colour_targets,
 )
-from keras_vit.training import finetune, make_config, pretrain
+from keras_vit.training import finetune, make_config, objectives, pretrain
+from keras_vit.training.config import OBJECTIVES
 
 TINY = dict(image_size=16, patch_size=4, depth=1, **TINY_ENCODER)
 TINY_RECIPE = dict(depth=1, epochs=1, steps_per_epoch=2, batch_size=32, progress=0, warmup_steps=2, **TINY_ENCODER)
@@ -190,6 +191,14 @@ def test_fine_tuning_drops_the_mask_embedding_and_head(mpp_run, tmp_path):
             np.testing.assert_array_equal(value[:, 0], pretrained[key][:, 0])
         else:
             np.testing.assert_array_equal(value, pretrained[key], err_msg=key)
+
+
+def test_every_objective_the_command_line_offers_is_a_record_of_its_own():
+    # --objective's choices (training/config.py, read without a backend) and the records the
+    # run reads (training/objectives.py) are one list: a name without a record, or a record the
+    # command line cannot ask for, fails here.
+    assert tuple(objectives.OBJECTIVES) == OBJECTIVES
+    assert [record.name for record in objectives.OBJECTIVES.values()] == list(OBJECTIVES)
 
 
 def test_unknown_objective_is_an_error_before_any_work(tmp_path, capsys):

@@ -344,7 +344,8 @@ def test_fine_tuning_the_digits_keeps_the_recipe_tuned_for_them():
 def test_fine_tuning_another_dataset_starts_from_the_papers_recipe_scaled_to_the_batch_with_its_flips():
     from keras_vit.commands.recipe_flags import parse_args
     from keras_vit.data.splits import DatasetInfo
-    from keras_vit.training.config import PAPER_FINETUNE, with_dataset_defaults
+    from keras_vit.training.config import with_dataset_defaults
+    from keras_vit.training.recipe_presets import PAPER_FINETUNE
 
     config = parse_args(["--init-from", "x.keras", "--dataset", "photos/", "--batch-size", "32"], "digits_finetune")
     folder = DatasetInfo("photos/", 2, ("a", "b"), (None, None, 3))  # a folder's: flips keep its labels

@@ -15,18 +15,9 @@ import typing
 from keras_vit import commands
 from keras_vit.checks import flag
 from keras_vit.commands.parser import shown
-from keras_vit.training.config import (
-    CHOICES,
-    DEFAULT_RECIPES,
-    FIELDS,
-    GROUPS,
-    MODEL_OPTIONS,
-    PRESETS,
-    default_recipe,
-    make_config,
-    unknown_keys_message,
-)  # fmt: skip
+from keras_vit.training.config import CHOICES, FIELDS, GROUPS, MODEL_OPTIONS, make_config, unknown_keys_message
 from keras_vit.training.errors import RecipeInputError
+from keras_vit.training.recipe_presets import DEFAULT_RECIPES, PRESETS, default_recipe
 
 EVERY_FIELD = (
     " Every RecipeConfig field and every ViTSpec option is a flag (--learning-rate 3e-4; the underscore spelling, "

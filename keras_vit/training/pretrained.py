@@ -1,6 +1,7 @@
 """What a run starts from: the pre-trained model ``--init-from`` names (fine-tuning's, or
 the masked autoencoder pre-training continues), the recipe's settings it decides (image
-size, normalisation, a decoder), the checks of the start, and the ``--teacher`` model."""
+size, normalisation, a decoder), the checks of the start, and ``load_named``, which loads
+a ``--teacher`` too."""
 
 import dataclasses
 import os
@@ -16,8 +17,7 @@ from keras_vit.models.masked_patches import MaskedPatchPrediction
 from keras_vit.models.registry import get_spec
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 from keras_vit.models.vit import VisionTransformer
-from keras_vit.training.config import FIELDS
-from keras_vit.training.distillation import check_teacher
+from keras_vit.training.config import FIELDS, MASKED_AUTOENCODER_FIELDS
 from keras_vit.training.errors import MissingInputFileError, RecipeInputError
 
 
@@ -32,24 +32,6 @@ def load_pretrained(config):
         source = _resolve(given, "--init-from", model_name=architecture)
     model = factory.build(source)  # a head the checkpoint has not is left fresh: fine-tuning replaces it
     return model.backbone if isinstance(model, (MaskedPatchPrediction, MaskedAutoencoder)) else model
-
-
-def load_teacher(config, num_classes, class_names):
-    """The ``--teacher`` model (a preset, hub name, folder or ``.keras`` file of a classifier
-    of the dataset's classes), or None without one."""
-    if not config.teacher:
-        return None
-    teacher = _load(config.teacher, "--teacher")
-    if teacher is None:
-        raise RecipeInputError(
-            f"--teacher {config.teacher!r} holds weights alone: expected a model that classifies (a preset, a hub "
-            "name, a preset folder or a .keras file)."
-        )
-    try:
-        check_teacher(teacher, num_classes, class_names, given=f"--teacher {config.teacher}")
-    except ValueError as error:
-        raise RecipeInputError(str(error)) from None
-    return teacher
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,11 +94,10 @@ def with_start_options(config, start):
 
 
 # What a masked autoencoder states beside its encoder.
-MASKED_AUTOENCODER_OPTIONS = ("mask_ratio", "decoder_width", "decoder_depth", "decoder_heads", "decoder_mlp_dim",
-                              "norm_pix_loss")  # fmt: skip
+MASKED_AUTOENCODER_OPTIONS = (*MASKED_AUTOENCODER_FIELDS, "decoder_mlp_dim")
 
 
-def _load(given, option):
+def load_named(given, option):
     """The model ``given`` names, or None for a checkpoint without architecture."""
     source = _resolve(given, option)
     if source.kind == factory.CHECKPOINT:

@@ -17,38 +17,24 @@ import warnings
 import keras
 import numpy as np
 
-from keras_vit.checkpoints import load_weights
 from keras_vit.checks import flag
-from keras_vit.data import load_dataset, make_pipeline, mixes_labels
+from keras_vit.data import load_dataset, make_pipeline
 from keras_vit.factory import save_model
 from keras_vit.layers.preprocessing import ImagePreprocessing
-from keras_vit.models import masked_autoencoder
 from keras_vit.models.graph import TASK_LAYERS
-from keras_vit.models.masked_autoencoder import MaskedAutoencoder
-from keras_vit.models.masked_patches import MaskedPatchPrediction
-from keras_vit.models.registry import get_spec
-from keras_vit.models.resize import copy_weights
-from keras_vit.models.spec import ARCHITECTURE, ViTSpec
-from keras_vit.models.vit import VisionTransformer
 from keras_vit.training import processes
 from keras_vit.training.checkpointing import BestModel, RunBackup, read_state
-from keras_vit.training.config import FREEZE, OBJECTIVES, SELF_SUPERVISED, describe, with_dataset_defaults
-from keras_vit.training.distillation import Distiller
+from keras_vit.training.config import FREEZE, describe, with_dataset_defaults
 from keras_vit.training.distribution import check_strategy, distribution_scope
 from keras_vit.training.epoch_times import EpochTimes
 from keras_vit.training.errors import RecipeInputError
 from keras_vit.training.lora import add_lora, merge_lora, narrowest_projection, save_adapter
+from keras_vit.training.objectives import OBJECTIVES
 from keras_vit.training.optimizers import make_optimizer
-from keras_vit.training.pretrained import (
-    load_pretrained,
-    load_teacher,
-    model_name,
-    pretraining_start,
-    resolved,
-    start_checks,
-    with_start_options,
-)
+from keras_vit.training.pretrained import model_name, start_checks
+from keras_vit.training.recipes import FINETUNE, PRETRAIN
 from keras_vit.training.run_folder import backup_dir, open_run_dir, record_config, run_name
+from keras_vit.training.teacher import load_teacher, student_note, trained, with_teacher
 
 
 @contextlib.contextmanager
@@ -86,7 +72,7 @@ class RunResult:
         )
 
 
-def _pipelines(config, splits, replicas, shard):
+def _pipelines(config, objective, splits, replicas, shard):
     """The training, validation and test pipelines: across several devices, full training
     batches and evaluation batches filled with blanks of weight 0; across several processes,
     each process's part of every batch (``shard``)."""
@@ -113,8 +99,8 @@ def _pipelines(config, splits, replicas, shard):
         rand_augment=config.rand_augment,
         **common,
     )
-    # The masked objective computes its own loss and accuracy, without example weights.
-    pad = drop_remainder and config.objective == "classification"
+    # A self-supervised objective computes its own loss and accuracy, without example weights.
+    pad = drop_remainder and objective.labelled
     evaluate = lambda split: make_pipeline(split, training=False, drop_remainder=drop_remainder and not pad,  # noqa: E731
                                            pad_to_batches=pad, **common)  # fmt: skip
     return train, evaluate(splits.validation), evaluate(splits.test)
@@ -148,47 +134,22 @@ def _steps_per_epoch(config, split, drop_remainder):
     return max(1, math.floor(batches) if full else math.ceil(batches))
 
 
-def _check_objective(config, recipe):
-    if config.objective not in OBJECTIVES:
+def _objective(config, recipe):
+    """The record of ``config.objective``, checked against the recipe and the teacher."""
+    objective = OBJECTIVES.get(config.objective)
+    if objective is None:
         close = difflib.get_close_matches(str(config.objective), OBJECTIVES, n=1)
         raise ValueError(
             f"Unknown objective {config.objective!r}"
             + (f" (did you mean {close[0]}?)" if close else "")
             + f"; expected one of: {', '.join(OBJECTIVES)}."
         )
-    if config.teacher and config.objective != "classification":
+    if config.teacher and not objective.labelled:
         raise ValueError(
             f"--teacher distils a classifier: objective must be 'classification', got {config.objective!r}."
         )
-    if recipe == "pretrain" and config.init_from and config.objective != "mae":
-        raise ValueError(
-            f"--init-from in pre-training continues a masked autoencoder (--objective mae); got {config.objective!r} "
-            "(to train a pre-trained model on labels, fine-tune it: keras-vit finetune --init-from)."
-        )
-    if recipe == "finetune" and config.objective != "classification":
-        raise ValueError(
-            f"Fine-tuning trains a classifier: objective must be 'classification', got {config.objective!r} "
-            "(a pre-training objective: pre-train with it, then fine-tune the saved model)."
-        )
-
-
-def _objective_terms(config):
-    """``compile``'s loss and metrics; a self-supervised model computes its own."""
-    if config.objective in SELF_SUPERVISED:
-        return {}
-    # Weighted: the blanks that fill an evaluation's last batch count for nothing.
-    return {"loss": _loss(config), "weighted_metrics": ["accuracy"]}
-
-
-def _loss(config):
-    # Weighted by the examples' weights (evaluation batches filled with blanks of weight 0);
-    # the same mean as Keras' default where there are none.
-    reduction = "mean_with_sample_weight"
-    if mixes_labels(config.mixup_alpha, config.cutmix_factor) or config.label_smoothing:
-        return keras.losses.CategoricalCrossentropy(
-            from_logits=True, label_smoothing=config.label_smoothing, reduction=reduction
-        )
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction)
+    recipe.check(config, objective)
+    return objective
 
 
 def _fewshot_callback(config, splits):
@@ -209,19 +170,6 @@ def _fewshot_callback(config, splits):
                            seeds=config.fewshot_seeds, predict=predict)  # fmt: skip
 
 
-def _judged_by(config):
-    """The metric a run is judged by (its best model's): the accuracy, or a masked
-    autoencoder's reconstruction loss."""
-    return "loss" if config.objective == "mae" else "accuracy"
-
-
-def _check_objective_options(config, spec):
-    """The masked autoencoder's options fit the model (before the run folder is made)."""
-    if config.objective == "mae":
-        masked_autoencoder.check_options(spec, config.mask_ratio, config.decoder_width, config.decoder_depth,
-                                         config.decoder_heads)  # fmt: skip
-
-
 def _callbacks(run_dir, extra, snapshot, fewshot=None, ema=False, metric="accuracy"):
     write = processes.is_writer()  # in a run of several processes, process 0 writes
     return [
@@ -236,7 +184,7 @@ def _callbacks(run_dir, extra, snapshot, fewshot=None, ema=False, metric="accura
             monitor=f"val_{metric}",
             lowest=metric == "loss",
             write=write,
-            snapshot=lambda: _trained(snapshot()),  # a distiller's student
+            snapshot=lambda: trained(snapshot()),  # a distiller's student
         ),  # fmt: skip
         *(
             [
@@ -252,7 +200,7 @@ def _callbacks(run_dir, extra, snapshot, fewshot=None, ema=False, metric="accura
 
 def pretrain(config, callbacks=()):
     """Trains ``config.model`` from scratch; see ``recipes/pretrain.py``."""
-    return _fit(config, "pretrain", callbacks)
+    return _fit(config, PRETRAIN, callbacks)
 
 
 def finetune(config, callbacks=()):
@@ -261,120 +209,24 @@ def finetune(config, callbacks=()):
         raise RecipeInputError(
             "Fine-tuning needs --init-from: a preset name or folder, a .keras file or a checkpoint load_weights reads."
         )
-    return _fit(config, "finetune", callbacks)
+    return _fit(config, FINETUNE, callbacks)
 
 
-def _spec(config, recipe, num_classes, pretrained):
-    """The model to train: the named model with the recipe's options for pre-training; for
-    fine-tuning, the architecture of what is loaded with the recipe's task and dropouts."""
-    task = dict(config.model_options, image_size=config.image_size, num_classes=num_classes)
-    if recipe == "pretrain":  # the named model, or the one pre-training continues (a PretrainingStart)
-        base = get_spec(config.model) if pretrained is None else pretrained.spec
-        _check_image_size(config, base, pretrained)
-        return _student(config, base.replace(**task))
-    base = pretrained.spec
-    _check_image_size(config, base, pretrained)
-    architecture = ViTSpec.fields_with_role(ARCHITECTURE)
-    own = {k: v for k, v in task.items() if k not in architecture}
-    # A zero head, so fine-tuning starts from the pre-trained features alone.
-    return _student(config, ViTSpec(**{k: getattr(base, k) for k in architecture}, **{**own, "head_zero_init": True}))
-
-
-def _check_image_size(config, base, pretrained):
-    """``--image-size`` a whole number of patches (of the model's stride), said in flags."""
-    patch = base.patch_size if pretrained is not None else config.model_options.get("patch_size", base.patch_size)
-    stride = base.stride // base.patch_size * patch  # a hybrid's ResNet stride times the patch
-    if config.image_size % stride == 0:
-        return
-    given = f"the patch size {patch} of --init-from {config.init_from}" if pretrained else f"--patch-size {patch}"
-    if stride != patch:
-        given = f"the model's stride {stride} (its ResNet stem's {stride // patch} x {given})"
-    below = config.image_size // stride * stride
-    close = " or ".join(str(k) for k in (below, below + stride) if k > 0)
-    raise RecipeInputError(
-        f"--image-size {config.image_size} is not divisible by {given}: expected a whole number of patches, "
-        f"a multiple of {stride} such as {close}."
-    )
-
-
-def _student(config, spec):
-    """``spec`` with DeiT's distillation token and head where the run has a teacher, and
-    without the pre-logits layer a recipe (not the user) gave it: DeiT's two heads read the
-    pooled features and the token themselves."""
-    if not config.teacher or (spec.distillation_token and spec.distillation_head):
-        return spec
-    changes = dict(distillation_token=True, distillation_head=True)
-    if spec.representation_size is not None and "representation_size" in config.defaults:
-        changes["representation_size"] = None
-    try:
-        return spec.replace(**changes)
-    except ValueError as error:
-        raise ValueError(f"--teacher gives the student DeiT's distillation token and head: {error}") from None
-
-
-def _student_note(config, spec):
-    """The line that says what ``--teacher`` took from the recipe's model, or None."""
-    size = config.model_options.get("representation_size")
-    if config.teacher and size is not None and spec.representation_size is None:
-        return (f"--teacher: the student has no pre-logits layer (representation_size {size} "
-                f"[{config.defaults['representation_size']}] dropped): DeiT's two heads read the pooled features "
-                "and the distillation token")  # fmt: skip
-    return None
-
-
-def _build(config, recipe, spec, class_names, pretrained):
-    """The model of ``spec`` to train, with ``pretrained``'s weights when fine-tuning."""
+def _build(config, recipe, objective, spec, class_names, start):
+    """The model of ``spec`` to train, with the weights of what the run starts from."""
     dtype = "mixed_bfloat16" if config.mixed_precision else None
     # What the evaluation pipeline does, so the saved model classifies raw images and its
     # exports pre-process as it was trained (and the masked objective reads pixel colours).
     preprocessing = ImagePreprocessing.from_normalization(config.normalization, spec.image_size)
-    name = model_name(config, pretrained)
-    if config.objective == "masked_patch_prediction":
-        # The ViT as its backbone, without classifier: the dataset's labels are unused.
-        return MaskedPatchPrediction(spec, dtype, preprocessing, seed=config.seed, name=name)
-    if config.objective == "mae":  # the encoder and a decoder of its own
-        model = MaskedAutoencoder(
-            spec, dtype, preprocessing, mask_ratio=config.mask_ratio, decoder_width=config.decoder_width,
-            decoder_depth=config.decoder_depth, decoder_heads=config.decoder_heads,
-            decoder_mlp_dim=pretrained.options.get("decoder_mlp_dim") if pretrained else None,
-            norm_pix_loss=config.norm_pix_loss, seed=config.seed, name=name,
-        )  # fmt: skip
-        if pretrained is not None:
-            _continue_from(model, pretrained)
-        return model
-    # class_names: the dataset's.
-    model = VisionTransformer(spec, dtype=dtype, preprocessing=preprocessing, class_names=class_names,
-                                        name=name)  # fmt: skip
-    if recipe == "finetune":
-        # A fresh zero head (and no pre-logits) for the new task, whatever the source holds; a
-        # masked patch prediction model's [mask] embedding and head are left unused.
-        unloaded = copy_weights(pretrained, model, exclude=TASK_LAYERS)
-        fresh = ("distillation_token/",) if config.teacher else ()  # a student's new token, as DeiT draws it
-        unloaded = [path for path in unloaded if not path.startswith(fresh)]
-        if unloaded:
-            raise ValueError(
-                f"{config.init_from} left {', '.join(unloaded)} of the model to fine-tune freshly initialised; "
-                "only the head and pre-logits layer may start fresh."
-            )
+    model = objective.build(config, spec, dtype, preprocessing, model_name(config, start), class_names, start)
+    recipe.initialise(config, model, start)
     return model
-
-
-def _continue_from(model, start):
-    """``start``'s weights in the masked autoencoder: all of them, or the encoder's where the
-    file has no decoder (which then starts fresh). The two position tables stay MAE's fixed ones."""
-    fixed = ("position_embedding/", "decoder_position_embedding/")
-    try:
-        load_weights(model, start.path, warn=False, exclude=fixed)
-    except ValueError:  # no decoder in the file: the encoder's, or the encoder's own error
-        load_weights(model.backbone, start.path, warn=False, exclude=fixed)
-        if processes.is_writer():
-            print(f"--init-from {start.path}: the encoder's weights; the decoder starts fresh (the file has none)")
 
 
 def _check_fine_tuning(config, recipe, spec):
     """The fine-tuning techniques asked for fit the recipe and the model."""
     asked = [flag(k) for k in ("freeze", "lora_rank", "layer_decay") if getattr(config, k)]
-    if recipe != "finetune" and asked:
+    if not recipe.fine_tunes and asked:
         raise ValueError(f"{', '.join(asked)}: options of fine-tuning a pre-trained model (keras-vit finetune).")
     if config.freeze not in (None, *FREEZE):
         raise ValueError(f"--freeze must be one of {', '.join(FREEZE)}; got {config.freeze!r}.")
@@ -427,40 +279,19 @@ def _save(config, model, run_dir):
         save_model(model, os.path.join(run_dir, "model.keras"))
 
 
-def _compiled(config, recipe, spec, class_names, pretrained, teacher, total_updates):
+def _compiled(config, recipe, objective, spec, class_names, start, teacher, total_updates):
     """The model to train, adapted and compiled (in the distribution's scope, or outside it
     for the writer's copy); with a teacher, the ``Distiller`` of the student and a copy of it."""
     with _input_checks():  # the pre-trained weights, copied or loaded here
-        student = _build(config, recipe, spec, class_names, pretrained)
+        student = _build(config, recipe, objective, spec, class_names, start)
         _adapt(config, student)
-    model = student
-    if teacher is not None:
-        model = Distiller(student, _teacher_copy(config, teacher), config.distillation,
-                          config.distillation_temperature, config.distillation_weight)  # fmt: skip
+    model = with_teacher(config, student, teacher)
     model.compile(
         optimizer=make_optimizer(config, total_steps=total_updates, model=student),
-        **_objective_terms(config),
+        **objective.compile_terms(config),
         jit_compile=_jit_compile(config),
     )
     return model
-
-
-def _teacher_copy(config, teacher):
-    """The teacher, made again in the distribution's scope where there is one (its weights
-    then placed as the student's)."""
-    if config.strategy == "default" and processes.count() == 1:
-        return teacher
-    if isinstance(teacher, VisionTransformer):  # its class, pre-processing and class names kept
-        copy = type(teacher).from_config(teacher.get_config())
-    else:
-        copy = keras.models.clone_model(teacher)
-    copy.set_weights(teacher.get_weights())
-    return copy
-
-
-def _trained(model):
-    """What a run saves and returns of the model it trains: a distiller's student."""
-    return model.student if isinstance(model, Distiller) else model
 
 
 def _fit(config, recipe, extra_callbacks):
@@ -469,14 +300,12 @@ def _fit(config, recipe, extra_callbacks):
     with _input_checks():
         # Joined first: nothing may compute on JAX before.
         processes.join(config)
-        _check_objective(config, recipe)
+        objective = _objective(config, recipe)
         keras.utils.set_random_seed(config.seed)
         # Outside the distribution scope: only the source of the weights of the model to train.
         # Fine-tuning: the pre-trained model; pre-training: where a masked autoencoder continues from.
-        pretrained = load_pretrained(config) if recipe == "finetune" else pretraining_start(config)
-        config = resolved(config, pretrained)
-        if recipe == "pretrain":
-            config = with_start_options(config, pretrained)
+        start = recipe.start(config)
+        config = recipe.configured(config, start)
         splits = load_dataset(config.dataset, data_dir=config.data_dir, seed=config.seed)
         if config.train_fraction is not None:  # fewer labelled images
             splits = dataclasses.replace(splits, train=splits.train.labelled_share(config.train_fraction, config.seed))
@@ -485,21 +314,21 @@ def _fit(config, recipe, extra_callbacks):
         _check_splits(config, splits)
         fewshot = _fewshot_callback(config, splits)
         # Their errors before the run folder is made.
-        spec = _spec(config, recipe, splits.info.num_classes, pretrained)
+        spec = recipe.spec(config, splits.info.num_classes, start)
         replicas = check_strategy(config.strategy, config.batch_size, config.accumulation_steps, spec)
         shard = (processes.index(), processes.count()) if processes.count() > 1 else None
-        train, validation, test = _pipelines(config, splits, replicas, shard)
+        train, validation, test = _pipelines(config, objective, splits, replicas, shard)
         updates = _steps_per_epoch(config, splits.train, drop_remainder=replicas > 1)
         steps = updates * config.accumulation_steps  # fit's steps: micro-batches
         _check_fine_tuning(config, recipe, spec)
-        _check_objective_options(config, spec)
+        objective.check(config, spec)
         if processes.is_writer():  # the recipe as it will train, once every input is checked
             print(describe(config), flush=True)
-            note = _student_note(config, spec)
+            note = student_note(config, spec)
             if note:
                 print(note, flush=True)
-        run_dir, resumed = open_run_dir(config, run_name(config, recipe, model_name(config, pretrained)))
-        record_config(run_dir, config, recipe, resumed)
+        run_dir, resumed = open_run_dir(config, run_name(config, recipe.name, model_name(config, start)))
+        record_config(run_dir, config, recipe.name, resumed)
     # One stream of batches across the epochs, `steps` an epoch: a run resumed from its
     # backup skips the epochs it has done, so it sees the batches the uninterrupted run
     # would (the skipped ones are read again, not trained on).
@@ -507,15 +336,15 @@ def _fit(config, recipe, extra_callbacks):
     if state is not None:
         train = train.skip(state["epoch"] * steps)
     # The whole run sits in the scope: JAX's keras.distribution shards each batch at fit time.
-    build = functools.partial(_compiled, config, recipe, spec, splits.info.class_names, pretrained, teacher,
+    build = functools.partial(_compiled, config, recipe, objective, spec, splits.info.class_names, start, teacher,
                               updates * config.epochs)  # fmt: skip
     with distribution_scope(config.strategy, config.tpu, across_processes=processes.count() > 1):
         model = build()
         snapshot = processes.snapshot(model, build, split=config.strategy == "sharded")
         checks = {}
-        if recipe == "finetune" and processes.count() == 1:  # the checks predict in one process
+        if recipe.fine_tunes and processes.count() == 1:  # the checks predict in one process
             images = np.concatenate([keras.ops.convert_to_numpy(x) for x, *_ in validation])
-            checks = start_checks(_trained(model), pretrained, images)
+            checks = start_checks(trained(model), start, images)
         epochs = EpochTimes()  # last: each epoch's steps, validation and file writes
         with _finite_evaluation():
             history = model.fit(
@@ -525,19 +354,19 @@ def _fit(config, recipe, extra_callbacks):
                 validation_data=validation,
                 callbacks=[
                     *_callbacks(
-                        run_dir, extra_callbacks, snapshot, fewshot, ema=bool(config.ema), metric=_judged_by(config)
+                        run_dir, extra_callbacks, snapshot, fewshot, ema=bool(config.ema), metric=objective.judged_by
                     ),
                     epochs,
                 ],  # fmt: skip
                 verbose=processes.fit_verbosity(config.progress),  # the writer's alone; bars on a terminal
                 shuffle=False,  # the pipeline shuffles, seeded
             )
-        written = _trained(snapshot())
+        written = trained(snapshot())
         if processes.is_writer():
             with processes.alone():
                 _save(config, written, run_dir)
         with _finite_evaluation():  # for masked patch prediction: the colour accuracy on the corrupted patches
             tested = model.evaluate(test, verbose=0, return_dict=True)
     seconds = time.perf_counter() - started
-    return RunResult(_trained(model), run_dir, history.history, float(tested.get("accuracy", "nan")), seconds, checks,
-                     epochs.seconds, test_loss=float(tested["loss"]), metric=_judged_by(config))  # fmt: skip
+    return RunResult(trained(model), run_dir, history.history, float(tested.get("accuracy", "nan")), seconds, checks,
+                     epochs.seconds, test_loss=float(tested["loss"]), metric=objective.judged_by)  # fmt: skip
