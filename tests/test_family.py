@@ -368,16 +368,23 @@ def kinds():
 
 
 FIRST_OF_KIND = dict(kinds())
+# The XLA backends take the kinds in turns: the first kind on JAX, the second on TensorFlow, ...
+XLA_BACKEND_OF_KIND = {
+    first: ("jax", "tensorflow")[k % 2] for k, first in enumerate(dict.fromkeys(FIRST_OF_KIND.values()))
+}
 
 
 # Every architecture keras-vit builds (timm_config.buildable()): each on PyTorch, where its
-# config's translation, its layout and its numerics are checked; on TensorFlow and JAX the
-# first of each kind (the graph a backend runs for the others differs in its shapes alone).
+# config's translation, its layout and its numerics are checked; the first of each kind on
+# JAX or TensorFlow, in turns (the graph a backend runs for the others differs in its shapes
+# alone; every layer and option is tested on all three in test_layers.py and the rest).
 @pytest.mark.parametrize("architecture", timm_config.buildable())
 def test_timm_architectures_load_by_hub_name_at_timms_logits(timm, mirror, architecture):
-    first = FIRST_OF_KIND[architecture]
-    if keras.backend.backend() != "torch" and first != architecture:
+    first, backend = FIRST_OF_KIND[architecture], keras.backend.backend()
+    if backend != "torch" and first != architecture:
         pytest.skip(f"{first}'s kind at other widths: checked on this backend as {first}, this one on torch")
+    if backend != "torch" and XLA_BACKEND_OF_KIND[first] != backend:
+        pytest.skip(f"its kind is checked on {XLA_BACKEND_OF_KIND[first]} and torch")
     assert_loads_by_hub_name_at_timms_logits(timm, mirror, architecture)
 
 
