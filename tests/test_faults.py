@@ -272,8 +272,10 @@ def test_a_stopped_export_says_so_in_one_line_and_leaves_no_files(number, tmp_pa
     model, output, scratch = tiny_model_file(str(tmp_path)), tmp_path / "out" / "export", tmp_path / "tmp"
     scratch.mkdir()  # the system's temporary folder for the export (its child's job files)
     env = {**child_env(), "TMPDIR": str(scratch)}
+    # Ctrl-C's default restored: a test run started in the background (nohup, `&`) ignores
+    # SIGINT, and a child inherits that, so the export would never see it.
     child = subprocess.Popen(export_command(model, output), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)  # fmt: skip
+                             text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     # The signal goes as soon as an export file is being written, or, on JAX and PyTorch, as
     # soon as the TensorFlow child that writes them runs (on a loaded machine its staged files
     # can come and go between two looks, and the export end before the signal).
