@@ -47,9 +47,9 @@ def test_quick_mode_measures_every_row_beside_the_peers(speed_benchmark, tmp_pat
     if BACKEND == "torch":  # the PyTorch peers, once
         engines += ["timm", "hf"]
     csv_path = tmp_path / "speed.csv"
-    # The training mode, which runs the forward too (another batch size is the same path,
-    # compiled again); the inference mode's rows: the compiled rows' test below.
-    modes = ("train_b32",)
+    # One inference and the training mode: every path a row takes (another batch size is
+    # the same path, compiled again).
+    modes = ("infer_b1", "train_b32")
     argv = ["--quick", "--engines", ",".join(engines), "--modes", ",".join(modes), "--csv", str(csv_path)]
     rows = speed_benchmark.main(argv)
     printed = capsys.readouterr().out
@@ -90,15 +90,11 @@ def test_quick_mode_measures_every_row_beside_the_peers(speed_benchmark, tmp_pat
 @pytest.mark.skipif(BACKEND != "torch", reason=f"the compiled engine is the torch backend's own; this is {BACKEND}")
 def test_quick_mode_compiled_torch_rows_interleaved_with_timm(speed_benchmark, tmp_path, capsys):
     engines = [speed_benchmark.COMPILED, speed_benchmark.COMPILED_TANH, "keras-vit:torch", "timm"]
-    argv = ["--quick", "--precisions", "float32", "--csv", str(tmp_path / "speed.csv")]
-    rows = speed_benchmark.main(argv + ["--engines", ",".join(engines), "--modes", "infer_b1"])
+    argv = ["--quick", "--engines", ",".join(engines), "--precisions", "float32", "--modes", "infer_b1,train_b32"]
+    rows = speed_benchmark.main(argv + ["--csv", str(tmp_path / "speed.csv")])
     printed = capsys.readouterr().out
-    # The compiled training step once: the GELU rewrite is inference's alone, so the
-    # rewrite-off engine's training step would be the same program compiled again.
-    rows += speed_benchmark.main(argv + ["--engines", speed_benchmark.COMPILED, "--modes", "train_b32"])
 
-    expected = [(e, "infer_b1") for e in engines] + [(speed_benchmark.COMPILED, "train_b32")]
-    assert [(r["engine"], r["mode"]) for r in rows] == expected
+    assert [(r["engine"], r["mode"]) for r in rows] == [(e, m) for m in ("infer_b1", "train_b32") for e in engines]
     for row in rows:
         assert row["note"] == "", row
         per_repeat = [float(t) for t in row["ms_per_repeat"].split(";")]
