@@ -71,7 +71,7 @@ def _check_image_size(config, base, pretrained):
     )
 
 
-def _check_pretraining(config, objective):
+def _pretraining_objective_check(config, objective):
     if config.init_from and not objective.continues:
         raise ValueError(
             f"--init-from in pre-training continues a masked autoencoder (--objective mae); got {objective.name!r} "
@@ -79,7 +79,7 @@ def _check_pretraining(config, objective):
         )
 
 
-def _check_fine_tuning(config, objective):
+def _fine_tuning_objective_check(config, objective):
     if not objective.labelled:
         raise ValueError(
             f"Fine-tuning trains a classifier: objective must be 'classification', got {objective.name!r} "
@@ -109,7 +109,7 @@ def _no_weights(config, model, start):
     """Pre-training starts fresh (a continued masked autoencoder loads its own: objectives.py)."""
 
 
-PRETRAIN = Recipe("pretrain", pretraining_start, _pretraining_options, _pretraining_spec, _check_pretraining,
-                  _no_weights, fine_tunes=False)  # fmt: skip
-FINETUNE = Recipe("finetune", load_pretrained, resolved, _fine_tuning_spec, _check_fine_tuning, _copy_pretrained,
-                  fine_tunes=True)  # fmt: skip
+PRETRAIN = Recipe("pretrain", pretraining_start, _pretraining_options, _pretraining_spec,
+                  _pretraining_objective_check, _no_weights, fine_tunes=False)  # fmt: skip
+FINETUNE = Recipe("finetune", load_pretrained, resolved, _fine_tuning_spec, _fine_tuning_objective_check,
+                  _copy_pretrained, fine_tunes=True)  # fmt: skip
