@@ -112,7 +112,7 @@ def measure(backend, name, image_size, batch, min_seconds, rounds):
         backend=backend,
         model=f"{name}@{image_size}",
         batch=batch,
-        peak=speed_benchmark.framework_peaks(backend)["float32"],
+        peak=speed_benchmark.framework_peaks(backend, dtypes=("float32",))["float32"],
         matmuls=chain_flops / statistics.median(seconds["matmuls"]) / 1e9,
         model_gflops=model_flops / statistics.median(seconds["model"]) / 1e9,
         model_over_matmuls_time=statistics.median(per_round),

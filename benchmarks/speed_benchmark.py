@@ -251,7 +251,8 @@ def parse_args(argv=None):
     parser.add_argument(
         "--modes", default=",".join(DEFAULT_MODES), help=f"of {', '.join(MODES)} (the last two: for a GPU)"
     )
-    parser.add_argument("--quick", action="store_true", help="the tiny model and a few steps (a smoke run)")
+    smoke = "the tiny model, a few steps and the peak of a small product (a smoke run)"
+    parser.add_argument("--quick", action="store_true", help=smoke)
     parser.add_argument("--csv", help=f"the rows' file (default: --out-dir's, else {DEFAULT_CSV})")
     parser.add_argument(
         "--out-dir",

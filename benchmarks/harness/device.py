@@ -28,6 +28,12 @@ def torch_sync(device):
         torch.cuda.synchronize()
 
 
+PEAK_DTYPES = ("float32", "bfloat16")
+# A smoke run's (--quick) product: its peak is a column to fill, not a figure to quote, and a
+# CPU without bfloat16 units takes most of a minute per 2048-sized bfloat16 product.
+QUICK_PEAK_SIZE = 256
+
+
 def _peak_size(device):
     # 2048 fills a CPU's caches and cores; an accelerator needs a larger product to reach its peak.
     return 2048 if device == "cpu" else 8192
@@ -39,44 +45,46 @@ def _matmul_peak(matmul, n, min_seconds=2.0):
     return 2 * n**3 / best_seconds(matmul, warmup=3, min_steps=1, min_seconds=min_seconds) / 1e9
 
 
-def framework_peaks(backend, device=None):
-    """``{"float32": GFLOP/s, "bfloat16": GFLOP/s}``: the framework's matmul peak on ``device``
-    (default: where it computes, ``device_kind``)."""
+def framework_peaks(backend, device=None, dtypes=PEAK_DTYPES, quick=False):
+    """``{dtype: GFLOP/s}`` for ``dtypes`` (of ``PEAK_DTYPES``): the framework's matmul peak on
+    ``device`` (default: where it computes, ``device_kind``); ``quick``: on a small product,
+    for a smoke run."""
     device = device or device_kind(backend)
+    n = QUICK_PEAK_SIZE if quick else _peak_size(device)
+    min_seconds = 0.0 if quick else 2.0
     if backend == "torch":
-        return _torch_peaks(device)
+        return _torch_peaks(device, dtypes, n, min_seconds)
     import numpy as np
 
-    n = _peak_size(device)
     a = np.random.default_rng(0).normal(size=(n, n)).astype("float32")
     peaks = {}
-    for dtype in ("float32", "bfloat16"):
+    for dtype in dtypes:
         if backend == "tensorflow":
             import tensorflow as tf
 
             x = tf.cast(tf.constant(a), dtype)
-            peaks[dtype] = _matmul_peak(lambda: tf.linalg.matmul(x, x).numpy(), n)
+            peaks[dtype] = _matmul_peak(lambda: tf.linalg.matmul(x, x).numpy(), n, min_seconds)
         else:
             import jax
             import jax.numpy as jnp
 
             x = jnp.asarray(a, dtype=dtype)
             f = jax.jit(jnp.matmul)
-            peaks[dtype] = _matmul_peak(lambda: f(x, x).block_until_ready(), n)
+            peaks[dtype] = _matmul_peak(lambda: f(x, x).block_until_ready(), n, min_seconds)
     return peaks
 
 
-def _torch_peaks(device):
+def _torch_peaks(device, dtypes, n, min_seconds):
     import torch
 
-    n, peaks = _peak_size(device), {}
-    for dtype in (torch.float32, torch.bfloat16):
-        x = torch.randn(n, n, dtype=dtype, device=device)
+    peaks = {}
+    for name in dtypes:
+        x = torch.randn(n, n, dtype=getattr(torch, name), device=device)
 
         def matmul():
             torch.matmul(x, x)
             torch_sync(device)
 
         with torch.no_grad():
-            peaks[str(dtype).split(".")[1]] = _matmul_peak(matmul, n)
+            peaks[name] = _matmul_peak(matmul, n, min_seconds)
     return peaks

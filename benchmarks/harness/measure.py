@@ -52,7 +52,8 @@ def run_engines(engines, models, precisions, modes, quick, min_seconds=2.0, repe
 
     backend = registry.backend(engines[0])
     device = device_kind(backend)
-    peaks = framework_peaks(backend, device)
+    peak_dtype = {p: "float32" if p == "float32" else "bfloat16" for p in precisions}
+    peaks = framework_peaks(backend, device, tuple(dict.fromkeys(peak_dtype.values())), quick=quick)
     frameworks = {registry.adapter(e).FRAMEWORK for e in engines}
     if "torch" in frameworks:
         import torch
@@ -64,7 +65,7 @@ def run_engines(engines, models, precisions, modes, quick, min_seconds=2.0, repe
     )
     entries = timed_entries(engines, settings)
     for precision in precisions:
-        peak = peaks["float32" if precision == "float32" else "bfloat16"]
+        peak = peaks[peak_dtype[precision]]
         for key in models:
             arch = arches[key]
             flops = keras_vit.inspect.count_flops(spec(arch.name, arch.image_size, depth=arch.depth))
