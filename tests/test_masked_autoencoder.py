@@ -12,7 +12,8 @@ from helpers import TINY_ENCODER, assert_close_to_scale, randomize_torch, to_num
 
 import keras_vit
 from keras_vit.checkpoints.transformers_config import masked_autoencoder_options, spec_options
-from keras_vit.models.masked_autoencoder import MaskedAutoencoder, random_masking, visible_count
+from keras_vit.models.masked_autoencoder import MaskedAutoencoder
+from keras_vit.models.patch_masking import random_masking, visible_count
 
 SMALL = dict(image_size=16, patch_size=4, hidden_size=32, depth=2, num_heads=2, mlp_dim=64, decoder_width=16,
              decoder_depth=1, decoder_heads=2)  # fmt: skip
