@@ -27,6 +27,11 @@ MODEL_FILE = "model.keras"
 FORMAT = "keras_vit.preset"
 
 
+def is_preset_folder(path):
+    """Whether ``path`` is a folder ``save_preset`` wrote (it holds the card)."""
+    return os.path.isfile(os.path.join(path, PRESET_FILE))
+
+
 def _file_facts(path):
     """What the card records of a file, and what loading checks against it."""
     return {"size": os.path.getsize(path), "sha256": integrity.sha256(path)}

@@ -18,10 +18,9 @@ fetched only when the model is built, after the options were checked.
 
 import dataclasses
 import difflib
-import json
 import os
 
-from keras_vit.checkpoints import keras_hub_config, timm_config, transformers_config
+from keras_vit.checkpoints import keras_hub_config, timm_config
 from keras_vit.checkpoints.loader import trained_numerics
 from keras_vit.checkpoints.readers import sniff_container
 from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
@@ -38,8 +37,6 @@ from keras_vit.sources.description import (
     LOCAL_PRESET,
     PRESET,
     TIMM_ARCHITECTURE,
-    TIMM_FOLDER,
-    TRANSFORMERS_FOLDER,
     URL,
     VARIANT,
     InvalidModelFileError,
@@ -47,6 +44,7 @@ from keras_vit.sources.description import (
     NoWeightsError,
     Weights,
 )
+from keras_vit.sources.repository import is_repository_folder, repository_source
 
 # What a weights path ends in (the readers' containers), to tell a missing file from a tag.
 CHECKPOINT_EXTENSIONS = (".npz", ".pth", ".pt", ".bin", ".safetensors", ".keras", ".h5")
@@ -98,25 +96,6 @@ def is_url(value):
     return isinstance(value, str) and value.startswith(("http://", "https://"))
 
 
-def is_repository_folder(path):
-    """Whether ``path`` is a folder of a model as hub repositories hold one: a
-    ``config.json`` naming timm's ``architecture`` or a transformers ``model_type`` (and
-    no keras-vit preset card)."""
-    if not os.path.isdir(path) or _is_local_preset(path):
-        return False
-    config = os.path.join(path, "config.json")
-    try:
-        with open(config, encoding="utf-8") as f:
-            config = json.load(f)
-        return isinstance(config, dict) and ("architecture" in config or "model_type" in config)
-    except (OSError, ValueError):
-        return False
-
-
-def _is_local_preset(path):
-    return os.path.isfile(os.path.join(path, local.PRESET_FILE))
-
-
 def _is_keras_path(path):
     return path.endswith(".keras") or (os.path.isfile(path) and sniff_container_or_none(path) == "keras")
 
@@ -157,65 +136,6 @@ def _preset(name, **_):
         class_names=preset.labels,
         num_classes=preset.num_classes,
     )
-
-
-WEIGHTS_FILE = "model.safetensors"  # what keras-vit reads of a hub repository, beside its config.json
-
-
-def _repository(given, **_):
-    """A hub repository (``hf-hub:``) or a folder holding its files, timm's or transformers':
-    its ``config.json`` says which (an ``architecture``, or a ``model_type``)."""
-    on_hub = hub.is_hub_name(given)
-    with open(_repository_file(given, "config.json"), encoding="utf-8") as f:
-        config = json.load(f)
-    if on_hub:
-        weights = Weights(hub_name=given, filename=WEIGHTS_FILE)
-    else:
-        weights = Weights(path=_repository_file(given, WEIGHTS_FILE), container="safetensors")
-    pretraining = None
-    if "architecture" in config:
-        options, _, preprocessing, class_names = timm_config.from_hub_config(config)
-        name, kind = config["architecture"], HUB if on_hub else TIMM_FOLDER
-    elif "model_type" in config:
-        options = transformers_config.spec_options(config)
-        if config["model_type"] == "vit_mae":  # its decoder too
-            pretraining = transformers_config.masked_autoencoder_options(config)
-        processor = _repository_file(given, transformers_config.PROCESSOR_FILE, missing_ok=True)
-        preprocessing = None
-        if processor is not None:
-            with open(processor, encoding="utf-8") as f:
-                size, preprocessing = transformers_config.preprocessing_options(json.load(f), options["image_size"])
-            options["image_size"] = size
-        class_names = transformers_config.class_names(config)
-        name = hub.repo_id(given).split("/")[-1] if on_hub else config["model_type"]
-        kind = HUB if on_hub else TRANSFORMERS_FOLDER
-    else:
-        raise ValueError(
-            f"{given}: its config.json is neither timm's (an 'architecture') nor transformers' (a 'model_type'); "
-            f"keys: {sorted(config)[:8]}."
-        )
-    spec = ViTSpec(**options)
-    return ModelSource(
-        kind,
-        given,
-        name=name,
-        spec=spec,
-        weights=weights,
-        preprocessing=preprocessing,
-        class_names=class_names,
-        num_classes=spec.num_classes if class_names is not None else None,
-        pretraining=pretraining,
-    )
-
-
-def _repository_file(given, filename, missing_ok=False):
-    """The local path of one file of a hub repository or folder (None if ``missing_ok`` and it has none)."""
-    if hub.is_hub_name(given):
-        return hub.fetch(given, filename, missing_ok=missing_ok)
-    path = os.path.join(given, filename)
-    if os.path.isfile(path) or missing_ok and not os.path.exists(path):
-        return path if os.path.isfile(path) else None
-    raise FileNotFoundError(f"{given}: a model's folder holds config.json and {WEIGHTS_FILE}; {path} is missing.")
 
 
 def _keras_hub_folder(folder, **_):
@@ -303,11 +223,11 @@ ENTRIES = (
     (VARIANT, _named(VARIANTS), _variant),
     (PRESET, _named(PRESETS), _preset),
     (TIMM_ARCHITECTURE, _named(ARCHITECTURES), _timm_architecture),
-    (HUB, hub.is_hub_name, _repository),
+    (HUB, hub.is_hub_name, repository_source),
     (URL, is_url, _url),
-    (LOCAL_PRESET, _is_local_preset, _local_preset),
+    (LOCAL_PRESET, local.is_preset_folder, _local_preset),
     (KERAS_HUB_FOLDER, keras_hub_config.is_preset_folder, _keras_hub_folder),
-    ("repository_folder", is_repository_folder, _repository),
+    ("repository_folder", is_repository_folder, repository_source),
     ("folder", os.path.isdir, _other_folder),
     (KERAS_FILE, _is_keras_path, _keras_file),
     (CHECKPOINT, os.path.isfile, _file),
@@ -339,7 +259,7 @@ def _with_weights(named, weights):
     if named.kind != VARIANT:
         raise ValueError(f"{name!r} holds its own weights; weights={weights!r} would be a second source.")
     if timm_weights:
-        return _sized_as(_repository(weights), name)
+        return _sized_as(repository_source(weights), name)
     if is_url(weights):
         return _checkpoint(hub.fetch_url(weights), model_name=name)
     if os.path.exists(weights):

@@ -1,0 +1,89 @@
+"""A hub repository's model, timm's or transformers': on the hub (``hf-hub:<org>/<name>``) or
+as a folder of its files (what ``save_for_hf`` and ``save_pretrained`` write). Its
+``config.json`` says whose it is (timm's ``architecture``, transformers' ``model_type``) and
+the spec; the weights are its ``model.safetensors``; the pre-processing is timm's
+``pretrained_cfg`` or transformers' processor file. ``keras_vit.sources.resolver`` names
+these sources ``HUB``, ``TIMM_FOLDER`` and ``TRANSFORMERS_FOLDER``.
+"""
+
+import json
+import os
+
+from keras_vit.checkpoints import timm_config, transformers_config
+from keras_vit.models.spec import ViTSpec
+from keras_vit.presets import hub, local
+from keras_vit.sources.description import HUB, TIMM_FOLDER, TRANSFORMERS_FOLDER, ModelSource, Weights
+
+
+def is_repository_folder(path):
+    """Whether ``path`` is a folder of a model as hub repositories hold one: a
+    ``config.json`` naming timm's ``architecture`` or a transformers ``model_type`` (and
+    no keras-vit preset card)."""
+    if not os.path.isdir(path) or local.is_preset_folder(path):
+        return False
+    config = os.path.join(path, "config.json")
+    try:
+        with open(config, encoding="utf-8") as f:
+            config = json.load(f)
+        return isinstance(config, dict) and ("architecture" in config or "model_type" in config)
+    except (OSError, ValueError):
+        return False
+
+
+WEIGHTS_FILE = "model.safetensors"  # what keras-vit reads of a hub repository, beside its config.json
+
+
+def repository_source(given, **_):
+    """A hub repository (``hf-hub:``) or a folder holding its files, timm's or transformers':
+    its ``config.json`` says which (an ``architecture``, or a ``model_type``)."""
+    on_hub = hub.is_hub_name(given)
+    with open(_repository_file(given, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    if on_hub:
+        weights = Weights(hub_name=given, filename=WEIGHTS_FILE)
+    else:
+        weights = Weights(path=_repository_file(given, WEIGHTS_FILE), container="safetensors")
+    pretraining = None
+    if "architecture" in config:
+        options, _, preprocessing, class_names = timm_config.from_hub_config(config)
+        name, kind = config["architecture"], HUB if on_hub else TIMM_FOLDER
+    elif "model_type" in config:
+        options = transformers_config.spec_options(config)
+        if config["model_type"] == "vit_mae":  # its decoder too
+            pretraining = transformers_config.masked_autoencoder_options(config)
+        processor = _repository_file(given, transformers_config.PROCESSOR_FILE, missing_ok=True)
+        preprocessing = None
+        if processor is not None:
+            with open(processor, encoding="utf-8") as f:
+                size, preprocessing = transformers_config.preprocessing_options(json.load(f), options["image_size"])
+            options["image_size"] = size
+        class_names = transformers_config.class_names(config)
+        name = hub.repo_id(given).split("/")[-1] if on_hub else config["model_type"]
+        kind = HUB if on_hub else TRANSFORMERS_FOLDER
+    else:
+        raise ValueError(
+            f"{given}: its config.json is neither timm's (an 'architecture') nor transformers' (a 'model_type'); "
+            f"keys: {sorted(config)[:8]}."
+        )
+    spec = ViTSpec(**options)
+    return ModelSource(
+        kind,
+        given,
+        name=name,
+        spec=spec,
+        weights=weights,
+        preprocessing=preprocessing,
+        class_names=class_names,
+        num_classes=spec.num_classes if class_names is not None else None,
+        pretraining=pretraining,
+    )
+
+
+def _repository_file(given, filename, missing_ok=False):
+    """The local path of one file of a hub repository or folder (None if ``missing_ok`` and it has none)."""
+    if hub.is_hub_name(given):
+        return hub.fetch(given, filename, missing_ok=missing_ok)
+    path = os.path.join(given, filename)
+    if os.path.isfile(path) or missing_ok and not os.path.exists(path):
+        return path if os.path.isfile(path) else None
+    raise FileNotFoundError(f"{given}: a model's folder holds config.json and {WEIGHTS_FILE}; {path} is missing.")
