@@ -13,7 +13,7 @@ import os
 import re
 import typing
 
-from keras_vit.checkpoints import special_cases, table, timm_config
+from keras_vit.checkpoints import cells, keras_hub_table, special_cases, table, timm_config
 
 # HF transformers' ViTConfig names for the spec's fields (``ViTSpec`` field: HF name).
 HF_CONFIG_NAMES = dict(
@@ -125,7 +125,7 @@ class Layout:
     def find_source(self, path):
         """The ``Source`` and regex groups for one Keras variable path, or ``(None, None)``."""
         if self.rows is None:
-            return table.Source(path, lambda a: a), ()
+            return cells.Source(path, lambda a: a), ()
         for pattern, source in self.rows:
             match = re.fullmatch(pattern, path)
             if match:
@@ -204,7 +204,7 @@ LAYOUTS = {
             "hf_dinov2_registers",
             "embeddings.register_tokens",
             ("", "dinov2_with_registers."),
-            [*table.HF_DINOV2, (r"register_tokens/tokens", table.same("embeddings.register_tokens"))],
+            [*table.HF_DINOV2, (r"register_tokens/tokens", cells.same("embeddings.register_tokens"))],
             "embeddings.cls_token",
             resampling=("bicubic", True),  # its interpolate_pos_encoding antialiases
             numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-6},
@@ -258,7 +258,7 @@ LAYOUTS = {
             "keras_hub_dinov3",
             "encoder/layers_0/attention/q_proj/kernel",
             ("",),
-            table.KERAS_HUB_DINOV3,
+            keras_hub_table.KERAS_HUB_DINOV3,
             "embeddings/cls_token",
             resampling=("bicubic", False),  # no table: rotary embeddings
             numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-5},
@@ -269,7 +269,7 @@ LAYOUTS = {
             "keras_hub_dinov2",
             "embeddings/interpolated_position_embeddings",
             ("",),
-            table.KERAS_HUB_DINOV2,
+            keras_hub_table.KERAS_HUB_DINOV2,
             "embeddings/cls_token",
             resampling=("bicubic", False),
             numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-6},
@@ -282,7 +282,7 @@ LAYOUTS = {
             "keras_hub_siglip",
             "head/attention/query/kernel",
             ("",),
-            table.KERAS_HUB_SIGLIP,
+            keras_hub_table.KERAS_HUB_SIGLIP,
             "embedding/class_embedding",  # none: SigLIP has no class token
             resampling=("bicubic", False),
             numerics={"layer_norm_epsilon": 1e-6},  # its final norm's, fixed
@@ -293,7 +293,7 @@ LAYOUTS = {
             "keras_hub_clip",
             "embedding/class_embedding",
             ("",),
-            table.KERAS_HUB_CLIP,
+            keras_hub_table.KERAS_HUB_CLIP,
             "embedding/class_embedding",
             resampling=("bicubic", False),
             numerics={"layer_norm_epsilon": 1e-5},  # fixed in its layers
@@ -305,7 +305,7 @@ LAYOUTS = {
             "keras_hub_vit",
             "vit_patching_and_embedding/patch_embedding/kernel",
             ("",),
-            table.KERAS_HUB_VIT,
+            keras_hub_table.KERAS_HUB_VIT,
             "vit_patching_and_embedding/class_token",
             resampling=("bicubic", False),
             numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-6},

@@ -1,8 +1,9 @@
 """Where every keras-vit weight lives in each upstream checkpoint layout: the tables.
 
 One table, ``VIT``, has a row per Keras weight (a regex over its variable path) and a
-column per layout; each cell is a source that names the upstream key(s) (``{0}`` is the
-block index from the regex) and how to turn them into the Keras shape. The hybrids'
+column per layout; each cell is a source (``keras_vit.checkpoints.cells``) that names the
+upstream key(s) (``{0}`` is the block index from the regex) and how to turn them into the
+Keras shape. The hybrids'
 ResNet adds a few rows per layout. What else a layout means (how its files are
 recognised, how its peer resamples, the numerics it was trained with) is its record in
 ``layouts.py``. The columns:
@@ -20,109 +21,29 @@ recognised, how its peer resamples, the numerics it was trained with) is its rec
   ``Dinov2WithRegistersModel`` files (``HF_DINOV2``, rows of their own); ``"hf_dinov3"``:
   its ``DINOv3ViTModel`` (``HF_DINOV3``; rotary embeddings, no position table); ``"hf_clip"``:
   its CLIP vision tower (``HF_CLIP``); ``"hf_siglip"``: its SigLIP vision tower (``HF_SIGLIP``).
-- ``"keras_hub_vit"``: a keras-hub ViT preset folder's variable paths (``KERAS_HUB_VIT``);
-  its DINOv2's, DINOv3's, SigLIP's and CLIP's, rows of their own (``KERAS_HUB_DINOV2``,
-  ``KERAS_HUB_DINOV3``, ``KERAS_HUB_SIGLIP``, ``KERAS_HUB_CLIP``).
+- ``"keras_hub_vit"`` and keras-hub's DINOv2, DINOv3, SigLIP and CLIP: a keras-hub preset
+  folder's variable paths, rows of their own in ``keras_vit.checkpoints.keras_hub_table``.
 - ``"keras"``: keras-vit's own variable paths (a ``.keras`` file), identity.
 """
 
-import numpy as np
-
-# --- sources: small pure functions from the checkpoint dict to one array ---------------
-
-
-class Source:
-    """Upstream keys plus a transform; ``keys`` may contain ``{0}`` for the block index."""
-
-    def __init__(self, keys, transform):
-        self.keys = (keys,) if isinstance(keys, str) else tuple(keys)
-        self.transform = transform
-
-    def resolve(self, groups):
-        return [k.format(*groups) for k in self.keys]
-
-    def __call__(self, arrays, groups):
-        return self.transform(*[arrays[k] for k in self.resolve(groups)])
-
-
-def same(key):
-    return Source(key, lambda a: a)
-
-
-def linear(*keys):
-    """torch ``Linear`` weights are ``(out, in)``; Keras ``Dense`` kernels ``(in, out)``.
-
-    Several keys (query, key, value) are concatenated along the output axis."""
-    return Source(keys, lambda *a: a[0].T if len(a) == 1 else np.concatenate([w.T for w in a], axis=-1))
-
-
-def concat(*keys):
-    return Source(keys, lambda *a: np.concatenate([b.reshape(-1) for b in a]))
-
-
-def conv(key):
-    """torch ``Conv2d`` weights are OIHW; Keras kernels HWIO."""
-    return Source(key, lambda w: np.transpose(w, (2, 3, 1, 0)))
-
-
-def batched(key):
-    """An upstream embedding without the leading batch axes Keras keeps: ``(width,)`` or
-    ``(tokens, width)`` -> ``(1, 1, width)`` or ``(1, tokens, width)``."""
-    return Source(key, lambda a: np.asarray(a).reshape((1,) * (3 - np.ndim(a)) + tuple(np.shape(a))))
-
-
-def zero_bias(key):
-    """A Dense bias of zeros for an upstream projection without one (``key``: its ``(out, in)`` weight)."""
-    return Source(key, lambda w: np.zeros(np.shape(w)[0], np.asarray(w).dtype))
-
-
-def in_projection(key, part):
-    """torch ``MultiheadAttention``'s fused ``in_proj`` (query, key, value stacked on the
-    output axis) split as attention pooling holds it: ``part`` ``"query"`` (the first
-    third) or ``"key_value"`` (the rest), as a Dense kernel (2-D weight) or bias (1-D)."""
-
-    def split(a):
-        a = np.asarray(a)
-        third = a.shape[0] // 3
-        piece = a[:third] if part == "query" else a[third:]
-        return piece.T if piece.ndim == 2 else piece
-
-    return Source(key, split)
-
-
-class Shifted(Source):
-    """A ``Source`` whose first ``count`` regex groups are indices, shifted by ``by``.
-
-    Our paths count from 0 (``resnet/stage_{i}/unit_{j}``, like the encoder's
-    ``block_{i}``); a layout that counts from 1 (the original ``.npz``'s
-    ``block{i+1}/unit{j+1}``) shifts them by 1. Later groups are used as they are.
-
-    >>> Shifted(same("block{0}/unit{1}/{2}/kernel")).resolve(("0", "2", "conv1"))
-    ['block1/unit3/conv1/kernel']
-    """
-
-    def __init__(self, source, by=1, count=2):
-        super().__init__(source.keys, source.transform)
-        self.by, self.count = by, count
-
-    def resolve(self, groups):
-        indices = [int(g) + self.by for g in groups[: self.count]]
-        return super().resolve((*indices, *groups[self.count :]))
-
-
-def heads_in(*keys):
-    """Flax attention input kernels ``(width, heads, head_dim)`` -> ``(width, heads * head_dim)``."""
-    return Source(keys, lambda *a: np.concatenate([w.reshape(w.shape[0], -1) for w in a], axis=-1))
-
-
-def heads_out(key):
-    """Flax attention output kernel ``(heads, head_dim, width)`` -> ``(heads * head_dim, width)``."""
-    return Source(key, lambda w: w.reshape(-1, w.shape[-1]))
-
+from keras_vit.checkpoints.cells import (
+    BLOCK,
+    Shifted,
+    batched,
+    concat,
+    conv,
+    heads_in,
+    heads_out,
+    in_projection,
+    linear,
+    renamed,
+    same,
+    zero_bias,
+)
 
 # --- the tables ------------------------------------------------------------------------
 
-_B = r"block_(\d+)/"  # our encoder block prefix; its index fills {0}
+_B = BLOCK
 # The hybrids' ResNet (keras_vit.layers.resnet): stage {0} and unit {1}, 0-based.
 _U = r"resnet/stage_(\d+)/unit_(\d+)/"
 
@@ -244,16 +165,12 @@ _DECODER_BLOCKS = {1: ("blocks.{0}.", "decoder_blocks.{0}."), 2: ("encoder.layer
 _DECODER_BLOCK_WEIGHTS = ("norm1/", "norm2/", "attention/qkv/", "attention/out/", "mlp/fc1/", "mlp/fc2/")
 
 
-def _renamed(source, old, new):
-    return None if source is None else Source([k.replace(old, new, 1) for k in source.keys], source.transform)
-
-
 def _decoder_rows():
     rows = []
     for pattern, _, *columns in VIT:
         if pattern.startswith(_B) and pattern[len(_B) :].startswith(_DECODER_BLOCK_WEIGHTS):
-            renamed = [_renamed(source, *_DECODER_BLOCKS[i]) for i, source in enumerate(columns, 1)]
-            rows.append(("decoder_" + pattern, None, *renamed))
+            sources = [renamed(source, *_DECODER_BLOCKS[i]) for i, source in enumerate(columns, 1)]
+            rows.append(("decoder_" + pattern, None, *sources))
     return rows
 
 
@@ -364,107 +281,6 @@ HF_SIGLIP = [
     (r"pooling/norm/beta", same(_H + "layernorm.bias")),
     (r"pooling/mlp/(fc[12])/kernel", linear(_H + "mlp.{0}.weight")),
     (r"pooling/mlp/(fc[12])/bias", same(_H + "mlp.{0}.bias")),
-]
-
-# keras-hub's ViTBackbone and ViTImageClassifier (a preset folder's variables, by path): Keras'
-# MultiHeadAttention kernels split per head (as the original .npz), the blocks counted from 1.
-_KH = "vit_encoder/transformer_block_{0}/"
-KERAS_HUB_VIT = [
-    (r"patch_embedding/(kernel|bias)", same("vit_patching_and_embedding/patch_embedding/{0}")),
-    (r"class_token/token", same("vit_patching_and_embedding/class_token")),
-    (r"position_embedding/embedding", batched("vit_patching_and_embedding/position_embedding/embeddings")),
-    (_B + r"norm([12])/(gamma|beta)", Shifted(same(_KH + "ln_{1}/{2}"), count=1)),
-    (_B + r"attention/qkv/kernel", Shifted(heads_in(*(_KH + f"mha/{n}/kernel" for n in _QKV)), count=1)),
-    (_B + r"attention/qkv/bias", Shifted(concat(*(_KH + f"mha/{n}/bias" for n in _QKV)), count=1)),
-    (_B + r"attention/out/kernel", Shifted(heads_out(_KH + "mha/attention_output/kernel"), count=1)),
-    (_B + r"attention/out/bias", Shifted(same(_KH + "mha/attention_output/bias"), count=1)),
-    (_B + r"mlp/fc([12])/(kernel|bias)", Shifted(same(_KH + "mlp/dense_{1}/{2}"), count=1)),
-    (r"encoder_norm/(gamma|beta)", same("vit_encoder/ln/{0}")),
-    (r"pre_logits/(kernel|bias)", same("pre_logits/{0}")),
-    (r"head/(kernel|bias)", same("predictions/{0}")),
-]
-
-# keras-hub's DINOV2Backbone: the blocks counted from 0, Keras' MultiHeadAttention kernels, the
-# position table as keras-hub interpolated it to the backbone's image size.
-_KD = "encoder/layers_{0}/"
-_KD_BLOCKS = [  # what DINOv2's and DINOv3's blocks share
-    (_B + r"norm([12])/(gamma|beta)", same(_KD + "norm{1}/{2}")),
-    (_B + r"layer_scale([12])/gamma", same(_KD + "layer_scale{1}/lambda1")),
-]
-_KD_EMBEDDINGS = [
-    (r"patch_embedding/(kernel|bias)", same("embeddings/patch_embeddings/projection/{0}")),
-    (r"class_token/token", same("embeddings/cls_token")),
-    (r"register_tokens/tokens", same("embeddings/register_tokens")),
-    (r"encoder_norm/(gamma|beta)", same("layernorm/{0}")),
-]
-KERAS_HUB_DINOV2 = [
-    *_KD_EMBEDDINGS,
-    *_KD_BLOCKS,
-    (r"position_embedding/embedding", same("embeddings/interpolated_position_embeddings")),
-    (_B + r"attention/qkv/kernel", heads_in(*(_KD + f"attention/attention/{n}/kernel" for n in _QKV))),
-    (_B + r"attention/qkv/bias", concat(*(_KD + f"attention/attention/{n}/bias" for n in _QKV))),
-    (_B + r"attention/out/kernel", heads_out(_KD + "attention/attention/attention_output/kernel")),
-    (_B + r"attention/out/bias", same(_KD + "attention/attention/attention_output/bias")),
-    (_B + r"mlp/fc([12])/(kernel|bias)", same(_KD + "mlp/fc{1}/{2}")),
-]
-# keras-hub's DINOV3Backbone: Dense q/k/v (the layout's prepare fills a missing bias with
-# zeros, and names the MLP's projections fc1, gate then value, and fc2).
-KERAS_HUB_DINOV3 = [
-    *_KD_EMBEDDINGS,
-    *_KD_BLOCKS,
-    (_B + r"attention/qkv/kernel", Source([_KD + f"attention/{n}_proj/kernel" for n in "qkv"],
-                                          lambda *a: np.concatenate(a, axis=-1))),
-    (_B + r"attention/qkv/bias", concat(*(_KD + f"attention/{n}_proj/bias" for n in "qkv"))),
-    (_B + r"attention/out/(kernel|bias)", same(_KD + "attention/o_proj/{1}")),
-    (_B + r"mlp/(fc[12])/(kernel|bias)", same(_KD + "mlp/{1}/{2}")),
-]
-
-# keras-hub's SigLIP and CLIP vision towers (SigLIPVisionEncoder, CLIPVisionEncoder, alone or in
-# their backbones; read_weights takes the encoder's name off its paths): Keras'
-# MultiHeadAttention kernels, the blocks counted from 0.
-_KV = "encoder_block_{0}/"
-
-
-def _keras_hub_attention(attention):
-    """A block's Keras ``MultiHeadAttention`` at ``attention`` (a path prefix with ``{0}``)."""
-    return [
-        (_B + r"attention/qkv/kernel", heads_in(*(attention + f"{n}/kernel" for n in _QKV))),
-        (_B + r"attention/qkv/bias", concat(*(attention + f"{n}/bias" for n in _QKV))),
-        (_B + r"attention/out/kernel", heads_out(attention + "attention_output/kernel")),
-        (_B + r"attention/out/bias", same(attention + "attention_output/bias")),
-    ]
-
-
-_KP = "head/attention/"  # SigLIP's attention pooling: its probe is the query, the tokens the keys and values
-KERAS_HUB_SIGLIP = [
-    (r"patch_embedding/(kernel|bias)", same("embedding/patch_embedding/{0}")),
-    (r"position_embedding/embedding", batched("embedding/position_embedding/embeddings")),
-    (_B + r"norm([12])/(gamma|beta)", same(_KV + "layer_norm{1}/{2}")),
-    *_keras_hub_attention(_KV + "self_attn/"),
-    (_B + r"mlp/(fc[12])/(kernel|bias)", same(_KV + "mlp/{1}/{2}")),
-    (r"encoder_norm/(gamma|beta)", same("post_layer_norm/{0}")),
-    (r"pooling/latent", same("head/probe")),  # an unnamed weight, named by the layout's prepare
-    (r"pooling/query/kernel", heads_in(_KP + "query/kernel")),
-    (r"pooling/query/bias", concat(_KP + "query/bias")),
-    (r"pooling/key_value/kernel", heads_in(_KP + "key/kernel", _KP + "value/kernel")),
-    (r"pooling/key_value/bias", concat(_KP + "key/bias", _KP + "value/bias")),
-    (r"pooling/out/kernel", heads_out(_KP + "attention_output/kernel")),
-    (r"pooling/out/bias", same(_KP + "attention_output/bias")),
-    (r"pooling/norm/(gamma|beta)", same("head/layernorm/{0}")),
-    (r"pooling/mlp/(fc[12])/(kernel|bias)", same("head/mlp/{0}/{1}")),
-]
-KERAS_HUB_CLIP = [
-    (r"patch_embedding/kernel", same("embedding/patch_embedding/kernel")),
-    (r"class_token/token", batched("embedding/class_embedding")),
-    (r"position_embedding/embedding", batched("embedding/position_embedding/embeddings")),
-    (r"pre_norm/(gamma|beta)", same("pre_layer_norm/{0}")),
-    (_B + r"norm([12])/(gamma|beta)", same(_KV + "layer_norm_{1}/{2}")),
-    *_keras_hub_attention(_KV + "attention/"),
-    (_B + r"mlp/fc([12])/(kernel|bias)", same(_KV + "dense_{1}/{2}")),
-    (r"encoder_norm/(gamma|beta)", same("layer_norm/{0}")),
-    # The CLIPBackbone's projection (a Dense without a bias, its kernel (in, out)) as the head.
-    (r"head/kernel", same("vision_projection/kernel")),
-    (r"head/bias", Source("vision_projection/kernel", lambda w: np.zeros(np.shape(w)[-1], np.asarray(w).dtype))),
 ]
 
 # The hybrids' BiT ResNet: the npz keeps the ResNet's own names (GroupNorm scale/bias =
