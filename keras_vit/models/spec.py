@@ -18,15 +18,8 @@ import difflib
 import typing
 
 from keras_vit import checks
-from keras_vit.layers.activations import MLP_ACTIVATIONS
-from keras_vit.layers.attention import check_differential_head_width, check_heads, check_kv_heads
-from keras_vit.layers.attention_pooling import ATTENTION_POOLING
-from keras_vit.layers.heads import POOLINGS
-from keras_vit.layers.layer_norm import NORM_TYPES
-from keras_vit.layers.resnet import check_block_units, resnet_feature_stride, resnet_out_channels
-from keras_vit.layers.rotary import GRID_INDEXINGS, LEARNED_FORMS, ROPE_FORMS, check_rope_head_width
-from keras_vit.layers.std_conv import check_std_conv_form
-from keras_vit.layers.tokens import POSITION_EMBEDDINGS
+from keras_vit.layers.resnet import resnet_feature_stride, resnet_out_channels
+from keras_vit.models import spec_rules
 
 ARCHITECTURE, TASK, REGULARIZATION, TRAINING = "architecture", "task", "regularization", "training"
 
@@ -39,11 +32,6 @@ def _field(default, help, role=ARCHITECTURE):
 def _suggest(unknown, known):
     close = difflib.get_close_matches(unknown, known, n=3)
     return f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-
-
-def _one_of(value, allowed, name):
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {allowed}, got {value!r}.")
 
 
 class _Spec:
@@ -105,9 +93,7 @@ class ResNetSpec(_Spec):
     group_norm_epsilon: float = 1e-5
 
     def __post_init__(self):
-        object.__setattr__(self, "block_units", check_block_units(self.block_units))  # the layers' rules
-        check_std_conv_form(self.std_conv_form)
-        checks.positive_int(self.width, "resnet width")
+        object.__setattr__(self, "block_units", spec_rules.check_resnet(self))
 
     @property
     def stride(self):
@@ -363,131 +349,15 @@ class ViTSpec(_Spec):
 
     def __post_init__(self):
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
+        # The forms a field may be given in, made one (a config's lists and dicts, a side for a pair).
         set_("image_size", checks.pair(self.image_size, "image_size"))
         if isinstance(self.resnet, dict):  # from a config
             set_("resnet", ResNetSpec(**self.resnet))
-        for name in ("patch_size", "hidden_size", "depth", "num_heads", "mlp_dim", "num_channels"):
-            checks.positive_int(getattr(self, name), name)
-        if self.include_top:
-            checks.positive_int(self.num_classes, "num_classes")
-        if self.pooling is None and self.include_top:
-            raise ValueError("pooling=None is only possible with include_top=False.")
-        if self.pooling is not None:
-            _one_of(self.pooling, (*POOLINGS, ATTENTION_POOLING), "pooling")
-        if self.pooling in ("token", "token_gap") and not self.has_class_token:
-            raise ValueError(f"pooling={self.pooling!r} needs class_token=True.")
-        for name in ("map_num_heads", "map_mlp_dim"):
-            if getattr(self, name) is not None:
-                checks.positive_int(getattr(self, name), name)
-                if self.pooling != ATTENTION_POOLING:
-                    raise ValueError(f"{name} is map pooling's; got pooling={self.pooling!r}.")
-        if self.pool_include_prefix and self.pooling not in ("gap", ATTENTION_POOLING):
-            raise ValueError(f"pool_include_prefix=True is for pooling 'gap' or 'map'; got pooling={self.pooling!r}.")
-        if self.pooling == "token_gap" and self.norm_after_pool:
-            raise ValueError("pooling='token_gap' reads the normed tokens: it needs norm_after_pool=False.")
-        _one_of(self.position_embedding, POSITION_EMBEDDINGS, "position_embedding")
-        _one_of(self.mlp_activation, MLP_ACTIVATIONS, "mlp_activation")
-        _one_of(self.norm_type, NORM_TYPES, "norm_type")
-        checks.non_negative_int(self.num_register_tokens, "num_register_tokens")
-        if self.distillation_token:
-            self._check_distillation()
-        if self.layer_scale_init is not None and (
-            isinstance(self.layer_scale_init, bool) or not isinstance(self.layer_scale_init, (int, float))
-        ):
-            raise ValueError(f"layer_scale_init must be a number or None; got {self.layer_scale_init!r}.")
-        for name in self.fields_with_role(REGULARIZATION):  # the dropout rates
-            rate = getattr(self, name)
-            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate < 1.0:
-                raise ValueError(f"{name} must be a rate in [0, 1); got {rate!r}.")
-        self._check_kv_heads(set_)
-        check_heads(self.hidden_size, self.num_heads, "hidden_size")
+        if isinstance(self.num_kv_heads, list):
+            set_("num_kv_heads", tuple(self.num_kv_heads))
         if self.rope_reference_grid is not None:
             set_("rope_reference_grid", checks.pair(self.rope_reference_grid, "rope_reference_grid"))
-            if self.rope != "axial":
-                raise ValueError(f"rope_reference_grid is the axial rotary embeddings'; got rope={self.rope!r}.")
-        _one_of(self.rope_grid_indexing, GRID_INDEXINGS, "rope_grid_indexing")
-        if self.parallel_blocks and self.residual_post_norm:
-            raise ValueError("parallel_blocks=True has one norm, on the block's input: it takes no residual_post_norm.")
-        if self.differential_attention:
-            named = ("rope", "num_kv_heads", "relative_position_bias", "qk_norm")
-            conflicts = [f"{name}={getattr(self, name)!r}" for name in named if getattr(self, name)]
-            if conflicts:
-                raise ValueError(
-                    "differential_attention=True takes no rotary embeddings, grouped heads, relative position bias "
-                    f"or query/key norm; got {', '.join(conflicts)}."
-                )
-            check_differential_head_width(self.head_dim)
-        if self.rope_grid_offset and self.rope is None:
-            raise ValueError(f"rope_grid_offset={self.rope_grid_offset!r} is the rotary embeddings'; got rope=None.")
-        if self.rope is not None:
-            _one_of(self.rope, tuple(ROPE_FORMS), "rope")
-            if self.rope in LEARNED_FORMS and self.num_kv_heads is not None:
-                raise ValueError(f"rope={self.rope!r} turns each query head apart: it takes no num_kv_heads.")
-            check_rope_head_width(self.rope, self.head_dim)
-        if self.relative_position_bias:
-            self._check_relative_position_bias()
-        for side in self.image_size:
-            if side % self.stride:
-                what = (
-                    f"the patch size {self.patch_size}"
-                    if self.resnet is None
-                    else (f"the ResNet stride x patch size = {self.stride}")
-                )
-                raise ValueError(f"image size {self.image_size} is not divisible by {what}.")
-
-    def _check_kv_heads(self, set_):
-        heads = self.num_kv_heads
-        if heads is None:
-            return
-        if isinstance(heads, (list, tuple)):
-            heads = tuple(heads)
-            set_("num_kv_heads", heads)
-            if len(heads) != self.depth:
-                raise ValueError(f"num_kv_heads has {len(heads)} counts; expected one per block ({self.depth}).")
-        for count in heads if isinstance(heads, tuple) else (heads,):
-            checks.positive_int(count, "num_kv_heads")
-            check_kv_heads(self.num_heads, count)
-
-    def _check_relative_position_bias(self):
-        # BEiT's index has one row for a class token before the grid, and a table per grid.
-        conflicts = [
-            f"{name}={getattr(self, name)!r}"
-            for name, fine in (
-                ("class_token", self.has_class_token),
-                ("num_register_tokens", not self.num_register_tokens),
-                ("distillation_token", not self.distillation_token),
-                ("dynamic_image_size", not self.dynamic_image_size),
-            )
-            if not fine
-        ]
-        if conflicts:
-            raise ValueError(
-                "relative_position_bias=True needs a class token and no other prefix token, and a fixed image size "
-                f"(its tables are the grid's); got {', '.join(conflicts)}."
-            )
-
-    def _check_distillation(self):
-        # What timm's distilled model allows: its two heads read the first two tokens.
-        if not self.distillation_head:  # the class token's head alone: any pooling of the class token
-            if self.pooling != "token":
-                raise ValueError(f"distillation_token=True needs pooling='token'; got pooling={self.pooling!r}.")
-            return
-        conflicts = [
-            f"{name}={getattr(self, name)!r}"
-            for name, fine in (
-                ("pooling", self.pooling in ("token", "gap")),
-                ("num_register_tokens", not self.num_register_tokens),
-                ("norm_after_pool", not self.norm_after_pool),
-                ("representation_size", self.representation_size is None),
-            )
-            if not fine
-        ]
-        if conflicts:
-            raise ValueError(
-                "distillation_token=True needs pooling='token' or 'gap', no register tokens, norm_after_pool=False "
-                "and no representation_size (its two heads read the pooled features and the distillation token); got "
-                f"{', '.join(conflicts)}."
-            )
+        spec_rules.check_vit(self, rates=self.fields_with_role(REGULARIZATION))
 
     def replace(self, **changes):
         """A copy with ``changes``; ``resnet_<field>`` changes a field of the ResNet stem.
