@@ -44,8 +44,9 @@ _DEFINED_IN = {
     "save_model": "keras_vit.factory",
     "save_preset": "keras_vit.presets",
 }
-# Imported with them for what they register with Keras: a saved recipe's optimiser.
-_REGISTERING = ("keras_vit.optimizers",)
+# Imported with them for what they register with Keras: a saved recipe's optimiser and the
+# self-supervised models' classes.
+_REGISTERING = ("keras_vit.optimizers", "keras_vit.models.masked_autoencoder", "keras_vit.models.masked_patches")
 
 __all__ = sorted([*_DEFINED_IN, "__version__"])
 

@@ -13,8 +13,7 @@ import keras
 from keras import ops
 
 from keras_vit import internals
-
-DECAYS = ("linear", "cosine")
+from keras_vit.vocabulary import DECAYS
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -229,11 +229,6 @@ except SystemExit:
     pass
 print(" ".join(sorted({{name.split(".")[0] for name in sys.modules}} & {backends!r})))
 """
-# What a command's --help imports through modules outside the command line, by command.
-HEAVY_HELP = {
-    name: "its module imports the recipes' config (keras_vit.training.config imports the layers' constants)"
-    for name in ("pretrain", "finetune", "main")
-}
 
 
 def _imported_backends(argv):
@@ -244,12 +239,6 @@ def _imported_backends(argv):
     return child.stdout.splitlines()[-1].split() if child.stdout.strip() else []
 
 
-def _light(argv, why=None):
-    # A --help known to import a backend fails until it is fixed (strict), in the full run:
-    # each of its children imports Keras and a backend, too slow for the fast tier.
-    return pytest.param(argv, marks=[pytest.mark.xfail(strict=True, reason=why), pytest.mark.slow]) if why else argv
-
-
 def _commands():
     from keras_vit.commands import COMMANDS
 
@@ -258,7 +247,7 @@ def _commands():
 
 @pytest.mark.parametrize(
     "argv",
-    [["--help"], ["presets"]] + [_light([name, "--help"], HEAVY_HELP.get(name)) for name in _commands()],
+    [["--help"], ["presets"]] + [[name, "--help"] for name in _commands()],
     ids=" ".join,
 )
 @once_on("torch", "what a command line imports does not depend on KERAS_BACKEND (none, or keras and its backend)")
@@ -287,7 +276,17 @@ def test_importing_keras_vit_imports_no_backend_until_a_name_is_used():
         keras_vit.no_such_name  # noqa: B018
 
 
-@pytest.mark.parametrize("package", ["keras_vit", "keras_vit.checkpoints", "keras_vit.evaluation", "keras_vit.export"])
+@pytest.mark.parametrize(
+    "package",
+    [
+        "keras_vit",
+        "keras_vit.checkpoints",
+        "keras_vit.evaluation",
+        "keras_vit.export",
+        "keras_vit.models",
+        "keras_vit.training",
+    ],
+)
 def test_a_lazy_package_lists_its_names_once_for_readers_and_once_for_python_alike(package):
     # Its TYPE_CHECKING imports (what the API reference and type checkers read) and the table
     # its __getattr__ imports from name the same names, from the same modules.

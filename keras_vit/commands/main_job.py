@@ -7,10 +7,7 @@ Offline, on any backend (KERAS_BACKEND). Extra arguments apply to both phases, e
 import os
 import sys
 
-import keras
-
 from keras_vit.commands import finetune, pretrain, recipe_flags
-from keras_vit.training.epoch_times import per_epoch
 
 
 def build_parser():
@@ -23,6 +20,10 @@ def main(argv=None):
     if {"-h", "--help"} & set(argv):
         build_parser().print_help()
         return 0
+    import keras  # once a phase runs: --help answers without a backend
+
+    from keras_vit.training.epoch_times import per_epoch
+
     first = pretrain.main(["--run-name", "main-pretrain", *argv])
     # At 1.5x the pre-training resolution, the paper's move from 224 to 384 in small; an
     # --image-size of the user's (later on the line) sets both phases'.

@@ -16,11 +16,11 @@ Examples:
     5717416
 """
 
-from keras_vit.layers.attention_pooling import ATTENTION_POOLING
 from keras_vit.layers.padding import conv_output_size
 from keras_vit.models.registry import create_model, get_spec
 from keras_vit.models.spec import ViTSpec
 from keras_vit.models.vit import VisionTransformer
+from keras_vit.vocabulary import ATTENTION_POOLING
 
 TRAINING_FLOPS_PER_FORWARD = 3  # forward 1x, backward 2x (gradients of inputs and weights)
 

@@ -3,8 +3,7 @@
 import keras
 from keras import ops
 
-# The MLP's activations by the spec's name (``ViTSpec.mlp_activation``).
-MLP_ACTIVATIONS = ("gelu", "quick_gelu", "silu")
+from keras_vit.vocabulary import MLP_ACTIVATIONS
 
 
 def _in_float32(x):

@@ -11,6 +11,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit.layer_rules import check_differential_head_width, check_heads, check_kv_heads
 from keras_vit.layers import legacy
 from keras_vit.layers.dense import Dense
 from keras_vit.layers.fused_attention import _flash_attention, use_fused_attention
@@ -47,33 +48,6 @@ def differential_lambda_init(index):
     (0.2, 0.77)
     """
     return 0.8 - 0.6 * math.exp(-0.3 * index)
-
-
-def check_heads(width, num_heads, what="width"):
-    """Attention's first rule: the heads divide the token width (``what`` names the width
-    in the message). The spec and the layers ask it here."""
-    if width % num_heads:
-        raise ValueError(f"{what} {width} is not divisible by num_heads {num_heads}.")
-
-
-def check_kv_heads(num_heads, num_kv_heads):
-    """Grouped-query attention's one rule: the key/value heads divide the query heads.
-    The spec and the layer both ask it here.
-
-    >>> check_kv_heads(4, 3)
-    Traceback (most recent call last):
-    ...
-    ValueError: num_kv_heads 3 does not divide num_heads 4.
-    """
-    if num_heads % num_kv_heads:
-        raise ValueError(f"num_kv_heads {num_kv_heads} does not divide num_heads {num_heads}.")
-
-
-def check_differential_head_width(head_dim):
-    """Differential attention's rule: each head's channels split into two halves. The spec
-    and the layer ask it here."""
-    if head_dim % 2:
-        raise ValueError(f"differential attention takes an even head width; got head width {head_dim}.")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

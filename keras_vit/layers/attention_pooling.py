@@ -3,14 +3,12 @@
 import keras
 from keras import ops
 
-from keras_vit.layers.attention import check_heads
+from keras_vit.layer_rules import check_heads
 from keras_vit.layers.dense import Dense
 from keras_vit.layers.encoder_block import MlpBlock
 from keras_vit.layers.initializers import deferrable, deferrable_weight
 from keras_vit.layers.inline import composite_config, sublayer_policy
 from keras_vit.layers.layer_norm import make_norm
-
-ATTENTION_POOLING = "map"  # the spec's pooling name, timm's global_pool
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

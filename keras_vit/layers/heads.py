@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-POOLINGS = ("token", "gap", "token_gap")
+from keras_vit.vocabulary import POOLINGS
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

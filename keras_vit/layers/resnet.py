@@ -24,49 +24,11 @@ from (the ResNet rows of ``keras_vit.checkpoints``' tables)::
 import keras
 from keras import ops
 
+from keras_vit.layer_rules import check_block_units, check_std_conv_form, resnet_feature_stride, resnet_out_channels
 from keras_vit.layers.initializers import deferrable
 from keras_vit.layers.inline import call_inline
 from keras_vit.layers.padding import check_feature_map, conv_output_size, max_pool_same
-from keras_vit.layers.std_conv import StdConv2D, check_std_conv_form
-
-# BiT has four stages; timm's ResNetV2 has channel widths for four and silently drops more.
-MAX_STAGES = 4
-
-
-def check_block_units(block_units):
-    """``block_units`` (units per stage) as a tuple, or a ValueError saying what is wrong.
-
-    >>> check_block_units([3, 4, 9])
-    (3, 4, 9)
-    """
-    iterable = hasattr(block_units, "__iter__") and not isinstance(block_units, (str, bytes))
-    units = tuple(block_units) if iterable else ()
-    # bool is an int, but never a count of units
-    if not 1 <= len(units) <= MAX_STAGES or not all(type(u) is int and u >= 1 for u in units):
-        raise ValueError(
-            f"`block_units` must be 1 to {MAX_STAGES} ints >= 1, the units of each stage (the BiT "
-            "ResNet has four stages), e.g. (3, 4, 9) for R50+ViT-B/16 or (2, 2, 2, 2) for R26. "
-            f"Received: block_units={block_units!r}"
-        )
-    return units
-
-
-def resnet_feature_stride(block_units):
-    """Total stride of the backbone: 4 in the root, 2 in each stage after the first.
-
-    >>> resnet_feature_stride((3, 4, 9)), resnet_feature_stride((2, 2, 2, 2))
-    (16, 32)
-    """
-    return 4 * 2 ** (len(check_block_units(block_units)) - 1)
-
-
-def resnet_out_channels(block_units, width=64):
-    """Channels of the backbone's output: 4 (bottleneck expansion) * width * 2**(stages - 1).
-
-    >>> resnet_out_channels((3, 4, 9)), resnet_out_channels((3, 4, 6, 3), 64)
-    (1024, 2048)
-    """
-    return 4 * int(width) * 2 ** (len(check_block_units(block_units)) - 1)
+from keras_vit.layers.std_conv import StdConv2D
 
 
 def _build_chain(layers, shape):

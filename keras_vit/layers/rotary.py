@@ -34,16 +34,12 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit.layer_rules import check_rope_head_width
 from keras_vit.layers.initializers import deferrable_weight
+from keras_vit.vocabulary import GRID_INDEXINGS, LEARNED_FORMS, ROPE_FORMS
 
-# Each form and its layout: True for the interleaved pairs, False for the half-split ones.
-ROPE_FORMS = {"dinov3": False, "axial": True, "mixed": True}
-# Which coordinate's frequencies come first: the row's ("ij") or the column's ("xy").
-GRID_INDEXINGS = ("ij", "xy")
 # The temperature each form takes where none is given.
 ROPE_TEMPERATURES = {"dinov3": 100.0, "axial": 10_000.0, "mixed": 10.0}
-# The forms whose frequencies are learned weights, one set per block and head.
-LEARNED_FORMS = ("mixed",)
 
 
 def grid_coordinates(grid, grid_indexing="ij", offset=0.0, xp=np):
@@ -158,21 +154,6 @@ def rotate(x, table, interleaved=False):
         half = x.shape[-1] // 2
         swapped = ops.concatenate([-turned[..., half:], turned[..., :half]], axis=-1)
     return ops.cast(turned * cos + swapped * sin, x.dtype)
-
-
-def check_rope_head_width(form, head_dim):
-    """The rotary embeddings' rule: two axes, pairs of channels, so a head width divisible
-    by 4. The spec and the layer ask it here.
-
-    >>> check_rope_head_width("dinov3", 6)
-    Traceback (most recent call last):
-    ...
-    ValueError: rope='dinov3' needs a head width divisible by 4 (two axes, pairs of channels); got 6.
-    """
-    if head_dim % 4:
-        raise ValueError(
-            f"rope={form!r} needs a head width divisible by 4 (two axes, pairs of channels); got {head_dim}."
-        )
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

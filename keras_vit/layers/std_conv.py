@@ -4,27 +4,9 @@ import keras
 from keras import ops
 
 from keras_vit import checks
+from keras_vit.layer_rules import check_std_conv_form
 from keras_vit.layers.initializers import deferrable_weight
 from keras_vit.layers.padding import check_feature_map, conv_output_size, pad_same
-
-# How the kernel is scaled after centring. timm (and so the parity tests) uses "var_eps"
-# with eps 1e-8; the original google-research BiT/hybrid code "std_eps" with eps 1e-5.
-STD_CONV_FORMS = {
-    "var_eps": "(w - mean) / sqrt(var + eps)",
-    "std_eps": "(w - mean) / (std + eps)",
-}
-
-
-def check_std_conv_form(std_conv_form):
-    """Returns ``std_conv_form`` if it names a standardisation, else raises a ValueError.
-
-    >>> check_std_conv_form("std_eps")
-    'std_eps'
-    """
-    if std_conv_form not in STD_CONV_FORMS:
-        forms = " or ".join(f"{k!r} ({v})" for k, v in STD_CONV_FORMS.items())
-        raise ValueError(f"`std_conv_form` must be {forms}. Received: std_conv_form={std_conv_form!r}")
-    return std_conv_form
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -6,10 +6,8 @@ from keras import ops
 
 from keras_vit.layers.initializers import deferrable_weight
 from keras_vit.resampling import axis_weights
+from keras_vit.vocabulary import POSITION_TABLES
 
-POSITION_TABLES = ("learned", "sincos2d")  # what PositionEmbedding adds
-# The spec's choices: "none" is a model without a table (one with rotary embeddings).
-POSITION_EMBEDDINGS = (*POSITION_TABLES, "none")
 # Resamplings of a learned table to another grid: antialiased as torch's (= PIL's).
 POSITION_INTERPOLATIONS = ("bicubic", "bilinear")
 

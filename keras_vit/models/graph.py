@@ -11,15 +11,16 @@ import keras
 from keras.dtype_policies import DTypePolicyMap
 
 from keras_vit.layers.attention import differential_lambda_init
-from keras_vit.layers.attention_pooling import ATTENTION_POOLING, AttentionPooling
+from keras_vit.layers.attention_pooling import AttentionPooling
 from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.heads import TokenPooling
 from keras_vit.layers.initializers import deferrable
 from keras_vit.layers.layer_norm import make_norm
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.resnet import ResNetBackbone
-from keras_vit.layers.rotary import ROPE_FORMS, RotaryEmbedding
+from keras_vit.layers.rotary import RotaryEmbedding
 from keras_vit.layers.tokens import ClassToken, DistillationToken, PositionEmbedding, RegisterTokens
+from keras_vit.vocabulary import ATTENTION_POOLING, ROPE_FORMS
 
 # The task's own layers (by weight path prefix): a new task's start fresh, and fine-tuning
 # trains them beside adapters or a frozen backbone.

@@ -36,12 +36,11 @@ from keras_vit.models.patch_masking import (
 from keras_vit.models.self_supervised import SelfSupervisedModel
 from keras_vit.models.spec import ViTSpec
 from keras_vit.models.vit import VisionTransformer
+from keras_vit.vocabulary import DECODER_DEPTH, DECODER_HEADS, DECODER_WIDTH
 
 # Outside training the masks are drawn from this fixed seed: ``evaluate`` measures the
 # objective on the same hidden patches every time.
 EVALUATION_SEED = 4321
-# MAE's base decoder (its paper's default for every encoder size).
-DECODER_WIDTH, DECODER_DEPTH, DECODER_HEADS = 512, 8, 16
 
 
 def mae_position_table(grid_size, width, num_prefix_tokens):

@@ -18,7 +18,7 @@ import difflib
 import typing
 
 from keras_vit import checks
-from keras_vit.layers.resnet import resnet_feature_stride, resnet_out_channels
+from keras_vit.layer_rules import resnet_feature_stride, resnet_out_channels
 from keras_vit.models import spec_rules
 
 ARCHITECTURE, TASK, REGULARIZATION, TRAINING = "architecture", "task", "regularization", "training"

@@ -8,15 +8,24 @@ again. Each rule is one small function, in the order the errors are met.
 """
 
 from keras_vit import checks
-from keras_vit.layers.activations import MLP_ACTIVATIONS
-from keras_vit.layers.attention import check_differential_head_width, check_heads, check_kv_heads
-from keras_vit.layers.attention_pooling import ATTENTION_POOLING
-from keras_vit.layers.heads import POOLINGS
-from keras_vit.layers.layer_norm import NORM_TYPES
-from keras_vit.layers.resnet import check_block_units
-from keras_vit.layers.rotary import GRID_INDEXINGS, LEARNED_FORMS, ROPE_FORMS, check_rope_head_width
-from keras_vit.layers.std_conv import check_std_conv_form
-from keras_vit.layers.tokens import POSITION_EMBEDDINGS
+from keras_vit.layer_rules import (
+    check_block_units,
+    check_differential_head_width,
+    check_heads,
+    check_kv_heads,
+    check_rope_head_width,
+    check_std_conv_form,
+)
+from keras_vit.vocabulary import (
+    ATTENTION_POOLING,
+    GRID_INDEXINGS,
+    LEARNED_FORMS,
+    MLP_ACTIVATIONS,
+    NORM_TYPES,
+    POOLINGS,
+    POSITION_EMBEDDINGS,
+    ROPE_FORMS,
+)
 
 
 def one_of(value, allowed, name):

@@ -10,17 +10,8 @@ import difflib
 import numbers
 
 from keras_vit import checks
-from keras_vit.layers.activations import MLP_ACTIVATIONS
-from keras_vit.layers.attention_pooling import ATTENTION_POOLING
-from keras_vit.layers.heads import POOLINGS
-from keras_vit.layers.layer_norm import NORM_TYPES
-from keras_vit.layers.tokens import POSITION_EMBEDDINGS
-from keras_vit.models import masked_autoencoder as mae
+from keras_vit import vocabulary as names
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
-from keras_vit.optimizers import DECAYS
-from keras_vit.training.distillation import DISTILLATIONS
-from keras_vit.training.distribution import STRATEGIES
-from keras_vit.training.optimizers import OPTIMIZERS
 from keras_vit.training.recipe_presets import DATASET_DEFAULTS, PRESETS, SCALED_TO_BATCH
 
 
@@ -71,9 +62,9 @@ class RecipeConfig:
                            "autoencoder); the last two leave the labels unused")
     # The masked autoencoder's (--objective mae), MAE's defaults.
     mask_ratio: float = _flag(0.75, "mae: the share of each image's patches hidden from the encoder, in (0, 1)")
-    decoder_width: int = _flag(mae.DECODER_WIDTH, "mae: the decoder's width")
-    decoder_depth: int = _flag(mae.DECODER_DEPTH, "mae: the decoder's blocks")
-    decoder_heads: int = _flag(mae.DECODER_HEADS, "mae: the decoder's attention heads")
+    decoder_width: int = _flag(names.DECODER_WIDTH, "mae: the decoder's width")
+    decoder_depth: int = _flag(names.DECODER_DEPTH, "mae: the decoder's blocks")
+    decoder_heads: int = _flag(names.DECODER_HEADS, "mae: the decoder's attention heads")
     norm_pix_loss: bool = _flag(True, "mae: reconstruct each patch's pixels less their mean, over their standard "
                                 "deviation (MAE's); false: the pixels as they are")
     # DeiT's distillation (keras_vit/training/distillation.py): its defaults are DeiT's code's.
@@ -227,16 +218,16 @@ MODEL_OPTIONS = {
 CHOICES = {
     "normalization": ("vit", "imagenet"),
     "objective": OBJECTIVES,
-    "distillation": DISTILLATIONS,
-    "optimizer": OPTIMIZERS,
-    "decay": DECAYS,
+    "distillation": names.DISTILLATIONS,
+    "optimizer": names.OPTIMIZERS,
+    "decay": names.DECAYS,
     "freeze": FREEZE,
-    "strategy": tuple(dict.fromkeys(s for names in STRATEGIES.values() for s in names)),
+    "strategy": tuple(dict.fromkeys(s for backend in names.STRATEGIES.values() for s in backend)),
     "progress": (0, 1, 2),
-    "pooling": (*POOLINGS, ATTENTION_POOLING),
-    "position_embedding": POSITION_EMBEDDINGS,
-    "norm_type": NORM_TYPES,
-    "mlp_activation": MLP_ACTIVATIONS,
+    "pooling": (*names.POOLINGS, names.ATTENTION_POOLING),
+    "position_embedding": names.POSITION_EMBEDDINGS,
+    "norm_type": names.NORM_TYPES,
+    "mlp_activation": names.MLP_ACTIVATIONS,
 }
 # The command line's groups of flags, in --help's order; the model's architecture and
 # numerics (every ViTSpec option a recipe may set) form the last.

@@ -20,8 +20,7 @@ from keras import ops
 from keras_vit.internals import set_untracked
 from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.models.vit import VisionTransformer
-
-DISTILLATIONS = ("hard", "soft")
+from keras_vit.vocabulary import DISTILLATIONS
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

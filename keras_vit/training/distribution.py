@@ -11,12 +11,7 @@ import contextlib
 import keras
 
 from keras_vit.dependencies import require
-
-STRATEGIES = {
-    "tensorflow": ("default", "mirrored", "tpu"),
-    "jax": ("default", "data_parallel", "model_parallel", "sharded"),
-    "torch": ("default",),
-}
+from keras_vit.vocabulary import STRATEGIES
 
 
 def model_parallel_layout_map(device_mesh):

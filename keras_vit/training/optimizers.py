@@ -8,8 +8,8 @@ import keras
 from keras_vit import internals
 from keras_vit.models.graph import TASK_LAYERS
 from keras_vit.optimizers import LayerDecayAdamW, LayerDecaySGD, WarmupDecay
+from keras_vit.vocabulary import OPTIMIZERS
 
-OPTIMIZERS = ("adam", "sgd")
 # Not decayed: biases, normalisation scales, the class token and position embeddings
 # (as timm's no_weight_decay and common ViT practice); kernels are.
 NO_WEIGHT_DECAY = ("bias", "beta", "gamma", "token", "embedding")

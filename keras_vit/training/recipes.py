@@ -7,8 +7,8 @@ import dataclasses
 from collections.abc import Callable
 
 from keras_vit.models.graph import TASK_LAYERS
+from keras_vit.models.input_size import copy_weights
 from keras_vit.models.registry import get_spec
-from keras_vit.models.resize import copy_weights
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 from keras_vit.training.errors import RecipeInputError
 from keras_vit.training.pretrained import load_pretrained, pretraining_start, resolved, with_start_options
