@@ -1,6 +1,9 @@
 """A package's names imported on first use (PEP 562), for the packages whose light parts
 the command line reads before any backend is needed (``keras-vit presets``, a command's
-``--help``): importing the package defines where each name lives, nothing more.
+``--help``): importing the package defines where each name lives, nothing more. A package
+lists its names once, in its ``if typing.TYPE_CHECKING:`` imports (what type checkers and
+the API reference read), and ``declared`` reads that list for Python, as the Scientific
+Python lazy loader reads a stub.
 
 >>> import types
 >>> package = types.ModuleType("demo")
@@ -9,6 +12,7 @@ the command line reads before any backend is needed (``keras-vit presets``, a co
 'a'
 """
 
+import ast
 import importlib
 
 
@@ -25,3 +29,17 @@ def exports(package, defined_in):
         return sorted({*vars(importlib.import_module(package)), *defined_in})
 
     return __getattr__, __dir__
+
+
+def declared(file):
+    """``{name: module}``: what the ``if typing.TYPE_CHECKING:`` block of the module at ``file``
+    imports, name by name (``from module import name``)."""
+    with open(file, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), file)
+    (block,) = [node for node in tree.body if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)]
+    return {
+        alias.asname or alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }

@@ -2,9 +2,9 @@
 
 import typing
 
-from keras_vit.lazy import exports
+from keras_vit.lazy import declared, exports
 
-if typing.TYPE_CHECKING:  # the names as type checkers and the API reference read them
+if typing.TYPE_CHECKING:  # the names, as type checkers, the API reference and keras_vit.lazy.declared read them
     from keras_vit.evaluation.fewshot import (
         FewShotCallback,
         FewShotResult,
@@ -18,10 +18,6 @@ if typing.TYPE_CHECKING:  # the names as type checkers and the API reference rea
 
 # Imported on first use (``keras_vit.lazy``): ``keras-vit fewshot --help`` reads the probe's
 # defaults alone (``keras_vit.evaluation.fewshot_defaults``), with no backend.
-_DEFINED_IN = dict.fromkeys(
-    ("FewShotCallback", "FewShotResult", "RidgeProbe", "extract_features", "fewshot_eval", "fewshot_linear_eval",
-     "representation_model", "sample_shots"),
-    "keras_vit.evaluation.fewshot",
-)  # fmt: skip
+_DEFINED_IN = declared(__file__)
 __all__ = sorted(_DEFINED_IN)
 __getattr__, __dir__ = exports(__name__, _DEFINED_IN)

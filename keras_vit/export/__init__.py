@@ -26,9 +26,9 @@ Examples:
 
 import typing
 
-from keras_vit.lazy import exports
+from keras_vit.lazy import declared, exports
 
-if typing.TYPE_CHECKING:  # the names as type checkers and the API reference read them
+if typing.TYPE_CHECKING:  # the names, as type checkers, the API reference and keras_vit.lazy.declared read them
     from keras_vit.export.api import ExportResult, export_model
     from keras_vit.export.errors import (
         ExportError,
@@ -43,16 +43,6 @@ if typing.TYPE_CHECKING:  # the names as type checkers and the API reference rea
 
 # Imported on first use (``keras_vit.lazy``): ``keras-vit export --help`` reads the formats
 # alone, with no backend.
-_DEFINED_IN = {
-    **dict.fromkeys(("ExportResult", "export_model"), "keras_vit.export.api"),
-    **dict.fromkeys(
-        ("ExportError", "InvalidModelFileError", "UnconvertibleModelError", "VerificationError"),
-        "keras_vit.export.errors",
-    ),
-    **dict.fromkeys(("DEFAULT_FORMATS", "FORMATS", "ExportFormat", "parse_formats"), "keras_vit.export.formats"),
-    "digits_images": "keras_vit.export.representative",
-    **dict.fromkeys(("load_exported", "tflite_interpreter"), "keras_vit.export.runtime"),
-    "TOLERANCES": "keras_vit.export.verify",
-}
+_DEFINED_IN = declared(__file__)
 __all__ = sorted(_DEFINED_IN)
 __getattr__, __dir__ = exports(__name__, _DEFINED_IN)

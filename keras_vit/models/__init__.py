@@ -5,9 +5,9 @@ The self-supervised models register with Keras where ``keras_vit`` registers its
 
 import typing
 
-from keras_vit.lazy import exports
+from keras_vit.lazy import declared, exports
 
-if typing.TYPE_CHECKING:  # the names as type checkers and the API reference read them
+if typing.TYPE_CHECKING:  # the names, as type checkers, the API reference and keras_vit.lazy.declared read them
     from keras_vit.models.input_size import resize
     from keras_vit.models.masked_autoencoder import MaskedAutoencoder
     from keras_vit.models.masked_patches import MaskedPatchPrediction
@@ -18,14 +18,6 @@ if typing.TYPE_CHECKING:  # the names as type checkers and the API reference rea
 
 # Imported on first use (``keras_vit.lazy``): the spec and the variants are data that a
 # recipe's flags (a command's ``--help``) read with no backend.
-_DEFINED_IN = {
-    "resize": "keras_vit.models.input_size",
-    "MaskedAutoencoder": "keras_vit.models.masked_autoencoder",
-    "MaskedPatchPrediction": "keras_vit.models.masked_patches",
-    **dict.fromkeys(("create_model", "get_spec", "list_models"), "keras_vit.models.registry"),
-    **dict.fromkeys(("ResNetSpec", "ViTSpec"), "keras_vit.models.spec"),
-    **dict.fromkeys(("SIZES", "VARIANTS"), "keras_vit.models.variants"),
-    "VisionTransformer": "keras_vit.models.vit",
-}
+_DEFINED_IN = declared(__file__)
 __all__ = sorted(_DEFINED_IN)
 __getattr__, __dir__ = exports(__name__, _DEFINED_IN)

@@ -4,9 +4,9 @@ the optimisers')."""
 
 import typing
 
-from keras_vit.lazy import exports
+from keras_vit.lazy import declared, exports
 
-if typing.TYPE_CHECKING:  # the names as type checkers and the API reference read them
+if typing.TYPE_CHECKING:  # the names, as type checkers, the API reference and keras_vit.lazy.declared read them
     from keras_vit.optimizers import WarmupDecay
     from keras_vit.training.config import PRESETS, RecipeConfig, make_config
     from keras_vit.training.lora import add_lora, load_adapter, merge_lora, save_adapter
@@ -14,11 +14,6 @@ if typing.TYPE_CHECKING:  # the names as type checkers and the API reference rea
 
 # Imported on first use (``keras_vit.lazy``): a recipe's flags (a command's ``--help``) read
 # the config with no backend.
-_DEFINED_IN = {
-    "WarmupDecay": "keras_vit.optimizers",
-    **dict.fromkeys(("PRESETS", "RecipeConfig", "make_config"), "keras_vit.training.config"),
-    **dict.fromkeys(("add_lora", "load_adapter", "merge_lora", "save_adapter"), "keras_vit.training.lora"),
-    **dict.fromkeys(("RecipeInputError", "finetune", "pretrain"), "keras_vit.training.run"),
-}
+_DEFINED_IN = declared(__file__)
 __all__ = sorted(_DEFINED_IN)
 __getattr__, __dir__ = exports(__name__, _DEFINED_IN)
