@@ -15,15 +15,8 @@ import torchvision_stub  # noqa: E402  (tests/ is on sys.path via conftest)
 from keras import ops
 
 from keras_vit.checkpoints.layouts import LAYOUTS
-from keras_vit.layers.resnet import (
-    BottleneckUnit,
-    ResNetBackbone,
-    ResNetStage,
-    StdConv2D,
-    check_block_units,
-    resnet_feature_stride,
-    resnet_out_channels,
-)
+from keras_vit.layer_rules import check_block_units, resnet_feature_stride, resnet_out_channels
+from keras_vit.layers.resnet import BottleneckUnit, ResNetBackbone, ResNetStage, StdConv2D
 
 torchvision_stub.install()
 import timm  # noqa: E402

@@ -19,15 +19,9 @@ def build_parser():
     return recipe_flags.build_parser("finetune", "digits_finetune", __doc__)
 
 
-def _finetune(config):
-    from keras_vit.training.run import finetune  # the backend, once the flags are read: --help answers without it
-
-    return finetune(config)
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    _, result = recipe_flags.run_command_line(_finetune, argv, "digits_finetune", "finetune", __doc__)
+    _, result = recipe_flags.run_command_line("finetune", argv, "digits_finetune", "finetune", __doc__)
     checks = ", ".join(f"{k} {v:.4f}" for k, v in result.checks.items())
     print(f"fine-tuning start: {checks}")
     print(f"fine-tuning: {result.summary()}")

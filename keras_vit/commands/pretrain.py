@@ -31,15 +31,9 @@ def build_parser():
     return recipe_flags.build_parser("pretrain", "digits_pretrain", __doc__)
 
 
-def _pretrain(config):
-    from keras_vit.training.run import pretrain  # the backend, once the flags are read: --help answers without it
-
-    return pretrain(config)
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    config, result = recipe_flags.run_command_line(_pretrain, argv, "digits_pretrain", "pretrain", __doc__)
+    config, result = recipe_flags.run_command_line("pretrain", argv, "digits_pretrain", "pretrain", __doc__)
     if config.objective == "masked_patch_prediction":  # its accuracy: the colours of the corrupted patches
         print(f"masked patch prediction (colour accuracy on the corrupted patches): {result.summary()}")
     elif config.objective == "mae":

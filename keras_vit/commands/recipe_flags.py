@@ -149,11 +149,17 @@ def parse_args(argv, default_preset, command=None, doc=None):
 def run_command_line(recipe, argv, default_preset, command=None, doc=None):
     """``recipe(parse_args(argv, default_preset))`` for a command's ``main``: bad input (flags,
     values, and what the recipe finds before its first step) is one line on stderr and exit
-    status 2; anything later is a bug and keeps its traceback."""
+    status 2; anything later is a bug and keeps its traceback. ``recipe`` is the recipe's
+    function or its name in ``keras_vit.training.run``, imported once the flags are read (so
+    that ``--help`` answers without a backend)."""
     try:
         config = parse_args(argv, default_preset, command, doc)
     except ValueError as error:
         commands.bad_input(error)
+    if isinstance(recipe, str):
+        from keras_vit.training import run
+
+        recipe = getattr(run, recipe)
     try:
         return config, recipe(config)
     except RecipeInputError as error:
