@@ -14,12 +14,12 @@ what: rematerialisation, set by the recipe).
 """
 
 import dataclasses
-import difflib
 import typing
 
 from keras_vit import checks
-from keras_vit.layer_rules import resnet_feature_stride, resnet_out_channels
 from keras_vit.models import spec_rules
+from keras_vit.models.frozen_spec import FrozenSpec
+from keras_vit.models.resnet_spec import ResNetSpec
 
 ARCHITECTURE, TASK, REGULARIZATION, TRAINING = "architecture", "task", "regularization", "training"
 
@@ -29,83 +29,8 @@ def _field(default, help, role=ARCHITECTURE):
     return dataclasses.field(default=default, metadata={"role": role, "help": help})
 
 
-def _suggest(unknown, known):
-    close = difflib.get_close_matches(unknown, known, n=3)
-    return f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-
-
-class _Spec:
-    """What both specs share: checked replacement and a JSON-friendly config."""
-
-    def replace(self, **changes):
-        """A copy with ``changes`` applied; an unknown name is an error that suggests close ones."""
-        known = [f.name for f in dataclasses.fields(self)]
-        unknown = sorted(set(changes) - set(known))
-        if unknown:
-            hints = "".join(_suggest(name, known) for name in unknown)
-            raise ValueError(
-                f"{type(self).__name__}: unknown option(s) {unknown}.{hints} Known options: {', '.join(known)}."
-            )
-        return dataclasses.replace(self, **changes)
-
-    def to_config(self):
-        """Plain Python values (lists for tuples, a dict for a nested spec): JSON-serialisable."""
-        return _plain(dataclasses.asdict(self))
-
-
-def _plain(value):
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
 @dataclasses.dataclass(frozen=True)
-class ResNetSpec(_Spec):
-    """The BiT ResNet stem of a hybrid ResNet+ViT (``keras_vit.layers.ResNetBackbone``).
-
-    The field names are the backbone's arguments. The defaults are timm's hybrid numerics;
-    the original google-research checkpoints were trained with ``std_conv_form="std_eps"``,
-    ``std_conv_epsilon=1e-5`` and ``group_norm_epsilon=1e-6`` (flax's GroupNorm).
-
-    Args:
-        block_units: bottleneck units per stage, 1 to 4 stages: ``(3, 4, 9)`` is the
-            paper's R50 without its last stage (total stride 16).
-        width: channels of the root convolution; stage ``i`` has ``width * 2**i``
-            bottleneck and 4x that many output channels.
-        num_groups: GroupNorm groups.
-        std_conv_form: the weight standardisation, ``"var_eps"``:
-            ``(w - mean) / sqrt(var + eps)`` (timm) or ``"std_eps"``:
-            ``(w - mean) / (std + eps)`` (the original JAX code).
-        std_conv_epsilon: its epsilon (timm 1e-8, the original 1e-5).
-        group_norm_epsilon: GroupNorm epsilon (torch 1e-5, flax 1e-6).
-
-    >>> ResNetSpec((3, 4, 9)).stride, ResNetSpec((2, 2, 2, 2)).out_channels
-    (16, 2048)
-    """
-
-    block_units: tuple = (3, 4, 9)
-    width: int = 64
-    num_groups: int = 32
-    std_conv_form: str = "var_eps"
-    std_conv_epsilon: float = 1e-8
-    group_norm_epsilon: float = 1e-5
-
-    def __post_init__(self):
-        object.__setattr__(self, "block_units", spec_rules.check_resnet(self))
-
-    @property
-    def stride(self):
-        return resnet_feature_stride(self.block_units)
-
-    @property
-    def out_channels(self):
-        return resnet_out_channels(self.block_units, self.width)
-
-
-@dataclasses.dataclass(frozen=True)
-class ViTSpec(_Spec):
+class ViTSpec(FrozenSpec):
     """Every argument that defines a ViT: size, numerics, pooling, head, hybrid stem.
 
     Args:

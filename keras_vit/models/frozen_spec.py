@@ -1,0 +1,37 @@
+"""What every spec is: a frozen dataclass whose copies are checked (an unknown option is an
+error that suggests close ones) and whose config is plain Python, JSON-serialisable."""
+
+import dataclasses
+import difflib
+
+
+def _suggest(unknown, known):
+    close = difflib.get_close_matches(unknown, known, n=3)
+    return f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+
+
+class FrozenSpec:
+    """What both specs share: checked replacement and a JSON-friendly config."""
+
+    def replace(self, **changes):
+        """A copy with ``changes`` applied; an unknown name is an error that suggests close ones."""
+        known = [f.name for f in dataclasses.fields(self)]
+        unknown = sorted(set(changes) - set(known))
+        if unknown:
+            hints = "".join(_suggest(name, known) for name in unknown)
+            raise ValueError(
+                f"{type(self).__name__}: unknown option(s) {unknown}.{hints} Known options: {', '.join(known)}."
+            )
+        return dataclasses.replace(self, **changes)
+
+    def to_config(self):
+        """Plain Python values (lists for tuples, a dict for a nested spec): JSON-serialisable."""
+        return _plain(dataclasses.asdict(self))
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
