@@ -1,4 +1,5 @@
-"""How long the command line takes to answer: ``keras-vit --help`` and ``keras-vit presets``.
+"""How long the command line takes to answer: ``keras-vit --help``, ``keras-vit presets`` and
+each command's ``--help``.
 
 Each command runs as a user runs it, in a fresh process (``python -m keras_vit``, the
 ``keras-vit`` program's code), its wall time from start to exit; ``--runs`` rounds, each
@@ -25,7 +26,16 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMMANDS = (("--help",), ("presets",))
+
+
+def commands():
+    """What a user types first: the program's help, the presets table, and each command's help."""
+    sys.path.insert(0, ROOT)
+    from keras_vit.commands import COMMANDS  # the command line's table: no backend
+
+    return (("--help",), ("presets",), *((name, "--help") for name in COMMANDS))
+
+
 TARGET_SECONDS = 1.5
 FIELDS = ("label", "command", "backend", "runs", "median_s", "min_s", "max_s", "target_s", "within_target",
           "machine")  # fmt: skip
@@ -43,14 +53,14 @@ def seconds(tree, argv, env):
     return elapsed
 
 
-def measure(trees, commands=COMMANDS, runs=5, env=None):
+def measure(trees, argvs, runs=5, env=None):
     """``{(label, command): [seconds per round]}``: the trees taking turns, round by round."""
     env = dict(os.environ if env is None else env)
     env.pop("KERAS_VIT_VERBOSE", None)
-    times = {(label, argv): [] for label in trees for argv in commands}
+    times = {(label, argv): [] for label in trees for argv in argvs}
     for _ in range(runs):
         for label, tree in trees.items():
-            for argv in commands:
+            for argv in argvs:
                 times[label, argv].append(seconds(tree, argv, env))
     return times
 
@@ -107,7 +117,7 @@ def main(argv=None):
         path = os.path.join(folder, "cli_startup.csv")
     machine = f"{device_name()} ({os.cpu_count()} cores, {platform.machine()})"
     backend = os.environ.get("KERAS_BACKEND") or "tensorflow"
-    measured = rows(measure(trees, runs=args.runs), backend, machine)
+    measured = rows(measure(trees, commands(), runs=args.runs), backend, machine)
     append_csv(path, measured)
     for row in measured:
         print(", ".join(f"{k} {row[k]}" for k in FIELDS))
