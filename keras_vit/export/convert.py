@@ -12,12 +12,10 @@ error keeps its type and the layers it names, so the parent re-raises it.
 (Nothing in the package imports this module at import time, so that ``-m`` runs it once.)
 """
 
-import contextlib
 import importlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -129,24 +127,6 @@ _ERRORS = {
 }
 
 
-# The signals that stop a command (keras_vit.commands.interrupts), where the platform can hold them.
-_STOPS = {signal.SIGINT, signal.SIGTERM} if hasattr(signal, "pthread_sigmask") else set()
-
-
-@contextlib.contextmanager
-def _stops_held():
-    """Ctrl-C and SIGTERM held back while the child starts: one arriving inside ``Popen`` would
-    stop this process before it knows the child, which would then run on, orphaned. They arrive
-    on leaving, when the child is known and can be killed first."""
-    if _STOPS:
-        signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
-    try:
-        yield
-    finally:
-        if _STOPS:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
-
-
 def convert_in_process(
     backend, model, model_path, paths, imports=(), verbose=False, *, representative_images=None, **options
 ):
@@ -193,20 +173,17 @@ def convert_in_process(
         os.mkdir(env["TMPDIR"])
         log_path = os.path.join(job_dir, "worker.log")
         with open(log_path, "w") as log:
-            child = None
+            child = subprocess.Popen(
+                [sys.executable, "-m", "keras_vit.export.convert", job_path],
+                env=env,
+                stdout=None if verbose else log,
+                stderr=None if verbose else subprocess.STDOUT,
+            )
             try:
-                with _stops_held():
-                    child = subprocess.Popen(
-                        [sys.executable, "-m", "keras_vit.export.convert", job_path],
-                        env=env,
-                        stdout=None if verbose else log,
-                        stderr=None if verbose else subprocess.STDOUT,
-                    )
                 child.wait()
             except BaseException:  # Ctrl-C, SIGTERM (keras_vit.commands.interrupts): the child goes first,
-                if child is not None:  # so that it writes nothing after the staged files are removed
-                    child.kill()
-                    child.wait()
+                child.kill()  # so that it writes nothing after the staged files are removed
+                child.wait()
                 raise
         answer = None
         if os.path.exists(job["answer_path"]):
@@ -244,8 +221,6 @@ def _run_job(job):
 
 def main(argv):
     """The child process: runs the job in ``argv[1]`` and writes its answer."""
-    if _STOPS:  # held by the parent while it started this process, and a signal mask is inherited
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
     with open(argv[1]) as f:
         job = json.load(f)
     try:
