@@ -26,16 +26,15 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TF_NUM_INTRAOP_THREADS=${TF_NUM_INT
 
 # The jax and tensorflow runs are the longest (XLA compiles their tests' eager ops one shape
 # at a time; their export, benchmark and fault tests start many child processes), and the
-# torch run holds the compiled benchmarks; the backends side by side leave a core idle while
-# one runs alone at the end: these of their files run in a second process of that backend
-# from the start (KERAS_VIT_TEST_SPLIT=0: one process per backend), chosen by each file's
-# time in a full run so that the processes end together.
+# backends side by side leave a core idle while one runs alone at the end: these of their
+# files run in a second process of that backend from the start (KERAS_VIT_TEST_SPLIT=0: one
+# process per backend).
 declare -A SECOND=(
   [jax]="tests/test_export.py tests/test_quantization.py tests/test_benchmarks.py tests/test_faults.py
-    tests/test_packaging.py tests/test_recipes.py tests/test_processes.py tests/test_documented_commands.py"
+    tests/test_packaging.py tests/test_recipes.py tests/test_documented_commands.py"
   [tensorflow]="tests/test_export.py tests/test_benchmarks.py tests/test_faults.py tests/test_packaging.py
-    tests/test_recipes.py tests/test_quantization.py tests/test_family.py tests/test_documented_commands.py"
-  [torch]="tests/test_benchmarks.py tests/test_torch_program.py tests/test_export.py"
+    tests/test_recipes.py tests/test_quantization.py tests/test_family.py tests/test_documented_commands.py
+    tests/test_documented_python.py"
 )
 
 # The parity tests once with XLA as users run it (its default optimisation, where the other
