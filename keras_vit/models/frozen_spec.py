@@ -13,6 +13,11 @@ def _suggest(unknown, known):
 class FrozenSpec:
     """What both specs share: checked replacement and a JSON-friendly config."""
 
+    def _settle(self, name, value):
+        """Sets field ``name`` to the one form of a value given in another (from ``__post_init__``:
+        the dataclass is frozen, so Python's own ``object.__setattr__``, in this one place)."""
+        object.__setattr__(self, name, value)
+
     def replace(self, **changes):
         """A copy with ``changes`` applied; an unknown name is an error that suggests close ones."""
         known = [f.name for f in dataclasses.fields(self)]

@@ -39,7 +39,7 @@ class ResNetSpec(FrozenSpec):
     group_norm_epsilon: float = 1e-5
 
     def __post_init__(self):
-        object.__setattr__(self, "block_units", spec_rules.check_resnet(self))
+        self._settle("block_units", spec_rules.check_resnet(self))
 
     @property
     def stride(self):

@@ -273,15 +273,14 @@ class ViTSpec(FrozenSpec):
     )
 
     def __post_init__(self):
-        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
         # The forms a field may be given in, made one (a config's lists and dicts, a side for a pair).
-        set_("image_size", checks.pair(self.image_size, "image_size"))
+        self._settle("image_size", checks.pair(self.image_size, "image_size"))
         if isinstance(self.resnet, dict):  # from a config
-            set_("resnet", ResNetSpec(**self.resnet))
+            self._settle("resnet", ResNetSpec(**self.resnet))
         if isinstance(self.num_kv_heads, list):
-            set_("num_kv_heads", tuple(self.num_kv_heads))
+            self._settle("num_kv_heads", tuple(self.num_kv_heads))
         if self.rope_reference_grid is not None:
-            set_("rope_reference_grid", checks.pair(self.rope_reference_grid, "rope_reference_grid"))
+            self._settle("rope_reference_grid", checks.pair(self.rope_reference_grid, "rope_reference_grid"))
         spec_rules.check_vit(self, rates=self.fields_with_role(REGULARIZATION))
 
     def replace(self, **changes):
