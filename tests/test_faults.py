@@ -299,6 +299,36 @@ def test_a_stopped_export_says_so_in_one_line_and_leaves_no_files(number, tmp_pa
     assert not [pid for pid in converters if os.path.exists(f"/proc/{pid}")], "the export's child outlived it"
 
 
+@once_on("torch", "the export's child is started by the same Python code on every backend")
+def test_a_stop_while_the_exports_child_starts_kills_the_child(tmp_path, monkeypatch):
+    # A SIGTERM that lands inside Popen (the child started, Popen not yet returned) would stop
+    # the export before it knows its child, which then ran on, orphaned, writing its files.
+    from keras_vit.export import convert
+
+    class Stopped(Exception):
+        pass
+
+    def stop(number, frame):
+        raise Stopped
+
+    started, popen = [], subprocess.Popen
+
+    def popen_then_stopped(*args, **kwargs):
+        started.append(popen(*args, **kwargs))
+        os.kill(os.getpid(), signal.SIGTERM)  # as the user's signal would, before Popen returns
+        return started[-1]
+
+    monkeypatch.setattr(convert.subprocess, "Popen", popen_then_stopped)
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with pytest.raises(Stopped):
+            convert.convert_in_process("tensorflow", None, str(tmp_path / "model.keras"), {})
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    (child,) = started
+    assert child.poll() == -signal.SIGKILL, "the export's child outlived it"
+
+
 @SAME_WRITES  # the leftovers are removed by keras_vit.atomic, before any backend's export
 @pytest.mark.slow
 def test_an_export_removes_what_a_killed_one_left_and_nothing_else(tmp_path):

@@ -24,6 +24,7 @@ import traceback
 from keras_vit import atomic
 from keras_vit.export.errors import ExportError, InvalidModelFileError, UnconvertibleModelError, VerificationError
 from keras_vit.export.formats import FORMATS
+from keras_vit.held_signals import held_signals
 
 _SCRATCH = "export_scratch"
 
@@ -173,17 +174,20 @@ def convert_in_process(
         os.mkdir(env["TMPDIR"])
         log_path = os.path.join(job_dir, "worker.log")
         with open(log_path, "w") as log:
-            child = subprocess.Popen(
-                [sys.executable, "-m", "keras_vit.export.convert", job_path],
-                env=env,
-                stdout=None if verbose else log,
-                stderr=None if verbose else subprocess.STDOUT,
-            )
+            child = None
             try:
+                with held_signals():  # a stop inside Popen would lose the child's handle
+                    child = subprocess.Popen(
+                        [sys.executable, "-m", "keras_vit.export.convert", job_path],
+                        env=env,
+                        stdout=None if verbose else log,
+                        stderr=None if verbose else subprocess.STDOUT,
+                    )
                 child.wait()
             except BaseException:  # Ctrl-C, SIGTERM (keras_vit.commands.interrupts): the child goes first,
-                child.kill()  # so that it writes nothing after the staged files are removed
-                child.wait()
+                if child is not None:  # so that it writes nothing after the staged files are removed
+                    child.kill()
+                    child.wait()
                 raise
         answer = None
         if os.path.exists(job["answer_path"]):
