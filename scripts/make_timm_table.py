@@ -144,7 +144,7 @@ def render_docs():
 
     reasons = {name: timm_config.support(name) for name in sorted(ARCHITECTURES)}
     built = [name for name, reason in reasons.items() if reason is None]
-    model_types = transformers_config.MODEL_CLASSES
+    model_types = {name: record.loads_as for name, record in transformers_config.built_model_types().items()}
     placed = {t for _, _, types in FAMILIES for t in types}
     assert placed == set(model_types), f"model types in no family, or not built: {placed ^ set(model_types)}"
     lines = [
@@ -184,7 +184,8 @@ def render_docs():
     ]
     prefix = "keras-vit does not build these timm options yet: "
     lines += [f"| `{n}` | {r.removeprefix(prefix)} |" for n, r in reasons.items() if r is not None]
-    lines += [f"| `{t}` (transformers) | {why} |" for t, why in sorted(transformers_config.NOT_YET.items())]
+    not_yet = sorted((t, r.not_yet) for t, r in transformers_config.MODEL_TYPES.items() if r.read is None)
+    lines += [f"| `{t}` (transformers) | {why} |" for t, why in not_yet]
     return "\n".join(lines) + "\n"
 
 

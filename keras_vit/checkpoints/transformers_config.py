@@ -1,11 +1,13 @@
 """HF transformers checkpoints by their ``config.json``: the ``ViTSpec`` each model type means,
 the pre-processing of its ``preprocessor_config.json`` and the class names of its ``id2label``.
 
-``MODEL_TYPES`` maps a ``model_type`` to the function that reads its config; a model type
-keras-vit builds is one entry there (and its weights' column in ``table.py``). A
+``MODEL_TYPES`` maps a ``model_type`` to its record (``ModelType``): the function that reads
+its config, what it loads as, or why it is not built yet. A
 checkpoint with a classifier (``...ForImageClassification``) keeps it; one without loads
 as a backbone whose output is the upstream model's pooled output (``pooler_output``).
 """
+
+import dataclasses
 
 from keras_vit.checkpoints.layouts import LAYOUTS, spec_options_from_hf_config
 
@@ -207,43 +209,41 @@ def _siglip(config):
     return dict(options, **_ACTIVATIONS[act], pooling="map", class_token=False, include_top=False)
 
 
+@dataclasses.dataclass(frozen=True)
+class ModelType:
+    """A transformers ``model_type``: the function that reads its ``config.json`` into spec
+    options and what it loads as (the docs' family table reads it), or, for one keras-vit
+    does not build yet, why not (``read`` None)."""
+
+    read: object = None
+    loads_as: str = ""
+    not_yet: str = ""
+
+
 MODEL_TYPES = {
-    "beit": _beit,
-    "clip": _clip,
-    "clip_vision_model": _clip,
-    "data2vec-vision": _beit,
-    "deit": _deit,
-    "dinov2": _dinov2,
-    "dinov2_with_registers": _dinov2_with_registers,
-    "dinov3_vit": _dinov3_vit,
-    "ijepa": _ijepa,
-    "siglip": _siglip,
-    "siglip_vision_model": _siglip,
-    "vit": _vit,
-    "vit_mae": _encoder,
-    "vit_msn": _encoder,
+    "beit": ModelType(_beit, "BeitModel, BeitForImageClassification"),
+    "clip": ModelType(_clip, "CLIPModel's vision tower and projection"),
+    "clip_vision_model": ModelType(_clip, "CLIPVisionModel, CLIPVisionModelWithProjection"),
+    "data2vec-vision": ModelType(_beit, "Data2VecVisionModel, Data2VecVisionForImageClassification"),
+    "deit": ModelType(_deit, "DeiTModel, DeiTForImageClassification, DeiTForImageClassificationWithTeacher"),
+    "dinov2": ModelType(_dinov2, "Dinov2Model, Dinov2ForImageClassification"),
+    "dinov2_with_registers": ModelType(
+        _dinov2_with_registers, "Dinov2WithRegistersModel, Dinov2WithRegistersForImageClassification"
+    ),
+    "dinov3_vit": ModelType(_dinov3_vit, "DINOv3ViTModel"),
+    "ijepa": ModelType(_ijepa, "IJepaModel"),
+    "siglip": ModelType(_siglip, "SiglipModel's vision tower"),
+    "siglip_vision_model": ModelType(_siglip, "SiglipVisionModel"),
+    "siglip2_vision_model": ModelType(not_yet="NaFlex's variable patch grids"),
+    "vit": ModelType(_vit, "ViTModel, ViTForImageClassification"),
+    "vit_mae": ModelType(_encoder, "ViTMAEModel (the encoder)"),
+    "vit_msn": ModelType(_encoder, "ViTMSNModel"),
 }
 
 
-# What each model type loads as (the docs' family table reads these).
-MODEL_CLASSES = {
-    "beit": "BeitModel, BeitForImageClassification",
-    "clip": "CLIPModel's vision tower and projection",
-    "clip_vision_model": "CLIPVisionModel, CLIPVisionModelWithProjection",
-    "data2vec-vision": "Data2VecVisionModel, Data2VecVisionForImageClassification",
-    "deit": "DeiTModel, DeiTForImageClassification, DeiTForImageClassificationWithTeacher",
-    "dinov2": "Dinov2Model, Dinov2ForImageClassification",
-    "dinov2_with_registers": "Dinov2WithRegistersModel, Dinov2WithRegistersForImageClassification",
-    "dinov3_vit": "DINOv3ViTModel",
-    "ijepa": "IJepaModel",
-    "siglip": "SiglipModel's vision tower",
-    "siglip_vision_model": "SiglipVisionModel",
-    "vit": "ViTModel, ViTForImageClassification",
-    "vit_mae": "ViTMAEModel (the encoder)",
-    "vit_msn": "ViTMSNModel",
-}
-# ViT model types of transformers keras-vit does not build yet, and why.
-NOT_YET = {"siglip2_vision_model": "NaFlex's variable patch grids"}
+def built_model_types():
+    """``{model_type: ModelType}`` of the model types keras-vit builds."""
+    return {name: record for name, record in MODEL_TYPES.items() if record.read is not None}
 
 
 def is_classifier(config):
@@ -259,13 +259,14 @@ def spec_options(config):
     (2, 2, 1e-12, False)
     """
     model_type = config.get("model_type")
-    if model_type not in MODEL_TYPES:
-        why = f", which needs {NOT_YET[model_type]} (not built yet)" if model_type in NOT_YET else ""
+    record = MODEL_TYPES.get(model_type, ModelType())
+    if record.read is None:
+        why = f", which needs {record.not_yet} (not built yet)" if record.not_yet else ""
         raise UnsupportedModelTypeError(
-            f"transformers model_type {model_type!r}{why}: keras-vit builds {', '.join(sorted(MODEL_TYPES))} "
+            f"transformers model_type {model_type!r}{why}: keras-vit builds {', '.join(sorted(built_model_types()))} "
             "(docs/guide/timm-architectures.md lists what is built and what is not yet)."
         )
-    return MODEL_TYPES[model_type](config)
+    return record.read(config)
 
 
 def class_names(config):
