@@ -6,7 +6,7 @@ import textwrap
 import keras
 import numpy as np
 import pytest
-from helpers import assert_close_to_scale, randomize_torch, run_on_next_backend, to_numpy
+from helpers import assert_close_to_scale, once_on, randomize_torch, run_on_next_backend, to_numpy
 
 import keras_vit
 
@@ -187,6 +187,43 @@ def test_unknown_layout_is_an_error(tmp_path):
     np.savez(path, **{"conv1/kernel": np.zeros((3, 3, 3, 8), "float32")})
     with pytest.raises(ValueError, match=r"Unrecognised checkpoint layout.*conv1/kernel"):
         keras_vit.load_weights(small(), path)
+
+
+# transformers' models whose keys carry other layouts' signatures too (DINOv3's the register
+# tokens', DINOv2's ViT's), and plain ones, by the layout each is.
+_HF_LAYOUTS = {
+    "ViTForImageClassification": "hf",
+    "Dinov2Model": "hf_dinov2",
+    "Dinov2ForImageClassification": "hf_dinov2",
+    "Dinov2WithRegistersModel": "hf_dinov2_registers",
+    "DINOv3ViTModel": "hf_dinov3",
+    "Data2VecVisionForImageClassification": "hf_beit",
+    "CLIPVisionModel": "hf_clip",
+    "SiglipVisionModel": "hf_siglip",
+}
+
+
+@once_on("torch", "a layout is told from the key names alone, the same on every backend")
+def test_each_layout_is_told_from_its_keys_whatever_the_records_order(timm, monkeypatch):
+    import transformers
+
+    from keras_vit.checkpoints import layouts
+
+    sizes = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32,
+                 patch_size=8)  # fmt: skip
+    keys = {}
+    for name, layout in _HF_LAYOUTS.items():
+        config_class = getattr(transformers, name).config_class
+        keys[name] = (layout, set(getattr(transformers, name)(config_class(**sizes)).state_dict()))
+    keys["timm"] = ("timm", set(timm.create_model("vit_tiny_patch16_224", depth=1).state_dict()))
+    detected = {name: layouts.detect_layout(dict.fromkeys(k))[0].name for name, (_, k) in keys.items()}
+    assert detected == {name: layout for name, (layout, _) in keys.items()}
+    # The records asked in the other order say the same.
+    monkeypatch.setattr(layouts, "LAYOUTS", dict(reversed(layouts.LAYOUTS.items())))
+    assert {name: layouts.detect_layout(dict.fromkeys(k))[0].name for name, (_, k) in keys.items()} == detected
+    # Two signatures that neither layout refines: no guess.
+    with pytest.raises(ValueError, match=r"signatures of the layouts original, timm, and no layout's record refines"):
+        layouts.detect_layout(dict.fromkeys(["embedding/kernel", "patch_embed.proj.weight"]))
 
 
 def test_keras_file_fine_tunes_at_higher_resolution(tmp_path, rng):

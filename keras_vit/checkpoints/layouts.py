@@ -1,10 +1,17 @@
 """One record per upstream checkpoint layout: everything that one source of files means.
 
-A record says how a file of that layout is recognised (a key only it has, and the prefixes
-that training wrappers add), which column of ``table.py`` maps its keys, how its peer
-resamples position embeddings at another size, the numerics its checkpoints were trained
-with (``ViTSpec`` and ``ResNetSpec`` fields), and its special cases (``special_cases.py``).
-A new upstream source is one record here and one column in ``table.py``.
+A record says how a file of that layout is recognised (its signature key, the prefixes that
+training wrappers add, and the layouts whose signature its files carry too, which it
+refines), which column of ``table.py`` maps its keys, how its peer resamples position
+embeddings at another size, the numerics its checkpoints were trained with (``ViTSpec`` and
+``ResNetSpec`` fields), and its special cases (``special_cases.py``). Detection asks every
+record and does not depend on their order: a file whose keys carry two signatures, neither
+refining the other, is an error.
+
+A new upstream source is a record here and its column in ``table.py`` (``keras_hub_table.py``
+for keras-hub's), and where its files come with a config that says the architecture, that
+config's reader: a ``ModelType`` in ``transformers_config.py``, a backbone's reader in
+``keras_hub_config.py``, an architecture's options in ``timm_config.py``.
 """
 
 import dataclasses
@@ -107,6 +114,8 @@ class Layout:
         file_numerics: ``path -> dict`` of numerics that files beside the checkpoint state.
         file_grid: ``path -> (h, w)`` of the position embeddings' patch grid, where the
             file (or one beside it) states it; None where it must be assumed square.
+        refines: the layouts whose signature this one's files carry too (DINOv2's keys
+            include ViT's): where both match, the file is this layout's.
     """
 
     name: str
@@ -121,6 +130,7 @@ class Layout:
     prepare: typing.Callable = special_cases.no_special_cases
     file_numerics: typing.Callable = lambda path: {}
     file_grid: typing.Callable = lambda path: None
+    refines: tuple = ()
 
     def find_source(self, path):
         """The ``Source`` and regex groups for one Keras variable path, or ``(None, None)``."""
@@ -185,7 +195,6 @@ LAYOUTS = {
             resampling=("bicubic", False),  # interpolate_pos_encoding
             ignorable=("text_model.", "text_projection.", "logit_scale"),  # a whole CLIPModel's
         ),
-        # Before "hf_dinov2_registers": its files have that layout's signature too.
         Layout(
             "hf_dinov3",
             "embeddings.patch_embeddings.weight",
@@ -198,8 +207,8 @@ LAYOUTS = {
             prepare=special_cases.hf_dinov3_prepare,
             file_numerics=_hf_config_numerics,
             file_grid=_hf_grid,
+            refines=("hf_dinov2_registers",),  # its keys include the register tokens
         ),
-        # Before "hf_dinov2" and "hf": its files have their signatures too.
         Layout(
             "hf_dinov2_registers",
             "embeddings.register_tokens",
@@ -212,8 +221,8 @@ LAYOUTS = {
             prepare=special_cases.hf_registers_prepare,
             file_numerics=_hf_config_numerics,
             file_grid=_hf_grid,
+            refines=("hf_dinov2", "hf"),
         ),
-        # Before "hf": its files have that layout's signature too.
         Layout(
             "hf_dinov2",
             "encoder.layer.0.layer_scale1.lambda1",
@@ -225,8 +234,8 @@ LAYOUTS = {
             ignorable=("embeddings.mask_token",),
             file_numerics=_hf_config_numerics,
             file_grid=_hf_grid,
+            refines=("hf",),
         ),
-        # Before "hf": BeitModel's files (without a prefix) have its signature too.
         Layout(
             "hf_beit",
             "encoder.layer.0.lambda_1",
@@ -239,6 +248,7 @@ LAYOUTS = {
             prepare=special_cases.hf_beit_prepare,
             file_numerics=_hf_config_numerics,
             file_grid=_hf_grid,
+            refines=("hf",),  # BeitModel's keys, without a prefix, include ViT's
         ),
         Layout(
             "hf",
@@ -325,17 +335,29 @@ LAYOUTS = {
 }
 
 
+def _prefix(layout, arrays):
+    """The wrapper prefix under which ``arrays`` carry ``layout``'s signature, or None."""
+    return next((prefix for prefix in layout.prefixes if prefix + layout.signature in arrays), None)
+
+
 def detect_layout(arrays):
     """``(Layout, arrays without the wrapper prefix)`` from the key names alone."""
-    for layout in LAYOUTS.values():
-        for prefix in layout.prefixes:
-            if prefix + layout.signature in arrays:
-                stripped = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-                # Keys outside the prefix (HF's `classifier.*`) are kept as they are.
-                stripped.update({k: v for k, v in arrays.items() if not k.startswith(prefix)})
-                return layout, stripped
-    sample = ", ".join(sorted(arrays)[:6])
-    raise ValueError(
-        "Unrecognised checkpoint layout: expected the original ViT .npz, a timm or an HF "
-        f"transformers ViT state dict, or a keras-vit model; its first keys are: {sample}."
-    )
+    matches = {name: prefix for name, layout in LAYOUTS.items() if (prefix := _prefix(layout, arrays)) is not None}
+    refined = {general for name in matches for general in LAYOUTS[name].refines}
+    meant = sorted(name for name in matches if name not in refined)
+    if len(meant) > 1:
+        raise ValueError(
+            f"The checkpoint's keys carry the signatures of the layouts {', '.join(meant)}, and no layout's "
+            "record refines the others (Layout.refines): which one it is cannot be told from its keys."
+        )
+    if not meant:
+        sample = ", ".join(sorted(arrays)[:6])
+        raise ValueError(
+            "Unrecognised checkpoint layout: expected the original ViT .npz, a timm or an HF "
+            f"transformers ViT state dict, or a keras-vit model; its first keys are: {sample}."
+        )
+    layout, prefix = LAYOUTS[meant[0]], matches[meant[0]]
+    stripped = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+    # Keys outside the prefix (HF's `classifier.*`) are kept as they are.
+    stripped.update({k: v for k, v in arrays.items() if not k.startswith(prefix)})
+    return layout, stripped
