@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import TINY_ENCODER, floor_of, floors, to_numpy
+from helpers import TINY_ENCODER, floor_of, floors, once_on, to_numpy
 
 import keras_vit
 from keras_vit.sources import InvalidModelFileError, NoWeightsError, build, resolve
@@ -60,6 +60,23 @@ def test_a_checkpoint_resolves_with_the_numerics_of_its_layout_and_needs_an_arch
     # timm's files were trained with the exact GELU and epsilon 1e-6: the spec says so.
     assert (named.name, named.spec.gelu_approximate, named.spec.layer_norm_epsilon) == ("vit_ti16", False, 1e-6)
     assert resolve("vit_ti16", weights=path) == named
+
+
+@once_on("torch", "a file is read the same on every backend")
+def test_a_checkpoint_with_a_model_name_is_read_and_its_layout_told_once(timm, tmp_path, monkeypatch):
+    import torch
+
+    from keras_vit.checkpoints import layouts, readers
+
+    path = str(tmp_path / "t.pth")
+    torch.save(timm.create_model("vit_tiny_patch16_224", depth=1, img_size=32, num_classes=3).state_dict(), path)
+    reads, detections = [], []
+    read, detect = readers.read_arrays, layouts.detect_layout
+    monkeypatch.setattr(readers, "read_arrays", lambda path, **kwargs: reads.append(path) or read(path, **kwargs))
+    monkeypatch.setattr(layouts, "detect_layout", lambda arrays: detections.append(len(arrays)) or detect(arrays))
+    model = keras_vit.load_model(path, model_name="vit_ti16", depth=1, image_size=32, num_classes=3)
+    assert reads == [path] and len(detections) == 1, (reads, detections)
+    assert not model.spec.gelu_approximate  # the file's numerics: timm's exact GELU, read that once too
 
 
 def test_loading_asks_for_weights_and_names_what_to_use_instead(tmp_path):

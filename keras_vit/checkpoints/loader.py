@@ -28,6 +28,38 @@ class LoadReport:
     grid_assumed: bool = False  # the file states no grid: a square one was assumed
 
 
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint file as read once: its container, its layout and its arrays, the wrapper
+    prefix stripped (stand-ins whose data is read when used: ``readers.LazyArray``). What
+    ``trained_numerics`` and ``load_weights`` take in place of a path, so that a load that
+    asks both reads the file and tells its layout once."""
+
+    path: str
+    container: str
+    layout: layouts.Layout
+    arrays: dict
+
+
+def read_checkpoint(path, safe_mode=True):
+    """The ``Checkpoint`` of a file (or a keras-hub preset folder).
+
+    >>> import numpy as np, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "timm.npz")
+    >>> np.savez(path, **{"module.patch_embed.proj.weight": np.zeros((8, 3, 16, 16), "float32")})
+    >>> checkpoint = read_checkpoint(path)
+    >>> checkpoint.container, checkpoint.layout.name, list(checkpoint.arrays)
+    ('npz', 'timm', ['patch_embed.proj.weight'])
+    """
+    path = os.fspath(path)
+    if keras_hub_config.is_preset_folder(path):
+        container, arrays = "keras_hub", keras_hub_config.read_weights(path)
+    else:
+        container, arrays = readers.read_arrays(path, safe_mode=safe_mode)
+    layout, arrays = layouts.detect_layout(arrays)
+    return Checkpoint(path, container, layout, arrays)
+
+
 def load_weights(
     model,
     path,
@@ -55,7 +87,7 @@ def load_weights(
 
     Args:
         model: a model from ``keras_vit.create_model`` / ``VisionTransformer``.
-        path: the checkpoint file.
+        path: the checkpoint file (or the ``Checkpoint`` that ``read_checkpoint`` read of it).
         resample_method: ``"bilinear"``, ``"bicubic"`` or ``"nearest"`` (default: the peer's).
         resample_antialias: antialias while resampling (default: the peer's).
         warn: emit warnings for fresh weights, unused keys and numerics that differ from
@@ -83,18 +115,18 @@ def load_weights(
         >>> list(report.resampled)
         ['position_embedding/embedding']
     """
-    path = os.fspath(path)
-    if keras_hub_config.is_preset_folder(path):
-        container, arrays = "keras_hub", keras_hub_config.read_weights(path)
-    elif not os.path.isfile(path):
-        raise FileNotFoundError(f"No checkpoint file at {path!r} (nor a keras-hub preset folder).")
-    elif readers.sniff_container(path) == "keras_weights":
-        model.load_weights(path)  # same architecture only; Keras names the mismatch
-        return LoadReport("keras_weights", "keras", [v.path for v in model.weights], {}, {}, [])
+    if isinstance(path, Checkpoint):
+        checkpoint, path = path, path.path
     else:
-        container, arrays = readers.read_arrays(path, safe_mode=safe_mode)
-    layout, arrays = layouts.detect_layout(arrays)
-    arrays = _check_architecture(model, layout, arrays)
+        path = os.fspath(path)
+        if not os.path.isfile(path) and not keras_hub_config.is_preset_folder(path):
+            raise FileNotFoundError(f"No checkpoint file at {path!r} (nor a keras-hub preset folder).")
+        if os.path.isfile(path) and readers.sniff_container(path) == "keras_weights":
+            model.load_weights(path)  # same architecture only; Keras names the mismatch
+            return LoadReport("keras_weights", "keras", [v.path for v in model.weights], {}, {}, [])
+        checkpoint = read_checkpoint(path, safe_mode=safe_mode)
+    container, layout = checkpoint.container, checkpoint.layout
+    arrays = _check_architecture(model, layout, checkpoint.arrays)
     method, antialias = layout.resampling
     method = resample_method or method
     antialias = antialias if resample_antialias is None else resample_antialias
@@ -163,7 +195,8 @@ def load_weights(
 
 
 def trained_numerics(path, hybrid=False):
-    """The ``create_model`` options of the numerics a checkpoint file was trained with.
+    """The ``create_model`` options of the numerics a checkpoint file (a path, or its
+    ``Checkpoint``) was trained with.
 
     They are its layout's record (``layouts.LAYOUTS``), what files beside it state (an HF
     ``config.json``), and the final norm's place in a timm file; ``hybrid`` adds the ResNet
@@ -175,14 +208,18 @@ def trained_numerics(path, hybrid=False):
     >>> trained_numerics(path)
     {'gelu_approximate': False, 'layer_norm_epsilon': 1e-06, 'norm_after_pool': False}
     """
-    path = os.fspath(path)
-    if readers.sniff_container(path) in ("keras", "keras_weights"):
+    if isinstance(path, Checkpoint):
+        checkpoint = path
+    elif readers.sniff_container(os.fspath(path)) in ("keras", "keras_weights"):
         return {}
-    _, arrays = readers.read_arrays(path)
-    layout, arrays = layouts.detect_layout(arrays)
-    options = {**layout.numerics, **layout.file_numerics(path)}
+    else:
+        checkpoint = read_checkpoint(path)
+    if checkpoint.container == "keras":
+        return {}  # keras-vit's own files hold their spec
+    layout = checkpoint.layout
+    options = {**layout.numerics, **layout.file_numerics(checkpoint.path)}
     if layout.name == "timm":
-        options["norm_after_pool"] = "fc_norm.weight" in arrays
+        options["norm_after_pool"] = "fc_norm.weight" in checkpoint.arrays
     if hybrid:
         options.update({f"resnet_{k}": v for k, v in layout.resnet_numerics.items()})
     return options

@@ -62,7 +62,7 @@ def build(source, image_size=None, num_classes=None, *, dtype=None, safe_mode=Tr
         model.load_weights(path)
         initialize_unloaded(model, [v.path for v in model.weights])
         return model
-    report = load_weights(model, path, safe_mode=safe_mode)
+    report = load_weights(model, source.weights.checkpoint or path, safe_mode=safe_mode)
     initialize_unloaded(model, report.loaded)
     if strict and report.fresh:
         raise InvalidModelFileError(

@@ -34,7 +34,9 @@ class Weights:
     """Where a model's weights are: a local file (``path``), a file to download once (``url``,
     with the publisher's ``sha256`` and ``size`` where known; see ``hub.fetch_url``) or a file of a
     hub repository (``hub_name``, ``filename``). ``container`` is the local file's format,
-    as its first bytes say (``"keras"``, ``"keras_weights"``, ``"npz"``, ...)."""
+    as its first bytes say (``"keras"``, ``"keras_weights"``, ``"npz"``, ...); ``checkpoint``, the
+    file as read (``loader.Checkpoint``) where describing it read it already, so that the
+    builder does not read it again."""
 
     path: str | None = None
     url: str | None = None
@@ -43,6 +45,7 @@ class Weights:
     hub_name: str | None = None
     filename: str | None = None
     container: str | None = None
+    checkpoint: object = dataclasses.field(default=None, compare=False, repr=False)  # a reading, not a place
 
     def fetch(self):
         """The local path of the weights file, downloaded (once, into the cache) if need be."""

@@ -21,7 +21,7 @@ import difflib
 import os
 
 from keras_vit.checkpoints import keras_hub_config, timm_config
-from keras_vit.checkpoints.loader import trained_numerics
+from keras_vit.checkpoints.loader import read_checkpoint, trained_numerics
 from keras_vit.checkpoints.readers import sniff_container
 from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
 from keras_vit.models import registry
@@ -185,11 +185,14 @@ def _file(path, model_name=None, **_):
 
 def _checkpoint(path, model_name=None, container=None, **_):
     """A weights file of ``model_name``'s architecture, with the numerics its layout was trained with."""
-    weights = Weights(path=path, container=container)
     if model_name is None:  # the builder asks for it; a recipe fills it in itself
-        return ModelSource(CHECKPOINT, path, weights=weights)
+        return ModelSource(CHECKPOINT, path, weights=Weights(path=path, container=container))
     spec = registry.get_spec(model_name)
-    spec = spec.replace(**trained_numerics(path, spec.resnet is not None))
+    # Read once: its numerics here, its weights in the builder (a .weights.h5 holds no names to read).
+    checkpoint = None if container == "keras_weights" else read_checkpoint(path)
+    if checkpoint is not None:
+        spec = spec.replace(**trained_numerics(checkpoint, spec.resnet is not None))
+    weights = Weights(path=path, container=container, checkpoint=checkpoint)
     return ModelSource(CHECKPOINT, path, name=model_name, spec=spec, weights=weights)
 
 
@@ -199,7 +202,8 @@ def _url(url, model_name=None, loading=False, **_):
             f"{url} is a checkpoint's URL, which holds weights only: give the architecture to build them "
             "into (model_name=..., one of keras_vit.list_models())."
         )
-    return _checkpoint(hub.fetch_url(url), model_name=model_name)
+    path = hub.fetch_url(url)
+    return _checkpoint(path, model_name=model_name, container=_check_model_file(path))
 
 
 def _unknown(name, loading=False, **_):
