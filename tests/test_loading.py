@@ -189,10 +189,11 @@ def test_unknown_layout_is_an_error(tmp_path):
         keras_vit.load_weights(small(), path)
 
 
-# transformers' models whose keys carry other layouts' signatures too (DINOv3's the register
-# tokens', DINOv2's ViT's), and plain ones, by the layout each is.
+# transformers' models whose files' keys carry other layouts' signatures too (DINOv3's the
+# register tokens', DINOv2's and BEiT's ViT's), and plain ones, by the layout each is.
 _HF_LAYOUTS = {
     "ViTForImageClassification": "hf",
+    "BeitForImageClassification": "hf_beit",
     "Dinov2Model": "hf_dinov2",
     "Dinov2ForImageClassification": "hf_dinov2",
     "Dinov2WithRegistersModel": "hf_dinov2_registers",
@@ -204,17 +205,18 @@ _HF_LAYOUTS = {
 
 
 @once_on("torch", "a layout is told from the key names alone, the same on every backend")
-def test_each_layout_is_told_from_its_keys_whatever_the_records_order(timm, monkeypatch):
+def test_each_layout_is_told_from_its_keys_whatever_the_records_order(timm, monkeypatch, tmp_path):
     import transformers
 
-    from keras_vit.checkpoints import layouts
+    from keras_vit.checkpoints import layouts, readers
 
     sizes = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32,
                  patch_size=8)  # fmt: skip
     keys = {}
-    for name, layout in _HF_LAYOUTS.items():
-        config_class = getattr(transformers, name).config_class
-        keys[name] = (layout, set(getattr(transformers, name)(config_class(**sizes)).state_dict()))
+    for name, layout in _HF_LAYOUTS.items():  # the keys of the files save_pretrained writes
+        model_class = getattr(transformers, name)
+        model_class(model_class.config_class(**sizes)).save_pretrained(tmp_path / name)
+        keys[name] = (layout, set(readers.read_arrays(str(tmp_path / name / "model.safetensors"))[1]))
     keys["timm"] = ("timm", set(timm.create_model("vit_tiny_patch16_224", depth=1).state_dict()))
     detected = {name: layouts.detect_layout(dict.fromkeys(k))[0].name for name, (_, k) in keys.items()}
     assert detected == {name: layout for name, (layout, _) in keys.items()}
