@@ -14,9 +14,10 @@ class FrozenSpec:
     """What both specs share: checked replacement and a JSON-friendly config."""
 
     def _settle(self, name, value):
-        """Sets field ``name`` to the one form of a value given in another (from ``__post_init__``:
-        the dataclass is frozen, so Python's own ``object.__setattr__``, in this one place)."""
-        object.__setattr__(self, name, value)
+        """Sets field ``name`` to the one form of a value given in another (from ``__post_init__``).
+        The dataclass is frozen, which guards ``__setattr__`` only: the instance's own ``__dict__``
+        takes it (the specs have no ``__slots__``)."""
+        vars(self)[name] = value
 
     def replace(self, **changes):
         """A copy with ``changes`` applied; an unknown name is an error that suggests close ones."""
