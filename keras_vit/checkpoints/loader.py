@@ -119,11 +119,12 @@ def load_weights(
         checkpoint, path = path, path.path
     else:
         path = os.fspath(path)
-        if not os.path.isfile(path) and not keras_hub_config.is_preset_folder(path):
-            raise FileNotFoundError(f"No checkpoint file at {path!r} (nor a keras-hub preset folder).")
-        if os.path.isfile(path) and readers.sniff_container(path) == "keras_weights":
-            model.load_weights(path)  # same architecture only; Keras names the mismatch
-            return LoadReport("keras_weights", "keras", [v.path for v in model.weights], {}, {}, [])
+        if not keras_hub_config.is_preset_folder(path):
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"No checkpoint file at {path!r} (nor a keras-hub preset folder).")
+            if readers.sniff_container(path) == "keras_weights":
+                model.load_weights(path)  # same architecture only; Keras names the mismatch
+                return LoadReport("keras_weights", "keras", [v.path for v in model.weights], {}, {}, [])
         checkpoint = read_checkpoint(path, safe_mode=safe_mode)
     container, layout = checkpoint.container, checkpoint.layout
     arrays = _check_architecture(model, layout, checkpoint.arrays)
