@@ -53,6 +53,29 @@ _QKV = ("query", "key", "value")
 _HF = "encoder.layer.{0}."
 _HF_ATTN = _HF + "attention."
 
+
+def _named_blocks(block, norms, qkv, out, layer_scale=None):
+    """The block rows of a layout that names each norm and projection apart (transformers'
+    DINOv2, DINOv3, CLIP and SigLIP): ``block`` the block's key prefix (``{0}`` its index),
+    ``norms`` the two norms' name (``{1}`` their number), ``qkv`` the query, key and value
+    projections' three names, ``out`` the attention's output projection, ``layer_scale`` its
+    LayerScale's name (``{1}`` the branch), if any. The MLP's two layers are ``mlp.fc1`` and
+    ``mlp.fc2``."""
+    rows = [
+        (_B + r"norm([12])/gamma", same(block + norms + ".weight")),
+        (_B + r"norm([12])/beta", same(block + norms + ".bias")),
+        (_B + r"attention/qkv/kernel", linear(*(block + name + ".weight" for name in qkv))),
+        (_B + r"attention/qkv/bias", concat(*(block + name + ".bias" for name in qkv))),
+        (_B + r"attention/out/kernel", linear(block + out + ".weight")),
+        (_B + r"attention/out/bias", same(block + out + ".bias")),
+        (_B + r"mlp/(fc[12])/kernel", linear(block + "mlp.{1}.weight")),
+        (_B + r"mlp/(fc[12])/bias", same(block + "mlp.{1}.bias")),
+    ]
+    if layer_scale:
+        rows.append((_B + r"layer_scale([12])/gamma", same(block + layer_scale)))
+    return rows
+
+
 # One row per weight of the plain ViT, one column per layout (None: the layout has none).
 # fmt: off
 VIT = [
@@ -193,15 +216,8 @@ HF_DINOV2 = [
     (r"patch_embedding/bias", same("embeddings.patch_embeddings.projection.bias")),
     (r"class_token/token", same("embeddings.cls_token")),
     (r"position_embedding/embedding", same("embeddings.position_embeddings")),
-    (_B + r"norm([12])/gamma", same(_D + "norm{1}.weight")),
-    (_B + r"norm([12])/beta", same(_D + "norm{1}.bias")),
-    (_B + r"attention/qkv/kernel", linear(*(_D + f"attention.attention.{n}.weight" for n in _QKV))),
-    (_B + r"attention/qkv/bias", concat(*(_D + f"attention.attention.{n}.bias" for n in _QKV))),
-    (_B + r"attention/out/kernel", linear(_D + "attention.output.dense.weight")),
-    (_B + r"attention/out/bias", same(_D + "attention.output.dense.bias")),
-    (_B + r"layer_scale([12])/gamma", same(_D + "layer_scale{1}.lambda1")),
-    (_B + r"mlp/(fc[12])/kernel", linear(_D + "mlp.{1}.weight")),
-    (_B + r"mlp/(fc[12])/bias", same(_D + "mlp.{1}.bias")),
+    *_named_blocks(_D, "norm{1}", [f"attention.attention.{n}" for n in _QKV], "attention.output.dense",
+                   layer_scale="layer_scale{1}.lambda1"),  # fmt: skip
     (r"encoder_norm/gamma", same("layernorm.weight")),
     (r"encoder_norm/beta", same("layernorm.bias")),
     # Dinov2ForImageClassification's linear head, on the class token beside the patches' mean.
@@ -221,15 +237,8 @@ HF_DINOV3 = [
     (r"patch_embedding/bias", same("embeddings.patch_embeddings.bias")),
     (r"class_token/token", same("embeddings.cls_token")),
     (r"register_tokens/tokens", same("embeddings.register_tokens")),
-    (_B + r"norm([12])/gamma", same(_V + "norm{1}.weight")),
-    (_B + r"norm([12])/beta", same(_V + "norm{1}.bias")),
-    (_B + r"attention/qkv/kernel", linear(*(_V + f"attention.{n}_proj.weight" for n in "qkv"))),
-    (_B + r"attention/qkv/bias", concat(*(_V + f"attention.{n}_proj.bias" for n in "qkv"))),
-    (_B + r"attention/out/kernel", linear(_V + "attention.o_proj.weight")),
-    (_B + r"attention/out/bias", same(_V + "attention.o_proj.bias")),
-    (_B + r"layer_scale([12])/gamma", same(_V + "layer_scale{1}.lambda1")),
-    (_B + r"mlp/(fc[12])/kernel", linear(_V + "mlp.{1}.weight")),
-    (_B + r"mlp/(fc[12])/bias", same(_V + "mlp.{1}.bias")),
+    *_named_blocks(_V, "norm{1}", [f"attention.{n}_proj" for n in "qkv"], "attention.o_proj",
+                   layer_scale="layer_scale{1}.lambda1"),  # fmt: skip
     (r"encoder_norm/gamma", same("norm.weight")),
     (r"encoder_norm/beta", same("norm.bias")),
 ]
@@ -237,16 +246,8 @@ HF_DINOV3 = [
 # HF transformers' CLIP vision tower (CLIPVisionModel[WithProjection], CLIPModel's
 # vision_model): a norm before the blocks, separate q/k/v, the projection without a bias.
 _C = "encoder.layers.{0}."
-_CLIP_BLOCKS = [  # SigLIP's blocks are named as CLIP's
-    (_B + r"norm([12])/gamma", same(_C + "layer_norm{1}.weight")),
-    (_B + r"norm([12])/beta", same(_C + "layer_norm{1}.bias")),
-    (_B + r"attention/qkv/kernel", linear(*(_C + f"self_attn.{n}_proj.weight" for n in "qkv"))),
-    (_B + r"attention/qkv/bias", concat(*(_C + f"self_attn.{n}_proj.bias" for n in "qkv"))),
-    (_B + r"attention/out/kernel", linear(_C + "self_attn.out_proj.weight")),
-    (_B + r"attention/out/bias", same(_C + "self_attn.out_proj.bias")),
-    (_B + r"mlp/(fc[12])/kernel", linear(_C + "mlp.{1}.weight")),
-    (_B + r"mlp/(fc[12])/bias", same(_C + "mlp.{1}.bias")),
-]
+# SigLIP's blocks are named as CLIP's.
+_CLIP_BLOCKS = _named_blocks(_C, "layer_norm{1}", [f"self_attn.{n}_proj" for n in "qkv"], "self_attn.out_proj")
 HF_CLIP = [
     (r"patch_embedding/kernel", conv("embeddings.patch_embedding.weight")),
     (r"class_token/token", batched("embeddings.class_embedding")),
