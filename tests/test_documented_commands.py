@@ -1,25 +1,27 @@
 """Every command the README and the manual show runs as written, offline, on small models.
 
-The pages' shell blocks are read as tests/test_docs.py reads them (``helpers``), and each page's commands
-run in their order, in a folder of the page's own, through the program's entry point
-(``keras_vit.commands.main``, in this process). What a command names that no command
+The pages' shell blocks are read as tests/test_docs.py reads them (``helpers``), and each
+page's commands run in their order, in a folder of the page's own, through the program's entry
+point (``keras_vit.commands.main``, in this process). What a command names that no command
 before it wrote is put there first, as a reader would have it (``PROVIDED``: photos in two
-classes, a model file, a preset folder). The presets the pages name are served by a mirror
-on 127.0.0.1 under their own names and in their publishers' layouts, as small models
-(``TINY``). Each training command gets flags appended that make it small and short (the
-last flag given wins); every other command runs as written. A command that needs what an
-offline test cannot have is in ``NOT_RUN`` with the reason (test_docs.py still parses it).
-The commands run on TensorFlow, but those a page runs on JAX (``KERAS_BACKEND=jax``,
-``keras-vit launch``'s processes), which run in the JAX run. Where a page says what a
-command prints or writes (the recipe's values first, the test accuracy and run folder last,
-the main job's table, the top classes, each export's file, the few-shot table, the figures),
-its output is checked against that (``PRINTS``), and no line of the backends' own
+classes, a model file, a preset folder). A command that an earlier page ran as written runs
+once: a page that repeats it gets the files it wrote there (``_run_once``). The presets the
+pages name are served by a mirror on 127.0.0.1 under their own names and in their publishers'
+layouts, as small models (``TINY``). Each training command gets flags appended that make it
+small and short (the last flag given wins); every other command runs as written. A command that
+needs what an offline test cannot have is in ``NOT_RUN`` with the reason (test_docs.py still
+parses it). The commands run on TensorFlow, but those a page runs on JAX
+(``KERAS_BACKEND=jax``, ``keras-vit launch``'s processes), which run in the JAX run. Where a
+page says what a command prints or writes (the recipe's values first, the test accuracy and run
+folder last, the main job's table, the top classes, each export's file, the few-shot table, the
+figures), its output is checked against that (``PRINTS``), and no line of the backends' own
 (TensorFlow's, XLA's, Gloo's: ``NOISE``) reaches the terminal.
 """
 
 import dataclasses
 import os
 import re
+import shutil
 
 import pytest
 from helpers import documented_commands, once_on, serve_preset, write_photo, write_photos
@@ -246,6 +248,31 @@ PRINTS = {
 }
 
 
+# A command an earlier page ran as written runs once: a page that repeats it (the same
+# words, after _as_run) gets the files it wrote there, as if it had run again.
+_RAN = {}
+
+
+def _files(folder):
+    return {
+        os.path.relpath(os.path.join(root, name), folder): os.stat(os.path.join(root, name)).st_mtime_ns
+        for root, _, names in os.walk(folder)
+        for name in names
+    }
+
+
+def _run_once(folder, argv, capfd):
+    if tuple(argv) in _RAN:
+        source, written = _RAN[tuple(argv)]
+        for path in written if source != folder else ():
+            (folder / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / path, folder / path)
+        return
+    before = _files(folder)
+    _run(folder, argv, capfd)
+    _RAN[tuple(argv)] = folder, [path for path, stamp in _files(folder).items() if before.get(path) != stamp]
+
+
 def _page_commands(backend):
     pages = {}
     for page, environment, argv in documented_commands():
@@ -266,7 +293,7 @@ def test_what_is_not_run_is_few_and_each_needs_what_a_test_cannot_have():
 @pytest.mark.parametrize("page", sorted(_page_commands("tensorflow")))
 def test_each_pages_commands_run_in_order(page, reader, capfd):
     for argv in _page_commands("tensorflow")[page]:
-        _run(reader, _as_run(argv), capfd)
+        _run_once(reader, _as_run(argv), capfd)
 
 
 @once_on("jax", "what the pages run on JAX: several processes, keras.distribution")
@@ -274,4 +301,4 @@ def test_the_commands_the_pages_run_on_jax_run(reader, capfd):
     commands = [argv for argvs in _page_commands("jax").values() for argv in argvs]
     assert commands, "the pages show commands on JAX"
     for argv in commands:
-        _run(reader, _as_run(argv), capfd)
+        _run_once(reader, _as_run(argv), capfd)
