@@ -33,7 +33,8 @@ declare -A SECOND=(
   [jax]="tests/test_export.py tests/test_quantization.py tests/test_benchmarks.py tests/test_faults.py
     tests/test_packaging.py tests/test_recipes.py tests/test_documented_commands.py tests/test_processes.py"
   [tensorflow]="tests/test_export.py tests/test_benchmarks.py tests/test_faults.py tests/test_packaging.py
-    tests/test_recipes.py tests/test_quantization.py tests/test_family.py tests/test_documented_commands.py"
+    tests/test_recipes.py tests/test_quantization.py tests/test_family.py tests/test_documented_commands.py
+    tests/test_distillation.py tests/test_accumulation.py"
 )
 
 # The parity tests once with XLA as users run it (its default optimisation, where the other
