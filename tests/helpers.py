@@ -45,6 +45,14 @@ def to_numpy(x):
     return keras.ops.convert_to_numpy(x)
 
 
+def leftovers(root):
+    """Every file under ``root`` but the lock files (which stay, empty, by design)."""
+    found = []
+    for folder, _, names in os.walk(root):
+        found += [os.path.relpath(os.path.join(folder, n), root) for n in names if not n.endswith(".lock")]
+    return sorted(found)
+
+
 def logits(model, x):
     """A Keras model's outputs on ``x``, as numpy; on JAX through one jitted call, since its
     eager mode compiles every op for every new shape (several times slower for a ResNet)."""

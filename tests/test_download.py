@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+from helpers import leftovers
 from http_server import FileServer, download_env, unused_url
 
 from keras_vit.presets import download as dl
@@ -54,14 +55,6 @@ def server(file_server, monkeypatch, tmp_path):
     file_server.put(SERVED, DATA)
     download_env(monkeypatch, tmp_path / "cache", mirror=file_server.url)
     return file_server
-
-
-def leftovers(root):
-    """Every file under ``root`` but the lock files (which stay, empty, by design)."""
-    found = []
-    for folder, _, names in os.walk(root):
-        found += [os.path.relpath(os.path.join(folder, n), root) for n in names if not n.endswith(".lock")]
-    return sorted(found)
 
 
 def read(path):

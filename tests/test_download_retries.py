@@ -7,11 +7,11 @@ later request may pass; a missing or forbidden file is missing the next time too
 test serves its file from ``http_server.FileServer`` on 127.0.0.1, through the mirror.
 """
 
-import os
 import random
 import time
 
 import pytest
+from helpers import leftovers
 from http_server import FileServer, download_env, unresolvable
 
 from keras_vit.presets import download as dl
@@ -28,14 +28,6 @@ def server(tmp_path, monkeypatch):
         file_server.put(SERVED, DATA)
         download_env(monkeypatch, tmp_path / "cache", mirror=file_server.url)
         yield file_server
-
-
-def leftovers(root):
-    """Every file under ``root`` but the lock files (which stay, empty, by design)."""
-    found = []
-    for folder, _, names in os.walk(root):
-        found += [os.path.relpath(os.path.join(folder, n), root) for n in names if not n.endswith(".lock")]
-    return sorted(found)
 
 
 @pytest.mark.parametrize("status", [408, 429])
