@@ -92,79 +92,33 @@ def _(tmp):
     keras_vit.create_model("vit_b_16")
 
 
-@case("misspelt model option", ValueError, "unknown option(s) ['hiden_size']", "Did you mean 'hidden_size'")
-def _(tmp):
-    keras_vit.create_model("vit_ti16", hiden_size=3)
+# create_model("vit_ti16", **options) with an option it refuses: the case, the options, what
+# the message says.
+BAD_OPTIONS = [
+    ("misspelt model option", dict(hiden_size=3), "unknown option(s) ['hiden_size']", "Did you mean 'hidden_size'"),
+    ("image size zero", dict(image_size=0), "image_size must be a positive integer", "got 0"),
+    ("image size not an integer", dict(image_size=16.5), "image_size must be a positive integer", "16.5"),
+    ("image size not divisible by the patch", dict(image_size=20), "not divisible", "20"),
+    ("zero classes", dict(num_classes=0), "num_classes must be a positive integer", "num_classes=0"),
+    ("fractional class count", dict(num_classes=2.5), "num_classes must be a positive integer", "2.5"),
+    ("zero depth", dict(depth=0), "depth", "0"),
+    ("heads that do not divide the width", dict(num_heads=5), "hidden_size 192 is not divisible by num_heads 5"),
+    ("negative width", dict(hidden_size=-1), "hidden_size", "-1"),
+    ("zero patch size", dict(patch_size=0), "patch_size", "0"),
+    ("dropout rate of 1.5", dict(dropout_rate=1.5), "dropout_rate", "1.5"),
+    ("unknown pooling", dict(pooling="maxx"), "pooling", "'maxx'"),
+    ("token pooling without a class token", dict(pooling="token", class_token=False), "needs class_token=True"),
+    ("no pooling with a classifier", dict(pooling=None), "only possible with include_top=False"),
+    ("unknown position embedding", dict(position_embedding="rotary"), "position_embedding", "'rotary'"),
+]
 
 
-@case("image size zero", ValueError, "image_size must be a positive integer", "got 0")
-def _(tmp):
-    keras_vit.create_model("vit_ti16", image_size=0)
+def _created_with(options):
+    return lambda tmp: keras_vit.create_model("vit_ti16", **options)
 
 
-@case("image size not an integer", ValueError, "image_size must be a positive integer", "16.5")
-def _(tmp):
-    keras_vit.create_model("vit_ti16", image_size=16.5)
-
-
-@case("image size not divisible by the patch", ValueError, "not divisible", "20")
-def _(tmp):
-    keras_vit.create_model("vit_ti16", image_size=20)
-
-
-@case("zero classes", ValueError, "num_classes must be a positive integer", "num_classes=0")
-def _(tmp):
-    keras_vit.create_model("vit_ti16", num_classes=0)
-
-
-@case("fractional class count", ValueError, "num_classes must be a positive integer", "2.5")
-def _(tmp):
-    keras_vit.create_model("vit_ti16", num_classes=2.5)
-
-
-@case("zero depth", ValueError, "depth", "0")
-def _(tmp):
-    keras_vit.create_model("vit_ti16", depth=0)
-
-
-@case("heads that do not divide the width", ValueError, "hidden_size 192 is not divisible by num_heads 5")
-def _(tmp):
-    keras_vit.create_model("vit_ti16", num_heads=5)
-
-
-@case("negative width", ValueError, "hidden_size", "-1")
-def _(tmp):
-    keras_vit.create_model("vit_ti16", hidden_size=-1)
-
-
-@case("zero patch size", ValueError, "patch_size", "0")
-def _(tmp):
-    keras_vit.create_model("vit_ti16", patch_size=0)
-
-
-@case("dropout rate of 1.5", ValueError, "dropout_rate", "1.5")
-def _(tmp):
-    keras_vit.create_model("vit_ti16", dropout_rate=1.5)
-
-
-@case("unknown pooling", ValueError, "pooling", "'maxx'")
-def _(tmp):
-    keras_vit.create_model("vit_ti16", pooling="maxx")
-
-
-@case("token pooling without a class token", ValueError, "needs class_token=True")
-def _(tmp):
-    keras_vit.create_model("vit_ti16", pooling="token", class_token=False)
-
-
-@case("no pooling with a classifier", ValueError, "only possible with include_top=False")
-def _(tmp):
-    keras_vit.create_model("vit_ti16", pooling=None)
-
-
-@case("unknown position embedding", ValueError, "position_embedding", "'rotary'")
-def _(tmp):
-    keras_vit.create_model("vit_ti16", position_embedding="rotary")
+for _name, _options, *_says in BAD_OPTIONS:
+    case(_name, ValueError, *_says)(_created_with(_options))
 
 
 @case("unknown preset tag", ValueError, "'vit_b16.nonexistent'", "The tags of vit_b16: ", "augreg2_in21k_ft_in1k")
