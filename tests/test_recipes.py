@@ -490,14 +490,15 @@ def test_finetune_from_a_timm_state_dict_with_init_model_builds_what_load_model_
 
     from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 
-    # timm's ViT-Ti/16 as a weights-only state dict (exact GELU): the recipe builds it with
-    # the file's numerics, as load_model does, from the file or from its URL.
-    state = timm.create_model("vit_tiny_patch16_224", pretrained=False).state_dict()
+    # timm's ViT-Ti/16, two of its blocks, as a weights-only state dict (exact GELU): the
+    # recipe builds it with the file's numerics and the depth given, as load_model does, from
+    # the file or from its URL.
+    state = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=2).state_dict()
     torch.save(state, tmp_path / "t.pth")
-    expected = keras_vit.load_model(str(tmp_path / "t.pth"), model_name="vit_ti16")
+    expected = keras_vit.load_model(str(tmp_path / "t.pth"), model_name="vit_ti16", depth=2)
     assert expected.spec.gelu_approximate is False  # what the wrong route lost
-    args = ("--init-model", "vit_ti16", "--dataset", str(photos), "--image-size", "32", "--freeze", "backbone",
-            "--output-dir", str(tmp_path / "runs"))  # fmt: skip
+    args = ("--init-model", "vit_ti16", "--depth", "2", "--dataset", str(photos), "--image-size", "32",
+            "--freeze", "backbone", "--output-dir", str(tmp_path / "runs"))  # fmt: skip
     if served:
         (tmp_path / "served").mkdir()
         os.replace(tmp_path / "t.pth", tmp_path / "served" / "t.pth")
@@ -513,7 +514,7 @@ def test_finetune_from_a_timm_state_dict_with_init_model_builds_what_load_model_
     assert built == {k: getattr(expected.spec, k) for k in architecture}
     # Its backbone is the file's, frozen: the position embedding resampled to 32 px apart.
     trained = {v.path: to_numpy(v) for v in result.model.weights}
-    np.testing.assert_array_equal(trained["block_11/mlp/fc2/kernel"], state["blocks.11.mlp.fc2.weight"].numpy().T)
+    np.testing.assert_array_equal(trained["block_1/mlp/fc2/kernel"], state["blocks.1.mlp.fc2.weight"].numpy().T)
 
 
 def test_a_model_the_user_names_is_built_as_named():

@@ -30,7 +30,12 @@ def load_pretrained(config):
     source = _resolve(given, "--init-from", model_name=architecture if factory.is_url(given) else config.init_model)
     if source.kind == factory.CHECKPOINT and source.spec is None:  # weights alone, without --init-model
         source = _resolve(given, "--init-from", model_name=architecture)
-    model = factory.build(source)  # a head the checkpoint has not is left fresh: fine-tuning replaces it
+    # Weights alone are built into the named architecture with the recipe's architecture
+    # options (--depth 2), as load_model(path, model_name, depth=2) builds them; a source that
+    # states its architecture keeps it (resolved() names the options that contradict it).
+    fields = ViTSpec.fields_with_role(ARCHITECTURE) if source.kind == factory.CHECKPOINT else ()
+    options = {k: v for k, v in config.model_options.items() if k in fields}
+    model = factory.build(source, **options)  # a head the checkpoint has not is left fresh: fine-tuning replaces it
     return model.backbone if isinstance(model, (MaskedPatchPrediction, MaskedAutoencoder)) else model
 
 
