@@ -18,8 +18,6 @@ ROPE_FORMS = {"dinov3": False, "axial": True, "mixed": True}
 GRID_INDEXINGS = ("ij", "xy")
 # The forms whose frequencies are learned weights, one set per block and head.
 LEARNED_FORMS = ("mixed",)
-# models/masked_autoencoder.py: MAE's base decoder (its paper's default for every encoder size).
-DECODER_WIDTH, DECODER_DEPTH, DECODER_HEADS = 512, 8, 16
 DECAYS = ("linear", "cosine")  # optimizers.py: the learning-rate schedule's decay after warmup
 OPTIMIZERS = ("adam", "sgd")  # training/optimizers.py
 DISTILLATIONS = ("hard", "soft")  # training/distillation.py: DeiT's two

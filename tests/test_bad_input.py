@@ -416,7 +416,7 @@ def _(tmp):
     cli("--epochs", "many")
 
 
-@case("a mask ratio outside (0, 1)", SystemExit, "--mask-ratio must be in (0.0, 1.0)", "got 1.5")
+@case("a mask ratio outside (0, 1)", SystemExit, "mask_ratio must be a number in (0, 1)", "got 1.5")
 def _(tmp):
     cli("--objective", "mae", "--mask_ratio", "1.5", "--output_dir", str(tmp))
 
@@ -578,11 +578,13 @@ def _(tmp):
 
 @case("--resume with another configuration", SystemExit, "began as another run", "--learning-rate 0.002 -> 0.5")
 def _(tmp):
+    from keras_vit.training.objectives import OBJECTIVES
     from keras_vit.training.pretrained import model_name
     from keras_vit.training.run_folder import open_run_dir, record_config, run_name
 
     config = make_config("digits_pretrain", output_dir=str(tmp))
-    name = run_name(config, "pretrain", model_name(config, None))  # the folder the command opens
+    objective = OBJECTIVES[config.objective]
+    name = run_name(config, "pretrain", model_name(config, None), objective)  # the folder the command opens
     run_dir, _ = open_run_dir(config, name)  # a run stopped before its end
     record_config(run_dir, config, "pretrain", resumed=False)
     before = os.listdir(run_dir)

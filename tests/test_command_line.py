@@ -10,7 +10,7 @@ import pytest
 from keras_vit.commands import COMMANDS, command
 from keras_vit.commands.recipe_flags import parse_args
 from keras_vit.training import make_config
-from keras_vit.training.config import FIELDS, GROUPS, MODEL_OPTIONS
+from keras_vit.training.config import FIELDS, GROUPS, MAE_OPTIONS, MODEL_OPTIONS
 
 
 def _help(name):
@@ -67,7 +67,7 @@ def test_every_flag_is_hyphenated_and_help_shows_groups_choices_and_defaults_as_
 def test_flags_take_both_spellings_switches_and_the_old_recipe_flag(capsys):
     # Every field is a flag in exactly one group (a field left out would have no flag).
     grouped = [name for names in GROUPS.values() for name in names]
-    assert sorted(grouped) == sorted([*FIELDS, *MODEL_OPTIONS])
+    assert sorted(grouped) == sorted([*FIELDS, *MODEL_OPTIONS, *MAE_OPTIONS])
 
     hyphens = parse_args(["--learning-rate", "0.5", "--no-jit-compile", "--resume", "--depth=2"], "digits_pretrain")
     underscores = parse_args(["--learning_rate", "0.5", "--jit_compile", "false", "--resume", "true", "--depth=2"],

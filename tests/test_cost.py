@@ -81,7 +81,7 @@ def test_flops_equal_torch_flop_counter_on_timm(timm, name, timm_name, timm_kwar
 def test_flops_of_timm_family_specs_equal_torch_flop_counter(timm, architecture, image_size, options):
     model_args = dict(depth=2, img_size=image_size, num_classes=10, **options)
     peer = timm.create_model(architecture, pretrained=False, **model_args).eval()
-    spec = ViTSpec(**spec_options({**architecture_args(architecture), **model_args}))
+    spec = ViTSpec.from_config(spec_options({**architecture_args(architecture), **model_args}))
     assert count_flops(spec) == _torch_flops(peer, (image_size, image_size))
 
 

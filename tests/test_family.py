@@ -155,7 +155,7 @@ def test_dinov3_loads_by_hub_name_at_timms_outputs_features_and_attention_at_any
     import torch
 
     _, model, peer, x = assert_loads_by_hub_name_at_timms_logits(timm, mirror, DINOV3)
-    assert model.spec.rope == "dinov3" and model.spec.position_embedding == "none" and model.spec.gated_mlp
+    assert model.spec.rope.form == "dinov3" and model.spec.position_embedding == "none" and model.spec.gated_mlp
     assert "position_embedding" not in [layer.name for layer in model.layers]
     assert_intermediates_are_timms(model, peer, x)
     assert_attention_is_timms(model, peer, x)
@@ -190,7 +190,7 @@ def test_beit_loads_by_hub_name_at_timms_logits_features_and_attention(timm, mir
 def test_eva02_loads_by_hub_name_at_timms_logits_features_and_attention(timm, mirror):
     _, model, peer, x = assert_loads_by_hub_name_at_timms_logits(timm, mirror, EVA02)
     spec = model.spec
-    assert (spec.rope, spec.rope_reference_grid, spec.mlp_norm, spec.gated_mlp) == ("axial", (16, 16), True, True)
+    assert (spec.rope.form, spec.rope.reference_grid, spec.mlp_norm, spec.gated_mlp) == ("axial", (16, 16), True, True)
     two = np.concatenate([x, x[:, :, ::-1]])
     assert_close_to_scale(logits(model, two), torch_logits(peer, two), RTOL)
     assert_intermediates_are_timms(model, peer, x, norm=False)  # its final norm follows the pooling
@@ -201,7 +201,7 @@ def test_rope_mixed_loads_by_hub_name_at_timms_outputs_features_and_attention_at
     import torch
 
     _, model, peer, x = assert_loads_by_hub_name_at_timms_logits(timm, mirror, ROPE_MIXED, dynamic_img_size=True)
-    assert model.spec.rope == "mixed" and model.spec.dynamic_image_size
+    assert model.spec.rope.form == "mixed" and model.spec.dynamic_image_size
     assert_intermediates_are_timms(model, peer, x)
     assert_attention_is_timms(model, peer, x)
     for size in ((64, 80), (32, 112)):  # each block's tables made for the grid, as timm's
@@ -218,7 +218,7 @@ def test_perception_encoder_and_sapiens2_load_by_hub_name_at_timms_logits_featur
     _, model, peer, x = assert_loads_by_hub_name_at_timms_logits(timm, mirror, architecture)
     spec = model.spec
     if architecture == PE_CORE:
-        assert (spec.rope_grid_offset, spec.map_num_heads, spec.pool_include_prefix) == (1.0, 8, True)
+        assert (spec.rope.grid_offset, spec.map_num_heads, spec.pool_include_prefix) == (1.0, 8, True)
     else:
         assert spec.qk_norm and not spec.layer_scale_mlp and spec.kv_heads_per_block[1] < spec.num_heads
     assert_intermediates_are_timms(model, peer, x)
@@ -446,7 +446,7 @@ def test_every_architecture_builds_or_says_why_not():
         reason = timm_config.support(name)
         if reason is None:
             options = timm_config.spec_options(timm_config.architecture_args(name))
-            spec = keras_vit.models.spec.ViTSpec(**options)
+            spec = keras_vit.models.spec.ViTSpec.from_config(options)
             assert spec.hidden_size == ARCHITECTURES[name]["embed_dim"] and spec.depth == ARCHITECTURES[name]["depth"]
             built.append(name)
         else:

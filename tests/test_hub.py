@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import REPOSITORY, assert_close_to_scale, logits, serve_timm_model, timm_input, torch_logits
+from helpers import REPOSITORY, assert_close_to_scale, logits, serve_timm_model, timm_input, to_numpy, torch_logits
 from http_server import unresolvable, unused_url
 
 import keras_vit
@@ -176,6 +176,24 @@ def test_with_keras_vit_mirror_alone_a_hub_preset_comes_from_that_plain_server(h
     assert mirror.requests == [served] and mirror.heads == []
     assert os.path.isfile(download.cache_path(preset.url))
     assert_matches_timm(model, peer)
+
+
+def test_a_hub_preset_fetched_through_keras_vit_mirror_is_found_offline_with_the_mirror_unset(
+    hub_preset, mirror, monkeypatch
+):
+    # Where the file went is no concern of the user's: the setting at download time decides nothing later.
+    preset, peer, served = hub_preset
+    monkeypatch.delenv("HF_ENDPOINT")
+    fetched = keras_vit.create_model(preset.name)
+    monkeypatch.delenv("KERAS_VIT_MIRROR")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    mirror.clear_requests()
+    offline = keras_vit.create_model(preset.name)
+    assert mirror.requests == [] and mirror.heads == []
+    assert offline.spec == fetched.spec
+    for ours, theirs in zip(offline.weights, fetched.weights):
+        np.testing.assert_array_equal(to_numpy(ours), to_numpy(theirs))
+    assert_matches_timm(offline, peer)
 
 
 @pytest.mark.parametrize("variable", ["HF_HUB_OFFLINE", "KERAS_VIT_OFFLINE"])

@@ -112,7 +112,7 @@ def test_a_keras_hub_dinov2_or_dinov3_folder_loads_as_the_tokens_keras_hub_outpu
     randomized(getattr(keras_hub.models, backbone)(**DINO, **options)).save_to_preset(str(tmp_path / "preset"))
     model = keras_vit.load_model(str(tmp_path / "preset"))
     assert model.spec.num_register_tokens == options.get("num_register_tokens", 4 if "V3" in backbone else 0)
-    assert model.spec.rope == ("dinov3" if "V3" in backbone else None)
+    assert model.spec.option("rope") == ("dinov3" if "V3" in backbone else None)
     # What keras-hub computes from the folder (its DINOv2 re-interpolates its position table on load).
     reloaded = keras_hub.models.Backbone.from_preset(str(tmp_path / "preset"))
     x = np.random.default_rng(1).normal(size=(2, *options["image_shape"])).astype("float32")

@@ -12,6 +12,7 @@ from helpers import TINY_ENCODER, assert_close_to_scale, randomize_torch, to_num
 
 import keras_vit
 from keras_vit.checkpoints.transformers_config import masked_autoencoder_options, spec_options
+from keras_vit.models.mae_spec import MAESpec
 from keras_vit.models.masked_autoencoder import MaskedAutoencoder
 from keras_vit.models.patch_masking import random_masking, visible_count
 
@@ -22,6 +23,18 @@ PATCHES = 16  # the 4x4 grid of SMALL
 
 def small_mae(**options):
     return MaskedAutoencoder(**{**SMALL, "seed": 0, **options})
+
+
+def test_the_options_are_one_mae_spec_given_whole_or_one_by_one_and_saved_flat():
+    options = MAESpec(mask_ratio=0.5, decoder_width=16, decoder_depth=1, decoder_heads=2, decoder_mlp_dim=24)
+    whole = MaskedAutoencoder({k: v for k, v in SMALL.items() if not k.startswith("decoder")}, mae_spec=options)
+    apart = small_mae(mask_ratio=0.5, decoder_mlp_dim=24)
+    assert whole.mae_spec == apart.mae_spec == options
+    assert tuple(whole.decoder_blocks[0].mlp.fc1.kernel.shape) == (16, 24)
+    config = apart.get_config()
+    assert (config["mask_ratio"], config["decoder_mlp_dim"], config["norm_pix_loss"]) == (0.5, 24, True)
+    assert MaskedAutoencoder.from_config(config).mae_spec == options
+    assert MAESpec(decoder_width=16, decoder_heads=2).mlp_dim == 64
 
 
 def images_and_noise(seed=0, batch=3):
@@ -286,7 +299,8 @@ def test_pre_training_continues_a_masked_autoencoder_from_its_file_transformers_
     saved = os.path.join(first.run_dir, "model.keras")
     # keras-vit's own file: its decoder and mask ratio come with it (none given here).
     again = pretrain(make_config("digits_pretrain", run_name="again", objective="mae", init_from=saved, **still))
-    assert (again.model.decoder_width, again.model.decoder_depth, again.model.mask_ratio) == (32, 1, 0.5)
+    options = again.model.mae_spec
+    assert (options.decoder_width, options.decoder_depth, options.mask_ratio) == (32, 1, 0.5)
     for path in ("block_0/mlp/fc1/kernel", "decoder_block_0/mlp/fc1/kernel", "decoder_pred/kernel", "mask_token/token"):
         start, now = (to_numpy(next(v for v in m.weights if v.path == path)) for m in (first.model, again.model))
         np.testing.assert_allclose(now, start, atol=1e-6, err_msg=path)
@@ -296,7 +310,13 @@ def test_pre_training_continues_a_masked_autoencoder_from_its_file_transformers_
     folder = str(tmp_path / "vit-mae")
     peer.save_pretrained(folder, safe_serialization=True)
     hf = pretrain(make_config("digits_pretrain", run_name="hf", objective="mae", init_from=folder, **still)).model
-    assert (hf.decoder_width, hf.decoder_mlp_dim, hf.mask_ratio, hf.norm_pix_loss) == (16, 24, 0.75, True)
+    options = hf.mae_spec
+    assert (options.decoder_width, options.decoder_mlp_dim, options.mask_ratio, options.norm_pix_loss) == (
+        16,
+        24,
+        0.75,
+        True,
+    )
     np.testing.assert_allclose(to_numpy(hf.decoder_pred.kernel), peer.decoder.decoder_pred.weight.detach().numpy().T,
                                atol=1e-6)  # fmt: skip
     # A ViT (timm's .mae weights are the encoder alone): the decoder starts fresh, and the run says so.

@@ -341,6 +341,22 @@ def test_fine_tuning_the_digits_keeps_the_recipe_tuned_for_them():
     assert paper.defaults["horizontal_flip"] == "dataset digits"
 
 
+def test_each_objectives_runs_have_folders_of_their_own_named_by_its_record():
+    from keras_vit.training.objectives import OBJECTIVES
+    from keras_vit.training.run_folder import run_name
+
+    names = {
+        objective: run_name(make_config("digits_pretrain", objective=objective), "pretrain", "vit", record)
+        for objective, record in OBJECTIVES.items()
+    }
+    assert names == {
+        "classification": "pretrain-vit-digits",
+        "masked_patch_prediction": "pretrain-masked_patch_prediction-vit-digits",
+        "mae": "pretrain-mae-vit-digits",
+    }
+    assert run_name(make_config("digits_pretrain", run_name="mine"), "pretrain", "vit", OBJECTIVES["mae"]) == "mine"
+
+
 def test_fine_tuning_another_dataset_starts_from_the_papers_recipe_scaled_to_the_batch_with_its_flips():
     from keras_vit.commands.recipe_flags import parse_args
     from keras_vit.data.splits import DatasetInfo
@@ -510,8 +526,8 @@ def test_finetune_from_a_timm_state_dict_with_init_model_builds_what_load_model_
     else:
         result = finetune_command("--init-from", str(tmp_path / "t.pth"), *args)
     architecture = [k for k in ViTSpec.fields_with_role(ARCHITECTURE) if k != "image_size"]
-    built = {k: getattr(result.model.spec, k) for k in architecture}
-    assert built == {k: getattr(expected.spec, k) for k in architecture}
+    built = {k: result.model.spec.option(k) for k in architecture}
+    assert built == {k: expected.spec.option(k) for k in architecture}
     # Its backbone is the file's, frozen: the position embedding resampled to 32 px apart.
     trained = {v.path: to_numpy(v) for v in result.model.weights}
     np.testing.assert_array_equal(trained["block_1/mlp/fc2/kernel"], state["blocks.1.mlp.fc2.weight"].numpy().T)

@@ -171,6 +171,6 @@ def test_bad_rotary_options_are_clear_errors():
     with pytest.raises(ValueError, match="rope must be one of"):
         ViTSpec(rope="cat")
     with pytest.raises(ValueError, match="rope_reference_grid is the axial rotary embeddings'; got rope='dinov3'"):
-        ViTSpec(rope="dinov3", rope_reference_grid=16)
-    with pytest.raises(ValueError, match="rope_grid_offset=1.0 is the rotary embeddings'; got rope=None"):
-        ViTSpec(rope_grid_offset=1.0)
+        ViTSpec().replace(rope="dinov3", rope_reference_grid=16)
+    with pytest.raises(ValueError, match="rope_grid_offset=1.0 set.s. a field of rope, which this spec has not"):
+        ViTSpec().replace(rope_grid_offset=1.0)

@@ -8,6 +8,7 @@ from helpers import assert_informative, randomize_keras, to_numpy
 
 import keras_vit
 from keras_vit.commands.recipe_flags import parse_args
+from keras_vit.models.rotary_spec import RotarySpec
 from keras_vit.models.spec import ARCHITECTURE, REGULARIZATION, TASK, TRAINING, ResNetSpec, ViTSpec
 from keras_vit.training.config import MODEL_OPTIONS, make_config
 
@@ -15,7 +16,7 @@ from keras_vit.training.config import MODEL_OPTIONS, make_config
 def test_every_field_has_one_role():
     roles = [ViTSpec.fields_with_role(role) for role in (ARCHITECTURE, TASK, REGULARIZATION, TRAINING)]
     names = [name for group in roles for name in group]
-    assert sorted(names) == sorted(f.name for f in dataclasses.fields(ViTSpec))
+    assert sorted(names) == sorted(ViTSpec.options())
     assert "dropout_rate" in roles[2] and "num_classes" in roles[1] and "gelu_approximate" in roles[0]
     assert roles[3] == ["remat"]
 
@@ -59,6 +60,28 @@ def test_resnet_fields_by_prefix_and_nested_config():
     assert spec.replace(resnet_block_units=None).resnet is None
 
 
+def test_rotary_fields_are_a_nested_group_and_flat_configs_of_older_files_load():
+    spec = keras_vit.get_spec("vit_ti16").replace(rope="axial", rope_temperature=100, rope_reference_grid=14,
+                                                   position_embedding="none")  # fmt: skip
+    assert spec.rope == RotarySpec("axial", temperature=100.0, reference_grid=(14, 14))
+    config = spec.to_config()
+    assert config["rope"] == {"form": "axial", "temperature": 100.0, "reference_grid": [14, 14],
+                              "grid_indexing": "ij", "grid_offset": 0.0}  # fmt: skip
+    assert ViTSpec.from_config(config) == spec
+    # A file written before the group: the form as rope, its fields flat beside it.
+    flat = {k: v for k, v in config.items() if k != "rope"}
+    flat.update(rope="axial", rope_temperature=100.0, rope_reference_grid=[14, 14], rope_grid_indexing="ij",
+                rope_grid_offset=0.0)  # fmt: skip
+    assert ViTSpec.from_config(flat) == spec
+    # The form alone keeps the rest of the group; None removes it, with its fields at their defaults.
+    assert spec.replace(rope="dinov3", rope_reference_grid=None).rope.temperature == 100.0
+    assert spec.replace(rope=None, rope_grid_offset=0.0).rope is None
+    assert (spec.option("rope"), spec.option("rope_temperature")) == ("axial", 100.0)
+    assert ViTSpec().option("rope_grid_indexing") == "ij"
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['tempreature'\].*Did you mean 'temperature'"):
+        spec.replace(rope_tempreature=1.0)
+
+
 @pytest.mark.parametrize(
     "options, message",
     [
@@ -100,7 +123,8 @@ def test_mixed_precision_is_a_constructor_argument(rng):
 
 
 def test_recipes_take_every_spec_option_as_a_flag():
-    assert set(MODEL_OPTIONS) == {f.name for f in dataclasses.fields(ViTSpec)} - {"image_size", "num_classes", "resnet"}
+    assert set(MODEL_OPTIONS) == set(ViTSpec.options()) - {"image_size", "num_classes", "resnet"}
+    assert {"rope", "rope_temperature", "rope_grid_offset"} <= set(MODEL_OPTIONS)
     config = parse_args(["--depth", "2", "--gelu_approximate", "false", "--pooling", "gap"], "digits_pretrain")
     assert config.model_options["depth"] == 2 and config.model_options["gelu_approximate"] is False
     assert config.model_options["pooling"] == "gap"

@@ -221,7 +221,7 @@ def test_dinov3_loads_with_rotary_embeddings_at_transformers_pooled_output_at_an
     peer = upstream_model("DINOv3ViTModel", **SMALL, num_register_tokens=4, layerscale_value=0.5, **extra)
     model = keras_vit.load_model(serve_dinov3(mirror, "facebook/dinov3-vits16-test", peer))
     spec = model.spec
-    assert (spec.rope, spec.position_embedding, spec.num_register_tokens, spec.gated_mlp) == (
+    assert (spec.rope.form, spec.position_embedding, spec.num_register_tokens, spec.gated_mlp) == (
         "dinov3",
         "none",
         4,
@@ -324,7 +324,7 @@ def test_finetune_from_a_dinov3_repository_classifies_the_folders_classes_by_nam
                             "--batch-size", "4", "--warmup-steps", "1", "--progress", "0",
                             "--output-dir", str(tmp_path / "runs")])  # fmt: skip
     model = result.model
-    assert model.spec.rope == "dinov3" and model.class_names == ("a", "b") and model.output_shape == (None, 2)
+    assert model.spec.rope.form == "dinov3" and model.class_names == ("a", "b") and model.output_shape == (None, 2)
     # The repository's backbone under the new head: its register tokens as transformers has them.
     saved = os.path.join(result.run_dir, "model.keras")
     registers = {v.path: to_numpy(v) for v in keras_vit.load_model(saved).weights}["register_tokens/tokens"]

@@ -43,7 +43,7 @@ def spec(name, image_size, **overrides):
     from keras_vit.models.spec import ViTSpec
 
     if name in timm_config.buildable():
-        base = ViTSpec(**timm_config.spec_options(timm_config.architecture_args(name)))
+        base = ViTSpec.from_config(timm_config.spec_options(timm_config.architecture_args(name)))
     else:
         base = keras_vit.get_spec(name)
     return base.replace(image_size=image_size, **overrides)
@@ -53,7 +53,7 @@ def _arch(name, timm_name, image_size, **overrides):
     built = spec(name, image_size, **overrides)
     return Arch(
         name, image_size, built.patch_size, built.hidden_size, built.depth, built.num_heads, built.mlp_dim, timm_name,
-        family="dinov3" if built.rope == "dinov3" else "vit", num_register_tokens=built.num_register_tokens,
+        family="dinov3" if built.option("rope") == "dinov3" else "vit", num_register_tokens=built.num_register_tokens,
         qkv_bias=built.qkv_bias,
     )  # fmt: skip
 

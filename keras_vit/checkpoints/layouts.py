@@ -89,9 +89,9 @@ def _keras_grid(path):
         config = keras_config(path)
     except KeyError:  # keras-vit's names in another container (an .npz): no config states the grid
         return None
-    fields = {f.name for f in dataclasses.fields(ViTSpec)}
+    names = {*ViTSpec.options(), "resnet"}
     try:
-        return ViTSpec.from_config({k: v for k, v in config.items() if k in fields}).grid_size
+        return ViTSpec.from_config({k: v for k, v in config.items() if k in names}).grid_size
     except (ValueError, TypeError):  # not a keras-vit model
         return None
 

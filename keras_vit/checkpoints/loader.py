@@ -346,7 +346,7 @@ def _warn(model, report, layout, path):
             stacklevel=3,
         )
     expected = {**layout.numerics, **layout.file_numerics(path)}
-    differ = {k: v for k, v in expected.items() if getattr(spec, k) != v}
+    differ = {k: v for k, v in expected.items() if spec.option(k) != v}
     if spec.resnet is not None:
         differ.update({f"resnet_{k}": v for k, v in layout.resnet_numerics.items() if getattr(spec.resnet, k) != v})
     if differ:

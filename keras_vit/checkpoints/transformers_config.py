@@ -41,13 +41,18 @@ def _encoder(config):
 
 def masked_autoencoder_options(config):
     """``MaskedAutoencoder``'s own options (beside the encoder's spec) of a ``vit_mae``
-    ``config.json``: its decoder, mask ratio and loss, with transformers' defaults.
+    ``config.json``: its decoder, mask ratio and loss, with transformers' defaults. A ratio
+    outside (0, 1) (0 is how a config asks transformers to see every patch, for features) says
+    nothing of pre-training, so MAE's 0.75 stands for it.
 
     >>> masked_autoencoder_options({"model_type": "vit_mae", "decoder_hidden_size": 64})["decoder_width"]
     64
+    >>> masked_autoencoder_options({"model_type": "vit_mae", "mask_ratio": 0.0})["mask_ratio"]
+    0.75
     """
+    ratio = float(config.get("mask_ratio", 0.75))
     return dict(
-        mask_ratio=float(config.get("mask_ratio", 0.75)),
+        mask_ratio=ratio if 0 < ratio < 1 else 0.75,
         decoder_width=int(config.get("decoder_hidden_size", 512)),
         decoder_depth=int(config.get("decoder_num_hidden_layers", 8)),
         decoder_heads=int(config.get("decoder_num_attention_heads", 16)),

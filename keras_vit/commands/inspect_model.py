@@ -338,7 +338,7 @@ def _reconstruct(plt, model, raw, paths, overwrite):
     losses = model.reconstruction_losses(images)
     with StagedWrites(paths, overwrite=overwrite) as staging:
         rows = [("input", shown), ("masked", masked), ("reconstruction", filled)]
-        title = f"{model.name}: reconstructions ({model.mask_ratio:.0%} of the patches hidden)"
+        title = f"{model.name}: reconstructions ({model.mae_spec.mask_ratio:.0%} of the patches hidden)"
         plot_reconstructions(plt, staging.paths["reconstructions.png"], rows, title)
         write_csv(staging.paths["reconstructions.csv"], ["image", "hidden_patches", "reconstruction_loss"],
                   [(i, model.num_patches - model.num_visible, f"{v:.6g}")

@@ -34,10 +34,5 @@ def build_parser():
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     config, result = recipe_flags.run_command_line("pretrain", argv, "digits_pretrain", "pretrain", __doc__)
-    if config.objective == "masked_patch_prediction":  # its accuracy: the colours of the corrupted patches
-        print(f"masked patch prediction (colour accuracy on the corrupted patches): {result.summary()}")
-    elif config.objective == "mae":
-        print(f"masked autoencoder (reconstruction loss on the hidden patches): {result.summary()}")
-    else:
-        print(f"pre-training: {result.summary()}")
+    print(f"{result.measured or 'pre-training'}: {result.summary()}")
     return result

@@ -15,7 +15,15 @@ import typing
 from keras_vit import commands
 from keras_vit.checks import flag
 from keras_vit.commands.parser import shown
-from keras_vit.training.config import CHOICES, FIELDS, GROUPS, MODEL_OPTIONS, make_config, unknown_keys_message
+from keras_vit.training.config import (
+    CHOICES,
+    FIELDS,
+    GROUPS,
+    MODEL_OPTIONS,
+    make_config,
+    option_field,
+    unknown_keys_message,
+)
 from keras_vit.training.errors import RecipeInputError
 from keras_vit.training.recipe_presets import DEFAULT_RECIPES, PRESETS, default_recipe
 
@@ -49,8 +57,10 @@ def build_parser(command, default_preset, doc=None):
         for name in names:
             if name in FIELDS:
                 _add_flag(parser, group, FIELDS[name], getattr(defaults, name))
-            else:
+            elif name in MODEL_OPTIONS:
                 _add_flag(parser, group, MODEL_OPTIONS[name], defaults.model_options.get(name, "the model's"))
+            else:
+                _add_flag(parser, group, option_field(name), getattr(defaults.mae_spec, name))
     return parser
 
 
@@ -138,7 +148,7 @@ def parse_args(argv, default_preset, command=None, doc=None):
         keys = [u[2:].split("=")[0].replace("-", "_") for u in unknown if u.startswith("--")]
         raise ValueError(unknown_keys_message(keys or unknown, flags=True))
     overrides = {
-        name: _value(text, FIELDS.get(name) or MODEL_OPTIONS[name])
+        name: _value(text, option_field(name))
         for name, text in vars(args).items()
         if name not in ("recipe", "old_recipe", "verbose")
     }

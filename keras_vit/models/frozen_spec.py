@@ -10,6 +10,12 @@ def _suggest(unknown, known):
     return f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
 
 
+def option(default, help, **metadata):
+    """A spec field with its ``help`` (its one line in the training commands' --help) and any
+    other metadata (``ViTSpec``'s role)."""
+    return dataclasses.field(default=default, metadata={"help": help, **metadata})
+
+
 class FrozenSpec:
     """What both specs share: checked replacement and a JSON-friendly config."""
 
@@ -21,14 +27,17 @@ class FrozenSpec:
 
     def replace(self, **changes):
         """A copy with ``changes`` applied; an unknown name is an error that suggests close ones."""
-        known = [f.name for f in dataclasses.fields(self)]
-        unknown = sorted(set(changes) - set(known))
+        self.check_names(changes)
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def check_names(cls, names):
+        """Raises ``ValueError`` for a name that is not a field, suggesting close ones."""
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(names) - set(known))
         if unknown:
             hints = "".join(_suggest(name, known) for name in unknown)
-            raise ValueError(
-                f"{type(self).__name__}: unknown option(s) {unknown}.{hints} Known options: {', '.join(known)}."
-            )
-        return dataclasses.replace(self, **changes)
+            raise ValueError(f"{cls.__name__}: unknown option(s) {unknown}.{hints} Known options: {', '.join(known)}.")
 
     def to_config(self):
         """Plain Python values (lists for tuples, a dict for a nested spec): JSON-serialisable."""

@@ -114,11 +114,7 @@ def make_layers(spec, dtype_for):
                 spec.grid_size,
                 spec.head_dim,
                 spec.num_prefix_tokens,
-                form=spec.rope,
-                temperature=spec.rope_temperature,
-                reference_grid=spec.rope_reference_grid,
-                grid_indexing=spec.rope_grid_indexing,
-                grid_offset=spec.rope_grid_offset,
+                **dataclasses.asdict(spec.rope),
                 depth=spec.depth,
                 num_heads=spec.num_heads,
             )
@@ -174,7 +170,7 @@ def attention_options(spec, index):
         return dict(options, kind="differential", lambda_init=differential_lambda_init(index))
     options.update(
         num_kv_heads=spec.kv_heads_per_block[index], qk_norm=norm if spec.qk_norm else None,
-        rope_interleaved=bool(spec.rope) and ROPE_FORMS[spec.rope],
+        rope_interleaved=bool(spec.rope) and ROPE_FORMS[spec.rope.form],
     )  # fmt: skip
     if spec.relative_position_bias:
         return dict(options, kind="relative_position", relative_position_grid=spec.grid_size)

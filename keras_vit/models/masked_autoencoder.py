@@ -13,17 +13,15 @@ here:
 - ``MaskedAutoencoder``: the model; ``fit`` trains the objective, ``evaluate`` measures it.
 """
 
-import numbers
-
 import keras
 import numpy as np
 from keras import ops
 
-from keras_vit import checks
 from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.layer_norm import make_norm
 from keras_vit.layers.tokens import AddedTokens, PositionEmbedding, sincos_2d_position_embedding
 from keras_vit.models.graph import embed, final_norm
+from keras_vit.models.mae_spec import MAESpec
 from keras_vit.models.patch_masking import (
     gather_tokens,
     patch_mean_and_scale,
@@ -36,7 +34,6 @@ from keras_vit.models.patch_masking import (
 from keras_vit.models.self_supervised import SelfSupervisedModel
 from keras_vit.models.spec import ViTSpec
 from keras_vit.models.vit import VisionTransformer
-from keras_vit.vocabulary import DECODER_DEPTH, DECODER_HEADS, DECODER_WIDTH
 
 # Outside training the masks are drawn from this fixed seed: ``evaluate`` measures the
 # objective on the same hidden patches every time.
@@ -52,24 +49,16 @@ def mae_position_table(grid_size, width, num_prefix_tokens):
     return np.concatenate([np.zeros((num_prefix_tokens, width), "float32"), table])[None]
 
 
-def _ratio(value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 < value < 1.0:
-        raise ValueError(f"mask_ratio must be a number in (0, 1), the share of patches hidden; got {value!r}.")
-    return float(value)
-
-
-def check_options(spec, mask_ratio, decoder_width, decoder_depth, decoder_heads, decoder_mlp_dim=None):
-    """Raises ``ValueError`` for what a masked autoencoder of these options cannot be (the
-    recipes call it before any step); returns the decoder's checked ``(width, depth, heads,
-    mlp_dim)``."""
+def check_options(spec, mae_spec):
+    """Raises ``ValueError`` for what a masked autoencoder of ``mae_spec`` (a ``MAESpec``)
+    cannot be on this encoder (the recipes call it before any step)."""
     _refuse_unbuildable(spec)
     patches = spec.grid_size[0] * spec.grid_size[1]
-    if visible_count(patches, _ratio(mask_ratio)) < 1:
+    if visible_count(patches, mae_spec.mask_ratio) < 1:
         raise ValueError(
-            f"mask_ratio={mask_ratio!r} hides all {patches} patches of a {spec.grid_size} grid: "
+            f"mask_ratio={mae_spec.mask_ratio!r} hides all {patches} patches of a {spec.grid_size} grid: "
             "expected a ratio that keeps at least one."
         )
-    return _decoder_checked(decoder_width, decoder_depth, decoder_heads, decoder_mlp_dim)
 
 
 def _refuse_unbuildable(spec):
@@ -90,19 +79,6 @@ def _refuse_unbuildable(spec):
                f"'learned'); this spec has {spec.position_embedding!r}")  # fmt: skip
     if why:
         raise ValueError(f"A masked autoencoder cannot be built on this ViT: {why}.")
-
-
-def _decoder_checked(width, depth, heads, mlp_dim):
-    width = checks.positive_int(width, "decoder_width")
-    depth = checks.positive_int(depth, "decoder_depth")
-    heads = checks.positive_int(heads, "decoder_heads")
-    mlp_dim = checks.positive_int(mlp_dim if mlp_dim is not None else 4 * width, "decoder_mlp_dim")
-    if width % heads or width % 4:
-        raise ValueError(
-            f"decoder_width must be a multiple of decoder_heads (each head's share) and of 4 (the sine-cosine "
-            f"table's quarters); got decoder_width={width}, decoder_heads={heads}."
-        )
-    return width, depth, heads, mlp_dim
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -151,10 +127,9 @@ class MaskedAutoencoder(SelfSupervisedModel):
             model's); the backbone is built without classifier and pre-logits layer.
             A hybrid, a RoPE or relative-position-bias model and a dynamic-size one are
             refused, saying why.
-        mask_ratio: the share of each image's patches hidden, in (0, 1); MAE's 0.75.
-        decoder_width, decoder_depth, decoder_heads, decoder_mlp_dim: the decoder's (MAE's
-            512, 8, 16 and 4 times the width); its blocks take the encoder's numerics.
-        norm_pix_loss: reconstruct pixels normalised per patch (MAE's best), else raw.
+        mae_spec: a ``MAESpec`` (or its fields as a dict): the mask ratio, the decoder and the
+            loss's form; its fields may also be given one by one among ``options``
+            (``decoder_width=256``).
         seed: the training masks' seed (None: from Keras' global seed).
 
     Call: ``model(images, training=None, noise=None)`` -> ``{"predictions": (batch,
@@ -174,35 +149,22 @@ class MaskedAutoencoder(SelfSupervisedModel):
 
     OWN_TERMS = "its own loss (the reconstruction of the hidden patches)"
 
-    def __init__(
-        self,
-        spec=None,
-        dtype=None,
-        preprocessing=None,
-        mask_ratio=0.75,
-        decoder_width=DECODER_WIDTH,
-        decoder_depth=DECODER_DEPTH,
-        decoder_heads=DECODER_HEADS,
-        decoder_mlp_dim=None,
-        norm_pix_loss=True,
-        seed=None,
-        **options,
-    ):
+    def __init__(self, spec=None, dtype=None, preprocessing=None, mae_spec=None, seed=None, **options):
         keras_options = {k: options.pop(k) for k in ("name", "trainable") if k in options}
+        own = {k: options.pop(k) for k in MAESpec.names() if k in options}
+        mae_spec = mae_spec if isinstance(mae_spec, MAESpec) else MAESpec(**(mae_spec or {}))
+        mae_spec = mae_spec.replace(**own)
         no_top = {"include_top": False, "representation_size": None}
         spec = (spec if isinstance(spec, ViTSpec) else ViTSpec.from_config(spec or {})).replace(**{**options, **no_top})
-        # Checked before anything is built.
-        checked = check_options(spec, mask_ratio, decoder_width, decoder_depth, decoder_heads, decoder_mlp_dim)
+        check_options(spec, mae_spec)  # before anything is built
         backbone = VisionTransformer(spec, dtype, preprocessing, name="backbone")
         policy = backbone.dtype_policy
         super().__init__(dtype=policy, **keras_options)
         self.backbone = backbone
-        self.mask_ratio = _ratio(mask_ratio)
+        self.mae_spec = mae_spec
         self.num_patches = spec.grid_size[0] * spec.grid_size[1]
-        self.num_visible = visible_count(self.num_patches, self.mask_ratio)
-        width, depth, heads, mlp_dim = checked
-        self.decoder_width, self.decoder_depth, self.decoder_heads, self.decoder_mlp_dim = width, depth, heads, mlp_dim
-        self.norm_pix_loss = bool(norm_pix_loss)
+        self.num_visible = visible_count(self.num_patches, mae_spec.mask_ratio)
+        width, depth, heads = mae_spec.decoder_width, mae_spec.decoder_depth, mae_spec.decoder_heads
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
         prefix = spec.num_prefix_tokens
@@ -224,7 +186,7 @@ class MaskedAutoencoder(SelfSupervisedModel):
         self.decoder_blocks = []
         for i in range(depth):
             block = EncoderBlock(
-                heads, mlp_dim, attention_options=dict(qkv_bias=spec.qkv_bias),
+                heads, mae_spec.mlp_dim, attention_options=dict(qkv_bias=spec.qkv_bias),
                 mlp_options=dict(gelu_approximate=spec.gelu_approximate), norm_type=spec.norm_type,
                 layer_norm_epsilon=spec.layer_norm_epsilon, name=f"decoder_block_{i}", dtype=policy,
             )  # fmt: skip
@@ -281,7 +243,7 @@ class MaskedAutoencoder(SelfSupervisedModel):
 
     def targets(self, images):
         """``pixel_targets`` of pre-processed images, with this model's patch size and ``norm_pix_loss``."""
-        return pixel_targets(images, self.spec.stride, self.norm_pix_loss)
+        return pixel_targets(images, self.spec.stride, self.mae_spec.norm_pix_loss)
 
     def reconstruct(self, images, noise=None):
         """The decoder's reconstruction of pre-processed images, in their units:
@@ -298,7 +260,7 @@ class MaskedAutoencoder(SelfSupervisedModel):
         hidden = out["mask"]
         errors = ops.mean(ops.square(predicted - targets), axis=-1)
         losses = ops.sum(errors * hidden, axis=1) / ops.sum(hidden, axis=1)
-        if self.norm_pix_loss:  # back to the patch's own mean and deviation
+        if self.mae_spec.norm_pix_loss:  # back to the patch's own mean and deviation
             mean, scale = patch_mean_and_scale(patches)
             predicted = predicted * scale + mean
         hidden = hidden[..., None]
@@ -329,12 +291,5 @@ class MaskedAutoencoder(SelfSupervisedModel):
         return self.get_metrics_result()
 
     def get_config(self):
-        return self.config_with(
-            mask_ratio=self.mask_ratio,
-            decoder_width=self.decoder_width,
-            decoder_depth=self.decoder_depth,
-            decoder_heads=self.decoder_heads,
-            decoder_mlp_dim=self.decoder_mlp_dim,
-            norm_pix_loss=self.norm_pix_loss,
-            seed=self.seed,
-        )
+        # The options flat beside the encoder's spec, as files written before MAESpec have them.
+        return self.config_with(**self.mae_spec.to_config(), seed=self.seed)

@@ -17,16 +17,23 @@ import dataclasses
 import typing
 
 from keras_vit import checks
-from keras_vit.models import spec_rules
-from keras_vit.models.frozen_spec import FrozenSpec
+from keras_vit.models import spec_groups, spec_rules
+from keras_vit.models.frozen_spec import FrozenSpec, option
 from keras_vit.models.resnet_spec import ResNetSpec
+from keras_vit.models.rotary_spec import RotarySpec
 
 ARCHITECTURE, TASK, REGULARIZATION, TRAINING = "architecture", "task", "regularization", "training"
+# The nested groups. rope="axial" is RotarySpec(form="axial"); resnet_block_units=None, like
+# rope=None, is no group. The ResNet stem's fields are a hybrid variant's, not options of their own.
+GROUPS = (
+    spec_groups.Group("resnet", ResNetSpec, "block_units"),
+    spec_groups.Group("rope", RotarySpec, "form", flat=True),
+)
 
 
 def _field(default, help, role=ARCHITECTURE):
     # help: the field's one line in the training commands' --help (a flag of every option a recipe sets).
-    return dataclasses.field(default=default, metadata={"role": role, "help": help})
+    return option(default, help, role=role)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,19 +71,9 @@ class ViTSpec(FrozenSpec):
         position_embedding: ``"learned"`` (the paper's), ``"sincos2d"`` (fixed) or
             ``"none"`` (no table: a model with rotary embeddings, ``rope``).
         rope: rotary position embeddings on every attention's queries and keys
-            (``keras_vit.layers.RotaryEmbedding``): ``"dinov3"`` (DINOv3's; timm's
-            ``rope_type="dinov3"``), ``"axial"`` (EVA-02's; timm's ``rope_type="cat"``),
-            ``"mixed"`` (RoPE-Mixed's learned frequencies per block and head; timm's
-            ``rope_type="mixed"``), or None for none. They fit any grid, so a RoPE model
-            takes other image sizes as it is.
-        rope_temperature: the rotary frequencies' base (timm's ``rope_temperature``,
-            transformers' ``rope_theta``); None: the form's own (DINOv3's 100, EVA-02's 10000).
-        rope_reference_grid: ``rope="axial"``: the ``(rows, cols)`` the patch indices are
-            scaled to (timm's ``ref_feat_shape``: the pre-training grid); None: as they are.
-        rope_grid_indexing: ``"ij"``: each head's row frequencies first, then the column's;
-            ``"xy"``: the column's first (timm's ``rope_grid_indexing``, the RoPE-ViTs').
-        rope_grid_offset: added to each patch's coordinates before the rotary angles are
-            made (timm's ``rope_grid_offset``: Perception Encoder's 1).
+            (``keras_vit.layers.RotaryEmbedding``): a ``RotarySpec``, its form's name
+            (``"dinov3"``, ``"axial"``, ``"mixed"``) or its fields as a dict; None for none.
+            Its fields are options too, ``rope_<field>`` (``rope_temperature=100.0``).
         relative_position_bias: a learned bias on each block's attention logits by the two
             tokens' relative position on the grid (BEiT's; timm's ``use_rel_pos_bias``,
             transformers' ``use_relative_position_bias``). Needs a class token and no other
@@ -196,15 +193,9 @@ class ViTSpec(FrozenSpec):
     position_embedding: str = _field(
         "learned", "learned position embeddings (the paper's), fixed sincos2d ones, or none (a RoPE model's)"
     )
-    rope: str | None = _field(
+    rope: RotarySpec | None = _field(
         None, "rotary position embeddings on the queries and keys: dinov3, axial or mixed; none: off"
     )
-    rope_temperature: float | None = _field(None, "the rotary frequencies' base; none: the form's (100 or 10000)")
-    rope_reference_grid: typing.Any = _field(
-        None, "axial rotary embeddings: the (rows, cols) grid the patch indices are scaled to; none: as they are"
-    )
-    rope_grid_indexing: str = _field("ij", "the rotary frequencies' order: ij (rows first) or xy (columns first)")
-    rope_grid_offset: float = _field(0.0, "added to each patch's rotary coordinates (Perception Encoder's 1)")
     relative_position_bias: bool = _field(
         False, "a learned bias on each block's attention logits by the tokens' relative position (BEiT's)"
     )
@@ -275,38 +266,48 @@ class ViTSpec(FrozenSpec):
     def __post_init__(self):
         # The forms a field may be given in, made one (a config's lists and dicts, a side for a pair).
         self._settle("image_size", checks.pair(self.image_size, "image_size"))
-        if isinstance(self.resnet, dict):  # from a config
-            self._settle("resnet", ResNetSpec(**self.resnet))
+        for group in GROUPS:  # a config's dict, or the key field's value alone
+            self._settle(group.name, spec_groups.settled(group, getattr(self, group.name)))
         if isinstance(self.num_kv_heads, list):
             self._settle("num_kv_heads", tuple(self.num_kv_heads))
-        if self.rope_reference_grid is not None:
-            self._settle("rope_reference_grid", checks.pair(self.rope_reference_grid, "rope_reference_grid"))
         spec_rules.check_vit(self, rates=self.fields_with_role(REGULARIZATION))
 
     def replace(self, **changes):
-        """A copy with ``changes``; ``resnet_<field>`` changes a field of the ResNet stem.
+        """A copy with ``changes``; ``<group>_<field>`` changes a field of a nested group
+        (``resnet_block_units``, ``rope_temperature``), and ``<group>_<key>=None`` or
+        ``<group>=None`` removes it.
 
         >>> ViTSpec().replace(resnet_block_units=(2, 2), patch_size=1).resnet.stride
         8
+        >>> ViTSpec(rope="axial").replace(rope_temperature=100).rope.temperature
+        100.0
         """
-        stem = {k[len("resnet_") :]: changes.pop(k) for k in list(changes) if k.startswith("resnet_")}
-        if stem.get("block_units", ()) is None:  # no stem: a plain ViT
-            changes["resnet"] = None
-        elif stem:
-            base = changes.get("resnet") or self.resnet or ResNetSpec()
-            base = ResNetSpec(**base) if isinstance(base, dict) else base
-            changes["resnet"] = base.replace(**stem)
+        for group in GROUPS:
+            changes = spec_groups.grouped(self, group, changes)
         return super().replace(**changes)
 
     @classmethod
     def from_config(cls, config):
-        """The inverse of ``to_config``; accepts the flat ``resnet_<field>`` keys of older files."""
+        """The inverse of ``to_config``; accepts the flat ``<group>_<field>`` keys of older files."""
         return cls().replace(**config)
 
     @classmethod
+    def options(cls):
+        """Every option by the name a user gives it (``spec_groups.Option``s): the fields, and
+        each field of the rotary group as ``rope_<field>``, its form as ``rope`` itself."""
+        return spec_groups.options(cls, GROUPS)
+
+    def option(self, name):
+        """The value of option ``name`` (an ``options()`` name): ``spec.option("rope")`` is the
+        rotary form's name or None, ``spec.option("rope_temperature")`` its temperature (its
+        default without rotary embeddings)."""
+        return spec_groups.option(self, name, GROUPS)
+
+    @classmethod
     def fields_with_role(cls, role):
-        """Names of the fields of one role: ``"architecture"``, ``"task"`` or ``"regularization"``."""
-        return [f.name for f in dataclasses.fields(cls) if f.metadata["role"] == role]
+        """Names of the options of one role (``options()``'s): ``"architecture"``, ``"task"``,
+        ``"regularization"`` or ``"training"``."""
+        return [name for name, o in cls.options().items() if o.metadata["role"] == role]
 
     @property
     def stride(self):

@@ -1,7 +1,7 @@
 """What a spec may be: each field's allowed values and the rules between fields, checked once.
 
-``ViTSpec`` and ``ResNetSpec`` (``keras_vit.models.spec``) call ``check_vit`` and
-``check_resnet`` when they are made, so a spec that exists can be built. A rule that a
+``ViTSpec``, ``ResNetSpec`` and ``RotarySpec`` (``keras_vit.models``) call ``check_vit``,
+``check_resnet`` and ``check_rotary`` when they are made, so a spec that exists can be built. A rule that a
 layer also needs (a head width its rotary embeddings can split, heads that divide the
 width) is the layer module's own check, called from here: the layers do not check it
 again. Each rule is one small function, in the order the errors are met.
@@ -55,7 +55,6 @@ def check_vit(spec, rates):
     _numbers(spec, rates)
     _kv_heads(spec)
     check_heads(spec.hidden_size, spec.num_heads, "hidden_size")
-    _rope_grid(spec)
     _blocks(spec)
     _rope(spec)
     if spec.relative_position_bias:
@@ -111,7 +110,7 @@ def _distillation(spec):
 
 def _conflicts(spec, **fine):
     """``"name=value, ..."`` of the fields whose rule (``fine[name]``) does not hold."""
-    return ", ".join(f"{name}={getattr(spec, name)!r}" for name, holds in fine.items() if not holds)
+    return ", ".join(f"{name}={spec.option(name)!r}" for name, holds in fine.items() if not holds)
 
 
 def _numbers(spec, rates):
@@ -151,20 +150,22 @@ def _blocks(spec):
         check_differential_head_width(spec.head_dim)
 
 
-def _rope_grid(spec):
-    if spec.rope_reference_grid is not None and spec.rope != "axial":
-        raise ValueError(f"rope_reference_grid is the axial rotary embeddings'; got rope={spec.rope!r}.")
-    one_of(spec.rope_grid_indexing, GRID_INDEXINGS, "rope_grid_indexing")
+def check_rotary(rope):
+    """A ``RotarySpec``'s rules; returns its ``reference_grid`` as the layer takes it."""
+    one_of(rope.form, tuple(ROPE_FORMS), "rope")
+    one_of(rope.grid_indexing, GRID_INDEXINGS, "rope_grid_indexing")
+    if rope.reference_grid is None:
+        return None
+    if rope.form != "axial":
+        raise ValueError(f"rope_reference_grid is the axial rotary embeddings'; got rope={rope.form!r}.")
+    return checks.pair(rope.reference_grid, "rope_reference_grid")
 
 
 def _rope(spec):
-    if spec.rope_grid_offset and spec.rope is None:
-        raise ValueError(f"rope_grid_offset={spec.rope_grid_offset!r} is the rotary embeddings'; got rope=None.")
     if spec.rope is not None:
-        one_of(spec.rope, tuple(ROPE_FORMS), "rope")
-        if spec.rope in LEARNED_FORMS and spec.num_kv_heads is not None:
-            raise ValueError(f"rope={spec.rope!r} turns each query head apart: it takes no num_kv_heads.")
-        check_rope_head_width(spec.rope, spec.head_dim)
+        if spec.rope.form in LEARNED_FORMS and spec.num_kv_heads is not None:
+            raise ValueError(f"rope={spec.rope.form!r} turns each query head apart: it takes no num_kv_heads.")
+        check_rope_head_width(spec.rope.form, spec.head_dim)
 
 
 def _relative_position_bias(spec):

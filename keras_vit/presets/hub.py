@@ -203,14 +203,16 @@ def fetch_url(url, *, sha256=None, size=None):
     Hugging Face cache (found there without a request, else fetched by ``fetch``), checked
     against ``size`` and ``sha256`` where given; any other URL, and a hub file where
     ``KERAS_VIT_MIRROR`` is set and ``HF_ENDPOINT`` is not (a plain server or folder keeping
-    the hub's paths, which ``huggingface_hub`` cannot read), through keras-vit's own cache
-    (``download.download``)."""
+    the hub's paths, which ``huggingface_hub`` cannot read) or that such a mirror served
+    before, through keras-vit's own cache (``download.download``)."""
     located = hub_file(url)
     if located is None:
         return download.download(url, sha256=sha256, size=size)
     name, filename = located
     path = cached(name, filename)
-    if path is None and _plain_mirror():
+    # keras-vit's own cache holds what a plain mirror served: found there whatever the
+    # variables say now (a file fetched through KERAS_VIT_MIRROR, read later offline).
+    if path is None and (_plain_mirror() or os.path.exists(download.cache_path(url))):
         return download.download(url, sha256=sha256, size=size)
     if path is None:
         hint = (

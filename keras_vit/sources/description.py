@@ -4,6 +4,7 @@ pre-processing and class names) and the ``Weights`` it points to. ``resolver`` m
 
 import dataclasses
 
+from keras_vit.models.mae_spec import MAESpec
 from keras_vit.models.spec import ViTSpec
 from keras_vit.presets import hub
 
@@ -73,8 +74,8 @@ class ModelSource:
             checkpoint's evaluation), or None.
         class_names: the class names of the checkpoint's classifier, or None.
         num_classes: how many classes those names (and the checkpoint's head) have.
-        pretraining: the options of the pre-training model the weights are (a masked
-            autoencoder's decoder, mask ratio and loss: ``MaskedAutoencoder``'s), or None.
+        pretraining: the ``MAESpec`` of the masked autoencoder the weights are (its decoder,
+            mask ratio and loss), or None.
     """
 
     kind: str
@@ -85,7 +86,7 @@ class ModelSource:
     preprocessing: dict | None = None
     class_names: tuple | None = None
     num_classes: int | None = None
-    pretraining: dict | None = None
+    pretraining: MAESpec | None = None
 
     @property
     def holds_architecture(self):

@@ -10,6 +10,7 @@ import json
 import os
 
 from keras_vit.checkpoints import timm_config, transformers_config
+from keras_vit.models.mae_spec import MAESpec
 from keras_vit.models.spec import ViTSpec
 from keras_vit.presets import hub, local
 from keras_vit.sources.description import HUB, TIMM_FOLDER, TRANSFORMERS_FOLDER, ModelSource, Weights
@@ -50,7 +51,7 @@ def repository_source(given, **_):
     elif "model_type" in config:
         options = transformers_config.spec_options(config)
         if config["model_type"] == "vit_mae":  # its decoder too
-            pretraining = transformers_config.masked_autoencoder_options(config)
+            pretraining = MAESpec(**transformers_config.masked_autoencoder_options(config))
         processor = _repository_file(given, transformers_config.PROCESSOR_FILE, missing_ok=True)
         preprocessing = None
         if processor is not None:
@@ -65,7 +66,7 @@ def repository_source(given, **_):
             f"{given}: its config.json is neither timm's (an 'architecture') nor transformers' (a 'model_type'); "
             f"keys: {sorted(config)[:8]}."
         )
-    spec = ViTSpec(**options)
+    spec = ViTSpec.from_config(options)
     return ModelSource(
         kind,
         given,

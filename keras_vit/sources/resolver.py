@@ -120,7 +120,7 @@ def _timm_architecture(name, loading=False, **_):
     reason = timm_config.support(name)
     if reason is not None:
         raise ValueError(f"{name!r}: {reason}")
-    spec = ViTSpec(**timm_config.spec_options(timm_config.architecture_args(name)))
+    spec = ViTSpec.from_config(timm_config.spec_options(timm_config.architecture_args(name)))
     return ModelSource(TIMM_ARCHITECTURE, name, name=name, spec=spec)
 
 
@@ -142,7 +142,7 @@ def _keras_hub_folder(folder, **_):
     """A keras-hub preset folder: its backbone's (and task's) arguments as a spec, the
     weights keras-hub loads from it, its image converter as the pre-processing."""
     options, preprocessing = keras_hub_config.from_preset_folder(folder)
-    spec = ViTSpec(**options)
+    spec = ViTSpec.from_config(options)
     return ModelSource(
         KERAS_HUB_FOLDER,
         folder,

@@ -11,6 +11,7 @@ import numbers
 
 from keras_vit import checks
 from keras_vit import vocabulary as names
+from keras_vit.models.mae_spec import MAESpec
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 from keras_vit.training.recipe_presets import DATASET_DEFAULTS, PRESETS, SCALED_TO_BATCH
 
@@ -60,13 +61,9 @@ class RecipeConfig:
     objective: str = _flag("classification", "what pre-training learns: classification (the dataset's labels), "
                            "masked_patch_prediction (the paper's self-supervised objective) or mae (a masked "
                            "autoencoder); the last two leave the labels unused")
-    # The masked autoencoder's (--objective mae), MAE's defaults.
-    mask_ratio: float = _flag(0.75, "mae: the share of each image's patches hidden from the encoder, in (0, 1)")
-    decoder_width: int = _flag(names.DECODER_WIDTH, "mae: the decoder's width")
-    decoder_depth: int = _flag(names.DECODER_DEPTH, "mae: the decoder's blocks")
-    decoder_heads: int = _flag(names.DECODER_HEADS, "mae: the decoder's attention heads")
-    norm_pix_loss: bool = _flag(True, "mae: reconstruct each patch's pixels less their mean, over their standard "
-                                "deviation (MAE's); false: the pixels as they are")
+    # The masked autoencoder's (--objective mae): the MAESpec fields given, each a flag too
+    # (--decoder-width 256); the rest are MAESpec's defaults, MAE's.
+    mae_options: dict = dataclasses.field(default_factory=dict)
     # DeiT's distillation (keras_vit/training/distillation.py): its defaults are DeiT's code's.
     teacher: str | None = _flag(None, "distil from this classifier of the same classes (a preset, hub name, folder "
                                 "or .keras file): the student gets DeiT's distillation token and head; none: no "
@@ -152,8 +149,14 @@ class RecipeConfig:
     recipe_name: str | None = None
     defaults: dict = dataclasses.field(default_factory=dict)
 
+    @property
+    def mae_spec(self):
+        """The masked autoencoder's options (``--objective mae``) as a ``MAESpec``."""
+        return MAESpec(**self.mae_options)
+
     def __post_init__(self):
         # Numbers out of range are refused here, before any data is read or any step taken.
+        self.mae_spec  # noqa: B018 (MAESpec checks its own)
         for name, low, high, closed in _RANGES:
             value = getattr(self, name)
             if value is None:
@@ -174,10 +177,6 @@ _RANGES = (
     ("steps_per_epoch", 1, float("inf"), (True, False)),
     ("crop_area_min", 0.0, 1.0, (False, True)),
     ("train_fraction", 0.0, 1.0, (False, True)),
-    ("mask_ratio", 0.0, 1.0, (False, False)),
-    ("decoder_width", 1, float("inf"), (True, False)),
-    ("decoder_depth", 1, float("inf"), (True, False)),
-    ("decoder_heads", 1, float("inf"), (True, False)),
     ("distillation_temperature", 0.0, float("inf"), (False, False)),
     ("distillation_weight", 0.0, 1.0, (True, True)),
     ("mixup_alpha", 0.0, float("inf"), (False, False)),
@@ -205,14 +204,20 @@ _RANGES = (
 # The objectives' names (training/objectives.py holds what each is).
 OBJECTIVES = ("classification", "masked_patch_prediction", "mae")
 FREEZE = ("backbone",)
-# The masked autoencoder's options a recipe sets (its decoder MLP's width only a checkpoint states).
-MASKED_AUTOENCODER_FIELDS = ("mask_ratio", "decoder_width", "decoder_depth", "decoder_heads", "norm_pix_loss")
 FIELDS = {f.name: f for f in dataclasses.fields(RecipeConfig) if "help" in f.metadata}
 # The spec's options that a recipe may set: all but the task's size and classes (the
 # recipe's image_size and the dataset's) and the nested ResNet stem (a named model's).
-MODEL_OPTIONS = {
-    f.name: f for f in dataclasses.fields(ViTSpec) if f.name not in ("image_size", "num_classes", "resnet")
-}
+MODEL_OPTIONS = {k: o for k, o in ViTSpec.options().items() if k not in ("image_size", "num_classes", "resnet")}
+# The masked autoencoder's options, which mae_options holds.
+MAE_OPTIONS = {f.name: f for f in dataclasses.fields(MAESpec)}
+# Where make_config puts an option that is not a RecipeConfig field: the dict that holds it.
+_HELD_IN = {"model_options": MODEL_OPTIONS, "mae_options": MAE_OPTIONS}
+
+
+def _in_group(name, group):
+    return name == group or name.startswith(group + "_")
+
+
 # The values a field takes, where they are few (the command line lists them; "none" too
 # where the field may be None). The strategies are every backend's: each refuses the others'.
 CHOICES = {
@@ -228,6 +233,8 @@ CHOICES = {
     "position_embedding": names.POSITION_EMBEDDINGS,
     "norm_type": names.NORM_TYPES,
     "mlp_activation": names.MLP_ACTIVATIONS,
+    "rope": tuple(names.ROPE_FORMS),
+    "rope_grid_indexing": names.GRID_INDEXINGS,
 }
 # The command line's groups of flags, in --help's order; the model's architecture and
 # numerics (every ViTSpec option a recipe may set) form the last.
@@ -236,7 +243,7 @@ GROUPS = {
     "augmentation": ("inception_crop", "crop_area_min", "horizontal_flip", "rand_augment", "mixup_alpha",
                      "cutmix_factor"),
     "model": ("model", "objective", "init_from", "init_model"),
-    "masked autoencoder (--objective mae)": MASKED_AUTOENCODER_FIELDS,
+    "masked autoencoder (--objective mae)": tuple(MAE_OPTIONS),
     "distillation (--teacher)": ("teacher", "distillation", "distillation_temperature", "distillation_weight"),
     "optimisation": ("optimizer", "learning_rate", "beta1", "beta2", "momentum", "weight_decay", "global_clipnorm",
                      "warmup_steps", "decay", "label_smoothing", "epochs", "accumulation_steps"),
@@ -245,7 +252,8 @@ GROUPS = {
     "output": ("output_dir", "run_name", "resume", "progress"),
     "distribution": ("strategy", "tpu", "coordinator_address", "num_processes", "process_id", "coordinator_timeout"),
     "runtime": ("mixed_precision", "jit_compile", "seed"),
-    "model options (ViTSpec; default: the model's own)": tuple(MODEL_OPTIONS),
+    "model options (ViTSpec; default: the model's own)": tuple(k for k in MODEL_OPTIONS if not _in_group(k, "rope")),
+    "rotary position embeddings (ViTSpec.rope)": tuple(k for k in MODEL_OPTIONS if _in_group(k, "rope")),
 }  # fmt: skip
 # What a recipe preset says about its own model, which a model the user names replaces.
 _ARCHITECTURE = {"image_size", *(n for n in ViTSpec.fields_with_role(ARCHITECTURE) if n in MODEL_OPTIONS)}
@@ -271,18 +279,24 @@ def make_config(preset, **overrides):
     data = {k: v for k, v in DATASET_DEFAULTS.get(dataset, {}).items() if k not in recipe}
     scaled = _scaled_to_batch(preset, overrides)
     values = {**recipe, **data, **scaled, **overrides}
-    unknown = [k for k in values if k not in FIELDS and k not in MODEL_OPTIONS]
+    unknown = [k for k in values if option_field(k) is None]
     if unknown:
         raise ValueError(unknown_keys_message(unknown))
     sources = {
-        **{k: "field default" for k in FIELDS},
+        **{k: "field default" for k in (*FIELDS, *MAE_OPTIONS)},
         **{k: f"recipe {preset}" for k in recipe},
         **{k: f"dataset {dataset}" for k in data},
         **{k: f"recipe {preset}, scaled to batch {values['batch_size']}" for k in scaled},
     }
-    options = {k: values.pop(k) for k in list(values) if k in MODEL_OPTIONS}
+    held = {dest: {k: values.pop(k) for k in list(values) if k in names} for dest, names in _HELD_IN.items()}
     defaults = {k: source for k, source in sources.items() if k not in overrides}
-    return RecipeConfig(**values, model_options=options, recipe_name=preset, defaults=defaults)
+    return RecipeConfig(**values, **held, recipe_name=preset, defaults=defaults)
+
+
+def option_field(name):
+    """The field that describes option ``name``: a ``RecipeConfig`` field's, a ``ViTSpec``
+    option's or a ``MAESpec`` option's; None for an unknown name."""
+    return FIELDS.get(name) or MODEL_OPTIONS.get(name) or MAE_OPTIONS.get(name)
 
 
 def _scaled_to_batch(preset, overrides):
@@ -335,7 +349,7 @@ def _for_the_named_model(preset, overrides):
 
 def unknown_keys_message(unknown, flags=False):
     """Names each unknown key with the close known ones; as ``--flags`` for a command line."""
-    known = [*FIELDS, *MODEL_OPTIONS]
+    known = [*FIELDS, *MODEL_OPTIONS, *MAE_OPTIONS]
     shown = checks.flag if flags else str
     parts = []
     for key in unknown:

@@ -14,7 +14,6 @@ from keras_vit.models import masked_autoencoder
 from keras_vit.models.masked_autoencoder import MaskedAutoencoder
 from keras_vit.models.masked_patches import MaskedPatchPrediction
 from keras_vit.models.vit import VisionTransformer
-from keras_vit.training import config as recipe_config
 from keras_vit.training import processes
 
 
@@ -25,7 +24,10 @@ class Objective:
     labels with ``compile``'s loss and accuracy (else the model computes its own loss); a run
     is judged by ``judged_by`` (its best model's; "loss": the lowest); ``check(config, spec)``
     raises for options the model cannot have; ``continues``: pre-training may continue a
-    model of this kind from ``--init-from``."""
+    model of this kind from ``--init-from``; ``measured``: what the run's figures measure,
+    where they are not the labels' accuracy; ``in_run_name``: a run's folder names the
+    objective (another objective's run is another model: its own folder, so that no backup
+    of the other is resumed)."""
 
     name: str
     build: Callable
@@ -33,6 +35,8 @@ class Objective:
     judged_by: str = "accuracy"
     check: Callable = lambda config, spec: None
     continues: bool = False
+    measured: str | None = None
+    in_run_name: bool = True
 
     def compile_terms(self, config):
         """``compile``'s loss and metrics; a self-supervised model computes its own."""
@@ -62,17 +66,9 @@ def _masked_patches(config, spec, dtype, preprocessing, name, class_names, start
     return MaskedPatchPrediction(spec, dtype, preprocessing, seed=config.seed, name=name)
 
 
-def _autoencoder_options(config, start):
-    """The masked autoencoder's options: the recipe's, and the decoder MLP's width that only
-    a checkpoint states."""
-    options = {k: getattr(config, k) for k in recipe_config.MASKED_AUTOENCODER_FIELDS}
-    return dict(options, decoder_mlp_dim=start.options.get("decoder_mlp_dim") if start else None)
-
-
 def _autoencoder(config, spec, dtype, preprocessing, name, class_names, start):
     """The encoder and a decoder of its own; continued from ``start``'s weights where given."""
-    model = MaskedAutoencoder(spec, dtype, preprocessing, **_autoencoder_options(config, start), seed=config.seed,
-                              name=name)  # fmt: skip
+    model = MaskedAutoencoder(spec, dtype, preprocessing, config.mae_spec, seed=config.seed, name=name)
     if start is not None:
         _continue_from(model, start)
     return model
@@ -91,15 +87,27 @@ def _continue_from(model, start):
 
 
 def _check_autoencoder(config, spec):
-    shape = {k: v for k, v in _autoencoder_options(config, None).items() if k != "norm_pix_loss"}
-    masked_autoencoder.check_options(spec, **shape)
+    masked_autoencoder.check_options(spec, config.mae_spec)
 
 
 OBJECTIVES = {
     objective.name: objective
     for objective in (
-        Objective("classification", _classifier, labelled=True),
-        Objective("masked_patch_prediction", _masked_patches, labelled=False),
-        Objective("mae", _autoencoder, labelled=False, judged_by="loss", check=_check_autoencoder, continues=True),
+        Objective("classification", _classifier, labelled=True, in_run_name=False),
+        Objective(
+            "masked_patch_prediction",
+            _masked_patches,
+            labelled=False,
+            measured="masked patch prediction (colour accuracy on the corrupted patches)",
+        ),
+        Objective(
+            "mae",
+            _autoencoder,
+            labelled=False,
+            judged_by="loss",
+            check=_check_autoencoder,
+            continues=True,
+            measured="masked autoencoder (reconstruction loss on the hidden patches)",
+        ),
     )
 }

@@ -12,12 +12,12 @@ import numpy as np
 from keras_vit import factory
 from keras_vit.checks import flag
 from keras_vit.layers.preprocessing import ImagePreprocessing
+from keras_vit.models.mae_spec import MAESpec
 from keras_vit.models.masked_autoencoder import MaskedAutoencoder
 from keras_vit.models.masked_patches import MaskedPatchPrediction
 from keras_vit.models.registry import get_spec
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
 from keras_vit.models.vit import VisionTransformer
-from keras_vit.training.config import FIELDS, MASKED_AUTOENCODER_FIELDS
 from keras_vit.training.errors import MissingInputFileError, RecipeInputError
 
 
@@ -46,7 +46,7 @@ class PretrainingStart:
     name: str
     spec: ViTSpec  # the encoder's
     preprocessing: ImagePreprocessing | None
-    options: dict  # the MaskedAutoencoder options the source states (decoder, mask ratio, loss)
+    mae_spec: MAESpec | None  # the masked autoencoder's options the source states (decoder, mask ratio, loss)
     path: str  # the weights file
 
 
@@ -67,39 +67,35 @@ def pretraining_start(config):
     if source.spec is not None:  # the architecture from the source's config
         size = source.spec.image_size
         preprocessing = ImagePreprocessing(size, **source.preprocessing) if source.preprocessing else None
-        return PretrainingStart(source.name, source.spec, preprocessing, dict(source.pretraining or {}), path)
+        return PretrainingStart(source.name, source.spec, preprocessing, source.pretraining, path)
     model = factory.build(source)  # a file that holds its architecture
-    name, options = model.name, {}
-    if isinstance(model, MaskedAutoencoder):
-        options = {k: v for k, v in model.get_config().items() if k in MASKED_AUTOENCODER_OPTIONS}
+    name = model.name
+    mae_spec = model.mae_spec if isinstance(model, MaskedAutoencoder) else None
     if isinstance(model, (MaskedPatchPrediction, MaskedAutoencoder)):
         model = model.backbone
     if not isinstance(model, VisionTransformer):
         raise RecipeInputError(
             f"--init-from {config.init_from!r} holds a {type(model).__name__}: expected a keras-vit model to continue."
         )
-    return PretrainingStart(name, model.spec, model.preprocessing, options, path)
+    return PretrainingStart(name, model.spec, model.preprocessing, mae_spec, path)
 
 
 def with_start_options(config, start):
     """``config`` with the masked autoencoder options ``start`` states where the user gave
     none; a decoder given otherwise than the start's is an error (its weights have that shape)."""
-    if start is None:
+    if start is None or start.mae_spec is None:
         return config
-    shaped = ("decoder_width", "decoder_depth", "decoder_heads")
-    taken = {k: v for k, v in start.options.items() if k in FIELDS and k in config.defaults}
-    conflicts = [f"{flag(k)} {getattr(config, k)!r} (the model's: {v!r})" for k, v in start.options.items()
-                 if k in shaped and k not in taken and getattr(config, k) != v]  # fmt: skip
+    stated, asked = start.mae_spec.to_config(), config.mae_spec
+    taken = {k: v for k, v in stated.items() if k in config.defaults}
+    conflicts = [f"{flag(k)} {getattr(asked, k)!r} (the model's: {v!r})" for k, v in stated.items()
+                 if k.startswith("decoder_") and k not in taken and getattr(asked, k) != v]  # fmt: skip
     if conflicts:
         raise RecipeInputError(
             f"--init-from {config.init_from} has another decoder than the recipe asks: {'; '.join(conflicts)}. "
             "Expected no decoder options when continuing a masked autoencoder (drop them)."
         )
-    return dataclasses.replace(config, **taken, defaults={**config.defaults, **dict.fromkeys(taken, "the model's")})
-
-
-# What a masked autoencoder states beside its encoder.
-MASKED_AUTOENCODER_OPTIONS = (*MASKED_AUTOENCODER_FIELDS, "decoder_mlp_dim")
+    defaults = {**config.defaults, **dict.fromkeys(taken, "the model's")}
+    return dataclasses.replace(config, mae_options={**config.mae_options, **taken}, defaults=defaults)
 
 
 def load_named(given, option):
@@ -172,8 +168,8 @@ def resolved(config, pretrained):
     else:
         spec = pretrained.spec
         architecture = set(ViTSpec.fields_with_role(ARCHITECTURE))
-        conflicts = [f"{flag(k)} {v!r} (the model's: {getattr(spec, k)!r})" for k, v in config.model_options.items()
-                     if k in architecture and getattr(spec, k) != v]  # fmt: skip
+        conflicts = [f"{flag(k)} {v!r} (the model's: {spec.option(k)!r})" for k, v in config.model_options.items()
+                     if k in architecture and spec.option(k) != v]  # fmt: skip
         own_normalization = _normalization_of(pretrained.preprocessing)
         if config.normalization not in (None, own_normalization):
             conflicts.append(f"--normalization {config.normalization!r} (the model's: {own_normalization!r})")

@@ -50,7 +50,7 @@ def _fine_tuning_spec(config, num_classes, pretrained):
     architecture = ViTSpec.fields_with_role(ARCHITECTURE)
     own = {k: v for k, v in _task(config, num_classes).items() if k not in architecture}
     # A zero head, so fine-tuning starts from the pre-trained features alone.
-    spec = ViTSpec(**{k: getattr(base, k) for k in architecture}, **{**own, "head_zero_init": True})
+    spec = ViTSpec.from_config({**{k: base.option(k) for k in architecture}, **own, "head_zero_init": True})
     return student_spec(config, spec)
 
 

@@ -59,6 +59,7 @@ class RunResult:
     epoch_seconds: list = dataclasses.field(default_factory=list)  # each epoch's wall time
     test_loss: float = float("nan")
     metric: str = "accuracy"  # what the run is judged by: "loss" (lowest best) where it has no accuracy
+    measured: str | None = None  # what its figures measure, where not the labels' accuracy (Objective's)
 
     def summary(self):
         """One line: the best and last validation accuracy (or loss), the test's, the time, the folder."""
@@ -327,7 +328,7 @@ def _fit(config, recipe, extra_callbacks):
             note = student_note(config, spec)
             if note:
                 print(note, flush=True)
-        run_dir, resumed = open_run_dir(config, run_name(config, recipe.name, model_name(config, start)))
+        run_dir, resumed = open_run_dir(config, run_name(config, recipe.name, model_name(config, start), objective))
         record_config(run_dir, config, recipe.name, resumed)
     # One stream of batches across the epochs, `steps` an epoch: a run resumed from its
     # backup skips the epochs it has done, so it sees the batches the uninterrupted run
@@ -369,4 +370,5 @@ def _fit(config, recipe, extra_callbacks):
             tested = model.evaluate(test, verbose=0, return_dict=True)
     seconds = time.perf_counter() - started
     return RunResult(trained(model), run_dir, history.history, float(tested.get("accuracy", "nan")), seconds, checks,
-                     epochs.seconds, test_loss=float(tested["loss"]), metric=objective.judged_by)  # fmt: skip
+                     epochs.seconds, test_loss=float(tested["loss"]), metric=objective.judged_by,
+                     measured=objective.measured)  # fmt: skip

@@ -15,9 +15,10 @@ from keras_vit.training.errors import RecipeInputError
 from keras_vit.version import __version__
 
 
-def run_name(config, recipe, model_name):
-    # Another objective's run is another model: its own folder, so no backup of the other is resumed.
-    kind = recipe if config.objective == "classification" else f"{recipe}-{config.objective}"
+def run_name(config, recipe, model_name, objective):
+    """The run's folder name: ``config.run_name``, else the recipe's, the objective's where its
+    record says so (``Objective.in_run_name``), the model's and the dataset's."""
+    kind = f"{recipe}-{objective.name}" if objective.in_run_name else recipe
     return config.run_name or f"{kind}-{model_name}-{os.path.basename(str(config.dataset).rstrip('/'))}"
 
 
