@@ -4,7 +4,8 @@
     python scripts/cpu_time.py /tmp/cpu.jsonl --top 30
 
 Prints the CPU seconds (the test processes' own plus their children's) by backend, by file
-(over the backends) and the costliest tests.
+(over the backends) and the costliest tests; ``--summary``: one line, the total and each
+backend's (``scripts/test.sh`` prints it at the end of a run).
 """
 
 import argparse
@@ -23,12 +24,25 @@ def table(title, totals, top):
         print(f"{own + children:9.1f} {own:9.1f} {children:9.1f}  {name}")
 
 
+def summary(records):
+    """``"logged test CPU: T s (jax J, tensorflow F, torch P)"`` of a log's records."""
+    by_backend = collections.Counter()
+    for r in records:
+        by_backend[r["backend"]] += r["cpu"] + r["children"]
+    parts = ", ".join(f"{backend} {seconds:,.0f}" for backend, seconds in sorted(by_backend.items()))
+    return f"logged test CPU: {sum(by_backend.values()):,.0f} s ({parts or 'no tests logged'})"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("log")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--summary", action="store_true", help="one line: the total and each backend's")
     args = parser.parse_args(argv)
     records = load(args.log)
+    if args.summary:
+        print(summary(records))
+        return
     by_backend, by_file, by_test = (collections.defaultdict(lambda: [0.0, 0.0]) for _ in range(3))
     for r in records:
         for totals, key in (

@@ -7,12 +7,23 @@
 # runs in a row. KERAS_VIT_TEST_SERIAL=1 runs them one after another instead; KERAS_VIT_BACKENDS
 # picks backends (default: all three). Each line of output carries its run's name (jax-2: the
 # second jax process, below).
+#
+# Bounds: each test has pytest-timeout's limit (pyproject.toml), which fails a hung test with
+# its stack and lets the others run; the whole run stops at KERAS_VIT_TEST_LIMIT seconds
+# from the start, install included (default 4800: CI stops at 90 minutes), naming each
+# process still running. At the end it prints what the run cost: its wall time, the test
+# CPU each backend logged (tests/cpu_time.py) and the peak memory of all its processes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+limit=${KERAS_VIT_TEST_LIMIT:-4800}
 bash scripts/setup.sh || exit 1
 
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
+export KERAS_VIT_CPU_LOG=${KERAS_VIT_CPU_LOG:-$logs/cpu.jsonl}
+touch "$KERAS_VIT_CPU_LOG"
+.venv/bin/python scripts/peak_memory.py $$ "$logs/peak-memory" &
+sampler=$!
 # One persistent JAX compilation cache per run, fresh each time: the child processes of the
 # recipe and fault tests compile the same train steps as each other. JAX's own threshold
 # decides what goes in (compiles over a second): writing every eager op's compile too costs
@@ -48,7 +59,12 @@ run() {
   local name=$1 backend=$2 users=0
   shift 2
   [[ $name == *-users ]] && users=1
-  KERAS_VIT_USERS_COMPILER=$users KERAS_BACKEND=$backend .venv/bin/python -m pytest -q -p no:cacheprovider "$@" 2>&1 |
+  # SIGINT at the limit: pytest stops where it is and says which test that was; its process
+  # group (the test's children too) is killed a minute later if it has not stopped.
+  local left=$((limit - SECONDS))
+  ((left > 0)) || left=1  # timeout 0 would be none
+  KERAS_VIT_USERS_COMPILER=$users KERAS_BACKEND=$backend timeout --signal=INT --kill-after=60 \
+    "$left" .venv/bin/python -m pytest -q -p no:cacheprovider "$@" 2>&1 |
     sed -u "s/^/[$name] /" | tee "$logs/$name.log"
   local status=${PIPESTATUS[0]}
   # A second process may have nothing to run (-k, -m selecting none of its files).
@@ -64,11 +80,13 @@ start() {
     run "$@"
   else
     run "$@" &
+    pids+=($!)
   fi
 }
 
 backends=(${KERAS_VIT_BACKENDS:-tensorflow jax torch})
 runs=()
+pids=()
 for backend in "${backends[@]}"; do
   # --doctest-modules: the examples in the public docstrings run too, on every backend.
   everything=(tests keras_vit --doctest-modules)
@@ -84,7 +102,8 @@ for backend in "${backends[@]}"; do
   fi
   start "$backend" "$backend" "${everything[@]}" "$@"
 done
-wait
+((${#pids[@]} == 0)) || wait "${pids[@]}"  # a bare wait would wait for the sampler too
+kill "$sampler" 2>/dev/null
 
 failed=0
 passed_total=0
@@ -94,9 +113,16 @@ for name in "${runs[@]}"; do
   # pytest's last line: "N passed, M failed, ... in T s", after the run's prefix.
   summary=$(tail -n 1 "$logs/$name.log" | sed "s/^\[$name\] //")
   echo "$name: $summary"
+  status=$(cat "$logs/$name.status" 2>/dev/null)
+  if [ "$status" = 124 ] || [ "$status" = 137 ]; then
+    echo "$name: still running at the suite's limit, KERAS_VIT_TEST_LIMIT=$limit s: stopped (its test is in its last lines above)"
+  fi
   passed_total=$((passed_total + $(count '^passed' "$summary")))
   failed_total=$((failed_total + $(count '^(failed|errors?)' "$summary")))
   [ "$(cat "$logs/$name.status" 2>/dev/null)" = 0 ] || failed=1
 done
 echo "all backends: $passed_total passed, $failed_total failed"
+peak=$(cat "$logs/peak-memory" 2>/dev/null || echo 0)
+echo "cost: wall $SECONDS s (install included); $(.venv/bin/python scripts/cpu_time.py --summary "$KERAS_VIT_CPU_LOG");" \
+  "peak memory $(awk -v b="$peak" 'BEGIN {printf "%.1f", b / 2^30}') GiB (every test process and child, PSS)"
 exit $failed

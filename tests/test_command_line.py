@@ -12,6 +12,8 @@ from keras_vit.commands.recipe_flags import parse_args
 from keras_vit.training import make_config
 from keras_vit.training.config import FIELDS, GROUPS, MAE_OPTIONS, MODEL_OPTIONS
 
+pytestmark = pytest.mark.backend_free  # Python alone: runs once (tests/backend_free.py)
+
 
 def _help(name):
     return " ".join(command(name).build_parser().format_help().split())

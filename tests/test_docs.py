@@ -11,6 +11,8 @@ from helpers import doc_pages, documented_commands
 
 import keras_vit
 
+pytestmark = pytest.mark.backend_free  # Python alone: runs once (tests/backend_free.py)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
 LINK = re.compile(r"\]\(([^)\s]+)\)")

@@ -19,6 +19,8 @@ from http_server import FileServer, download_env, unused_url
 from keras_vit.presets import download as dl
 from keras_vit.presets import integrity
 
+pytestmark = pytest.mark.backend_free  # Python alone: runs once (tests/backend_free.py)
+
 URL = "https://storage.googleapis.com/vit_models/augreg/tiny.npz"
 SERVED = "vit_models/augreg/tiny.npz"  # the publisher's path, where the mirror serves it
 DATA = random.Random(0).randbytes(200_000)
@@ -217,6 +219,7 @@ def test_a_download_cut_halfway_leaves_no_file_and_the_next_call_succeeds(server
 
 
 @pytest.mark.skipif(os.name != "posix", reason="kills the downloading process with SIGKILL")
+@pytest.mark.backend_free(processes="the children download a file: no backend in them")
 def test_a_killed_download_leaves_no_file_and_the_next_download_removes_its_remains(server):
     server.slow(SERVED, seconds=30, pieces=300)  # killed long before the end
     target = dl.cache_path(URL)
@@ -279,6 +282,7 @@ def test_a_server_that_stops_sending_times_out_and_is_asked_again(server):
     assert len(server.requests) == 3
 
 
+@pytest.mark.backend_free(processes="the children download a file: no backend in them")
 def test_two_processes_downloading_one_file_get_one_intact_file(server):
     server.slow(SERVED, seconds=1, pieces=10)
     children = [spawn(URL), spawn(URL)]

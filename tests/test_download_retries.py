@@ -16,6 +16,8 @@ from http_server import FileServer, download_env, unresolvable
 
 from keras_vit.presets import download as dl
 
+pytestmark = pytest.mark.backend_free  # Python alone: runs once (tests/backend_free.py)
+
 URL = "https://storage.googleapis.com/vit_models/retries/tiny.npz"
 SERVED = "vit_models/retries/tiny.npz"  # the publisher's path, where the mirror serves it
 DATA = random.Random(1).randbytes(50_000)

@@ -341,6 +341,7 @@ def test_fine_tuning_the_digits_keeps_the_recipe_tuned_for_them():
     assert paper.defaults["horizontal_flip"] == "dataset digits"
 
 
+@pytest.mark.backend_free
 def test_each_objectives_runs_have_folders_of_their_own_named_by_its_record():
     from keras_vit.training.objectives import OBJECTIVES
     from keras_vit.training.run_folder import run_name

@@ -12,6 +12,8 @@ from keras_vit.models.rotary_spec import RotarySpec
 from keras_vit.models.spec import ARCHITECTURE, REGULARIZATION, TASK, TRAINING, ResNetSpec, ViTSpec
 from keras_vit.training.config import MODEL_OPTIONS, make_config
 
+pytestmark = pytest.mark.backend_free  # Python alone: runs once (tests/backend_free.py)
+
 
 def test_every_field_has_one_role():
     roles = [ViTSpec.fields_with_role(role) for role in (ARCHITECTURE, TASK, REGULARIZATION, TRAINING)]
@@ -30,6 +32,7 @@ def test_variants_are_specs_and_resizing_is_replace():
     assert hybrid.resnet == ResNetSpec((3, 4, 9)) and hybrid.stride == 16 and hybrid.embedding_channels == 1024
 
 
+@pytest.mark.backend_free(False)  # builds a model
 def test_model_config_is_keras_config_plus_the_spec(rng):
     # Numerics other than the defaults (exact GELU, HF's epsilon), so that a clone built
     # without them computes something else; informative weights, so that it shows (the
@@ -112,6 +115,7 @@ def test_bad_options_name_what_was_expected(options, message):
         keras_vit.get_spec("vit_ti16").replace(**options)
 
 
+@pytest.mark.backend_free(False)  # builds a model
 def test_mixed_precision_is_a_constructor_argument(rng):
     model = keras_vit.create_model("vit_ti16", image_size=32, num_classes=3, depth=1, dtype="mixed_bfloat16")
     assert model.get_layer("block_0").compute_dtype == "bfloat16"

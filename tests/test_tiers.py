@@ -3,7 +3,10 @@
 import importlib.util
 import os
 
+import pytest
 import tiers
+
+pytestmark = pytest.mark.backend_free  # Python alone: runs once (tests/backend_free.py)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
