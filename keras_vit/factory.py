@@ -16,7 +16,7 @@ from keras_vit.models import registry
 from keras_vit.presets.catalog import list_presets
 
 # The resolver, the builder and what the layers above ask of a source, through the front door.
-from keras_vit.sources import InvalidModelFileError, NoWeightsError, build, resolve  # noqa: F401
+from keras_vit.sources import InvalidModelFileError, NoWeightsError, build, resolve, timm_names  # noqa: F401
 from keras_vit.sources.description import CHECKPOINT, KERAS_FILE  # noqa: F401
 from keras_vit.sources.resolver import is_url  # noqa: F401
 
@@ -27,8 +27,10 @@ def list_models(pattern="*", pretrained=False):
     keras-vit builds, by timm's names (``vit_small_patch14_reg4_dinov2``; their weights by
     hub name, ``"hf-hub:timm/<architecture>.<tag>"``).
 
-    With ``pretrained=True``, the presets: published checkpoints named ``<model>.<tag>``
-    (``keras_vit.get_preset(name).card()`` describes one).
+    With ``pretrained=True``, the pretrained names: keras-vit's presets, published
+    checkpoints named ``<model>.<tag>`` (``keras_vit.get_preset(name).card()`` describes one),
+    and timm's (``<architecture>.<tag>``) of the architectures keras-vit builds, whose
+    weights load from the hub.
 
     >>> list_models("vit_b[0-9]*")
     ['vit_b14', 'vit_b16', 'vit_b32', 'vit_b8']
@@ -36,14 +38,16 @@ def list_models(pattern="*", pretrained=False):
     ['vit_base_patch14_reg4_dinov2', 'vit_small_patch14_reg4_dinov2']
     >>> list_models("vit_b16.*384", pretrained=True)
     ['vit_b16.augreg_in21k_ft_in1k_384', 'vit_b16.orig_in21k_ft_in1k_384']
+    >>> list_models("*small*reg4_dinov2*", pretrained=True)
+    ['vit_small_patch14_reg4_dinov2.lvd142m']
     """
     if pretrained:
-        return list_presets(pattern)
+        return sorted(list_presets(pattern) + timm_names.pretrained_names(pattern))
     family = [name for name in timm_config.buildable() if fnmatch.fnmatch(name, pattern)]
     return sorted(registry.list_models(pattern) + family)
 
 
-def create_model(name, image_size=None, num_classes=None, *, weights=None, dtype=None, **options):
+def create_model(name, image_size=None, num_classes=None, *, weights=None, pretrained=None, dtype=None, **options):
     """Builds a named ViT or hybrid ResNet+ViT as a functional ``keras.Model``, optionally pretrained.
 
     Args:
@@ -51,16 +55,22 @@ def create_model(name, image_size=None, num_classes=None, *, weights=None, dtype
             or a hybrid such as ``"r50_vit_b16"``; or a preset, ``"<model>.<tag>"`` from
             ``list_models(pretrained=True)`` (e.g. ``"vit_b16.augreg2_in21k_ft_in1k"``);
             or the path of a local preset folder (``keras_vit.save_preset``) or ``.keras`` file;
-            or a timm model on the Hugging Face hub, ``"hf-hub:timm/<architecture>.<tag>"``
-            (e.g. ``"hf-hub:timm/vit_small_patch14_reg4_dinov2.lvd142m"``), or a folder
-            holding one (timm's ``config.json`` and ``model.safetensors``): its
-            architecture, weights, pre-processing and class names
-            (``keras_vit.checkpoints.timm_config`` says which architectures build).
+            or a timm model by timm's name, ``"<architecture>.<tag>"``
+            (``"vit_base_patch16_224.augreg2_in21k_ft_in1k"``), or on the Hugging Face hub,
+            ``"hf-hub:timm/<architecture>.<tag>"``, or in a folder holding one (timm's
+            ``config.json`` and ``model.safetensors``): its architecture, weights,
+            pre-processing and class names (``keras_vit.checkpoints.timm_config`` says which
+            architectures build).
         image_size: input side or ``(height, width)``, divisible by the total stride
             (default: the variant's 224, or the preset's own). Pretrained position
             embeddings are resampled to it.
         num_classes: classifier outputs (default: the variant's 1000, or the preset's own);
-            another count than the weights' keeps a fresh head, to fine-tune.
+            another count than the weights' keeps a fresh head, to fine-tune; 0, as in timm,
+            no head: the model outputs its pooled features.
+        pretrained: as timm's: None (what ``name`` says), True (an untagged timm
+            architecture loads timm's default tag; a name without weights is an error) or
+            False (the architecture alone, with the tag's classes and input size; nothing
+            is fetched).
         weights: a preset tag of ``name`` (``"augreg2_in21k_ft_in1k"``), a checkpoint path
             or URL (the original ``.npz``, timm, HF or keras-vit files), or a timm model
             on the hub (``"hf-hub:timm/..."``) or in a folder, of ``name``'s size (its
@@ -80,7 +90,7 @@ def create_model(name, image_size=None, num_classes=None, *, weights=None, dtype
         >>> model.output_shape
         (None, 10)
     """
-    return build(resolve(name, weights), image_size, num_classes, dtype=dtype, **options)
+    return build(resolve(name, weights, pretrained=pretrained), image_size, num_classes, dtype=dtype, **options)
 
 
 def load_model(path, model_name=None, image_size=None, num_classes=None, safe_mode=True, **model_options):

@@ -88,13 +88,44 @@ def collect():
                 pass
     finally:
         vision_transformer._create_vision_transformer, deit._create_deit, eva._create_eva, beit._create_beit = saved
-    return timm.__version__, captured
+    return timm.__version__, captured, pretrained_tags(timm, captured)
 
 
-def render(version, architectures):
-    """The module's text: one line per architecture, sorted."""
+def pretrained_tags(timm, architectures):
+    """``{architecture: {tag: (hub repository or None, classes, input size)}}``, timm's default
+    tag first (its untagged name's, with ``pretrained=True``): what ``timm.create_model`` takes
+    from a tag's pretrained config, with or without its weights."""
+    from timm.models import get_pretrained_cfg
+
+    tags = {}
+    for name in timm.list_models(module=list(MODULES), pretrained=True):
+        architecture, tag = name.split(".", 1)
+        if architecture in architectures:
+            cfg = get_pretrained_cfg(name)
+            height, width = cfg.input_size[1:]
+            size = height if height == width else [height, width]
+            tags.setdefault(architecture, {})[tag] = (cfg.hf_hub_id or None, cfg.num_classes, size)
+    for architecture, listed in tags.items():
+        default = get_pretrained_cfg(architecture).tag  # the untagged name's
+        tags[architecture] = dict(sorted(listed.items(), key=lambda entry: entry[0] != default))
+    return tags
+
+
+def render(version, architectures, tags):
+    """The module's text: one line per architecture, sorted; then each one's pretrained tags."""
     rows = "".join(f"    {name!r}: {dict(sorted(args.items()))!r},\n" for name, args in sorted(architectures.items()))
-    return HEADER.format(version=version) + "ARCHITECTURES = {\n" + rows + "}\n# fmt: on\n"
+    tag_rows = "".join(f"    {name!r}: {listed!r},\n" for name, listed in sorted(tags.items()))
+    return (
+        HEADER.format(version=version)
+        + "ARCHITECTURES = {\n" + rows + "}\n"
+        + PRETRAINED_COMMENT + "PRETRAINED = {\n" + tag_rows + "}\n# fmt: on\n"
+    )  # fmt: skip
+
+
+PRETRAINED_COMMENT = """# Each architecture's pretrained tags, timm's default first (its untagged name with
+# pretrained=True): the hub repository timm fetches its weights from (None: no hub file), its
+# classes and its input size, which timm builds the tag with, with or without its weights.
+"""
 
 
 # The docs page's families: (heading, a part of a timm architecture's name, transformers
@@ -196,8 +227,8 @@ def _write(path, text):
 
 
 def main():
-    version, architectures = collect()
-    _write(OUT, render(version, architectures))
+    version, architectures, tags = collect()
+    _write(OUT, render(version, architectures, tags))
     print(f"{OUT}: {len(architectures)} architectures (timm {version})")
     _write(DOCS, render_docs())
     print(f"{DOCS}: written")

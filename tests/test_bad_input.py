@@ -99,7 +99,7 @@ BAD_OPTIONS = [
     ("image size zero", dict(image_size=0), "image_size must be a positive integer", "got 0"),
     ("image size not an integer", dict(image_size=16.5), "image_size must be a positive integer", "16.5"),
     ("image size not divisible by the patch", dict(image_size=20), "not divisible", "20"),
-    ("zero classes", dict(num_classes=0), "num_classes must be a positive integer", "num_classes=0"),
+    ("negative classes", dict(num_classes=-1), "num_classes must be a positive integer", "-1"),
     ("fractional class count", dict(num_classes=2.5), "num_classes must be a positive integer", "2.5"),
     ("zero depth", dict(depth=0), "depth", "0"),
     ("heads that do not divide the width", dict(num_heads=5), "hidden_size 192 is not divisible by num_heads 5"),

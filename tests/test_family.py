@@ -32,7 +32,7 @@ from helpers import (
 
 import keras_vit
 from keras_vit.checkpoints import timm_config
-from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
+from keras_vit.checkpoints.timm_architectures import ARCHITECTURES, PRETRAINED
 from keras_vit.inspect import attention_rollout
 from keras_vit.presets import hub
 
@@ -516,8 +516,9 @@ def test_the_table_and_its_docs_page_are_what_the_script_writes_from_this_timm(t
     spec = importlib.util.spec_from_file_location("make_timm_table", script)
     make = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(make)
-    version, collected = make.collect()
+    version, collected, tags = make.collect()
     assert collected == ARCHITECTURES, f"timm {version}: run scripts/make_timm_table.py"
+    assert tags == PRETRAINED, f"timm {version}'s pretrained tags: run scripts/make_timm_table.py"
     with open(make.DOCS, encoding="utf-8") as f:
         assert f.read() == make.render_docs(), "run scripts/make_timm_table.py"
     # The page's groups: a name's first match, so the narrower part comes first.

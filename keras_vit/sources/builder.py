@@ -39,20 +39,25 @@ def build(source, image_size=None, num_classes=None, *, dtype=None, safe_mode=Tr
     (None, 10)
     """
     own = {k: options.pop(k) for k in MODEL_ARGUMENTS if k in options}
-    task = {k: v for k, v in dict(image_size=image_size, num_classes=num_classes).items() if v is not None}
+    # timm's convention: 0 classes is the pooled features and no head; a count, a head of it.
+    task = {k: v for k, v in dict(image_size=image_size, num_classes=num_classes or None).items() if v is not None}
+    if num_classes is not None:
+        task["include_top"] = num_classes != 0
+    options = {**task, **options}  # an option given outright (include_top=False) wins
     if source.spec is None and source.kind == CHECKPOINT:
         raise InvalidModelFileError(
             f"{source.given} holds weights only ({source.weights.container}); give the architecture to build "
             "them into: model_name=... (--model NAME, one of keras_vit.list_models())."
         )
     if source.spec is None:
-        return _adapted(source.weights.path, dtype, safe_mode, own, {**task, **options})
-    spec = source.spec.replace(**task, **options)
+        return _adapted(source.weights.path, dtype, safe_mode, own, options)
+    spec = source.spec.replace(**options)
     own.setdefault("name", source.name)
     if source.preprocessing is not None:
         own.setdefault("preprocessing", ImagePreprocessing(spec.image_size, **source.preprocessing))
     if source.class_names is not None:
-        own.setdefault("class_names", source.class_names if spec.num_classes == source.num_classes else None)
+        same_head = spec.include_top and spec.num_classes == source.num_classes
+        own.setdefault("class_names", source.class_names if same_head else None)
     if source.weights is None:
         return VisionTransformer(spec, dtype=dtype, **own)
     path = source.weights.fetch()

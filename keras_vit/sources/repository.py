@@ -34,12 +34,16 @@ def is_repository_folder(path):
 WEIGHTS_FILE = "model.safetensors"  # what keras-vit reads of a hub repository, beside its config.json
 
 
-def repository_source(given, **_):
+def repository_source(given, *, architecture=None, **_):
     """A hub repository (``hf-hub:``) or a folder holding its files, timm's or transformers':
-    its ``config.json`` says which (an ``architecture``, or a ``model_type``)."""
+    its ``config.json`` says which (an ``architecture``, or a ``model_type``). ``architecture``:
+    timm's architecture to build instead of the one its config names (a timm name whose
+    weights are another architecture's repository)."""
     on_hub = hub.is_hub_name(given)
     with open(_repository_file(given, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
+    if architecture is not None:
+        config = {**config, "architecture": architecture}
     if on_hub:
         weights = Weights(hub_name=given, filename=WEIGHTS_FILE)
     else:

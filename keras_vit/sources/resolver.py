@@ -29,6 +29,7 @@ from keras_vit.models.spec import ViTSpec
 from keras_vit.models.variants import VARIANTS
 from keras_vit.presets import hub, local
 from keras_vit.presets.catalog import PRESETS, get_preset, list_presets
+from keras_vit.sources import timm_names
 from keras_vit.sources.description import (
     CHECKPOINT,
     HUB,
@@ -50,7 +51,7 @@ from keras_vit.sources.repository import is_repository_folder, repository_source
 CHECKPOINT_EXTENSIONS = (".npz", ".pth", ".pt", ".bin", ".safetensors", ".keras", ".h5")
 
 
-def resolve(source, weights=None, model_name=None, *, loading=False):
+def resolve(source, weights=None, model_name=None, *, loading=False, pretrained=None):
     """What ``source`` (with ``create_model``'s ``weights`` or ``load_model``'s ``model_name``) names.
 
     Args:
@@ -65,6 +66,10 @@ def resolve(source, weights=None, model_name=None, *, loading=False):
         loading: the source must hold weights (``load_model``, ``--init-from``): an
             architecture's name alone is a ``NoWeightsError``, and anything that is not a
             model file an ``InvalidModelFileError``.
+        pretrained: timm's argument. None: what the name says (a tagged name, its weights;
+            an architecture, none). True: an untagged timm architecture takes timm's default
+            tag; a name without weights is a ``NoWeightsError``. False: the architecture
+            alone, as the tag builds it (its classes and input size), nothing fetched.
 
     Returns:
         A ``ModelSource``.
@@ -76,16 +81,24 @@ def resolve(source, weights=None, model_name=None, *, loading=False):
     ('preset', 'vit_b16', (224, 224))
     >>> resolve("vit_b16", weights="augreg2_in21k_ft_in1k").weights == source.weights
     True
+    >>> resolve("vit_base_patch16_224.augreg_in21k", pretrained=False).spec.num_classes  # timm's name, its tag's head
+    21843
     """
     source = os.fspath(source) if isinstance(source, os.PathLike) else source
     weights = os.fspath(weights) if isinstance(weights, os.PathLike) else weights
     if not isinstance(source, str):
         raise TypeError(f"Expected a model name, folder, file or URL (a str); got {type(source).__name__}.")
+    if pretrained not in (None, True, False):
+        raise ValueError(f"pretrained must be True, False or None (what the name says); got {pretrained!r}.")
+    if pretrained is False:
+        return _architecture_alone(source, weights)
+    if pretrained and source in ARCHITECTURES and weights is None:
+        source = _default_tagged(source)
     describe = next((describe for _, holds, describe in ENTRIES if holds(source)), _unknown)
     described = describe(source, model_name=model_name, loading=loading)
     if weights is not None:
         return _with_weights(described, weights)
-    if loading and described.weights is None:
+    if (loading or pretrained) and described.weights is None:
         raise NoWeightsError(_no_weights_message(source))
     if model_name is not None and described.holds_architecture and described.kind != KERAS_FILE:
         raise ValueError(f"{source!r} holds its own architecture; model_name={model_name!r} would be a second one.")
@@ -122,6 +135,47 @@ def _timm_architecture(name, loading=False, **_):
         raise ValueError(f"{name!r}: {reason}")
     spec = ViTSpec.from_config(timm_config.spec_options(timm_config.architecture_args(name)))
     return ModelSource(TIMM_ARCHITECTURE, name, name=name, spec=spec)
+
+
+def _timm_tagged(name, **_):
+    """timm's ``<architecture>.<tag>``: what its hub name loads (``timm_names``); where the
+    repository is another architecture's (timm's QuickGELU CLIPs share their weights with
+    the GELU ones), built as the name's architecture."""
+    architecture, tag = timm_names.split(name)
+    return repository_source(timm_names.hub_name(architecture, tag), architecture=architecture)
+
+
+def _default_tagged(architecture):
+    """``<architecture>.<timm's default tag>`` (``pretrained=True``)."""
+    tag = timm_names.default_tag(architecture)
+    if tag is None:
+        raise NoWeightsError(
+            f"{architecture!r}: timm has no pretrained weights for it. " + _no_weights_message(architecture)
+        )
+    return f"{architecture}.{tag}"
+
+
+def _architecture_alone(name, weights):
+    """``pretrained=False``: the architecture a name gives, without its weights, as timm's
+    ``pretrained=False`` builds it (a tagged name: the tag's classes and input size); nothing
+    is fetched."""
+    if weights is not None:
+        raise ValueError(f"pretrained=False builds the architecture alone; weights={weights!r} would load weights.")
+    tagged = timm_names.split(name)
+    if tagged is not None:
+        architecture = _timm_architecture(tagged[0])
+        return dataclasses.replace(
+            architecture, given=name, spec=architecture.spec.replace(**timm_names.tag_options(*tagged))
+        )
+    if name in PRESETS:
+        preset = _preset(name)
+        return dataclasses.replace(preset, weights=None, class_names=None)
+    if name in VARIANTS or name in ARCHITECTURES:
+        return resolve(name)
+    raise ValueError(
+        f"pretrained=False takes a model name (one of list_models(), a preset or timm's <architecture>.<tag>); "
+        f"got {name!r}, which holds its weights: load it without pretrained, or build its architecture by name."
+    )
 
 
 def _preset(name, **_):
@@ -226,6 +280,7 @@ def _named(table):
 ENTRIES = (
     (VARIANT, _named(VARIANTS), _variant),
     (PRESET, _named(PRESETS), _preset),
+    (HUB, timm_names.is_tagged, _timm_tagged),
     (TIMM_ARCHITECTURE, _named(ARCHITECTURES), _timm_architecture),
     (HUB, hub.is_hub_name, repository_source),
     (URL, is_url, _url),
