@@ -7,7 +7,7 @@ timm's default tag, ``pretrained=False`` the architecture alone with nothing fet
 import socket
 
 import pytest
-from helpers import assert_close_to_scale, logits, serve_timm_model, timm_input, torch_logits
+from helpers import assert_close_to_scale, logits, serve_timm_model, small_timm_args, timm_input, torch_logits
 
 import keras_vit
 from keras_vit.sources import timm_names
@@ -36,6 +36,19 @@ def test_a_tagged_name_and_an_untagged_one_with_pretrained_load_timms_weights(se
     # Fetched once, into the shared cache; every later load found it there.
     assert len([p for p in mirror.requests if p.endswith("/model.safetensors")]) == 1
     assert_close_to_scale(logits(keras_vit.load_model(name), x), expected, RTOL)
+
+
+def test_a_quickgelu_clip_loads_the_repository_timm_takes_its_weights_from_built_as_its_own(timm, mirror):
+    # timm's QuickGELU CLIPs have no repository of their own: their tags' weights are the GELU
+    # architecture's, whose config.json names that architecture.
+    architecture = "vit_base_patch16_clip_quickgelu_224"
+    _, gelu = serve_timm_model(timm, mirror, "vit_base_patch16_clip_224", "openai", num_classes=512)
+    peer = timm.create_model(architecture, pretrained=False, **small_timm_args(architecture, num_classes=512)).eval()
+    peer.load_state_dict(gelu.state_dict())
+    model = keras_vit.create_model(f"{architecture}.openai")
+    assert model.spec.mlp_activation == "quick_gelu"
+    x = timm_input(peer)
+    assert_close_to_scale(logits(model, x), torch_logits(peer, x), RTOL)
 
 
 def test_zero_classes_are_timms_pooled_features_and_a_count_a_fresh_head(served):
