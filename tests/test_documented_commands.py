@@ -261,8 +261,35 @@ def _files(folder):
     }
 
 
+# The recipes whose flags a training command's words are parsed against, where a command that
+# differs only in a value the appended flags replace runs once (_effective).
+RECIPE_OF = {"pretrain": "digits_pretrain", "finetune": "digits_finetune"}
+
+
+def _effective(argv):
+    """A training command as it acts: a flag given again later (the appended SHORT and SMALL
+    ones) replaces the earlier value, which is dropped. Any other command: as written."""
+    inner = argv.index("--num-processes") + 2 if argv[0] == "launch" else 0
+    if argv[inner] not in RECIPE_OF:
+        return tuple(argv)
+    kept, later = [], set()
+    for i in range(len(argv) - 1, -1, -1):  # from the end: the last value of a flag wins
+        if argv[i].startswith("--") and i + 1 < len(argv) and i > inner and not argv[i + 1].startswith("--"):
+            if argv[i] in later:
+                kept = kept[:-1]  # drop the value kept just before this flag
+                continue
+            later.add(argv[i])
+        kept.append(argv[i])
+    return tuple(reversed(kept))
+
+
 def _run_once(folder, argv, capfd):
-    key = tuple(argv)
+    key = _effective(argv)
+    if key != tuple(argv):  # its words may differ from the run's that acts as it: they must parse
+        from keras_vit.commands.recipe_flags import parse_args
+
+        inner = argv.index("--num-processes") + 2 if argv[0] == "launch" else 0
+        parse_args(argv[inner + 1 :], RECIPE_OF[argv[inner]])
     if key not in _RAN:
         before = _files(folder)
         _run(folder, argv, capfd)
