@@ -9,14 +9,15 @@ recipe's optimiser are then registered with Keras, for ``keras.saving.load_model
 
 import importlib as _importlib
 import importlib.util as _importlib_util
-import os as _os
 import sys as _sys
 import typing as _typing
 
-from keras_vit import checks as _checks
+from keras_vit import dependencies as _dependencies
 from keras_vit.version import __version__
 
-_checks.backend_name(_os.environ.get("KERAS_BACKEND") or None)  # before Keras is imported
+# A backend Keras cannot load, found before Keras is imported: raised at the first use of a
+# name (not at import, which the keras-vit program makes, answering it in one line).
+_BACKEND_PROBLEM = _dependencies.backend_problem()
 
 if _typing.TYPE_CHECKING:  # the names as type checkers and the API reference read them; imported on first use
     from keras_vit.checkpoints.loader import load_weights
@@ -51,7 +52,13 @@ _REGISTERING = ("keras_vit.optimizers", "keras_vit.models.masked_autoencoder", "
 __all__ = sorted([*_DEFINED_IN, "__version__"])
 
 
+def _check_backend():
+    if _BACKEND_PROBLEM is not None:
+        raise _BACKEND_PROBLEM.with_traceback(None)
+
+
 def _define_all():
+    _check_backend()
     for module in _REGISTERING:
         _importlib.import_module(module)
     for name, module in _DEFINED_IN.items():

@@ -65,32 +65,6 @@ def split_fractions(validation_fraction, test_fraction):
         )
 
 
-# Keras' backends; keras-vit is tested on the first three.
-KERAS_BACKENDS = ("tensorflow", "jax", "torch", "numpy", "openvino")
-
-
-def backend_name(name):
-    """``KERAS_BACKEND``'s value checked before Keras is imported (Keras' own error names
-    no alternative): a ValueError naming the known backends and the closest one.
-
-    >>> backend_name("jax")
-    'jax'
-    >>> backend_name("tensorflw")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: KERAS_BACKEND='tensorflw' is not a Keras backend (did you mean tensorflow?); expected one of ...
-    """
-    if name is None or name in KERAS_BACKENDS:
-        return name
-    import difflib
-
-    close = difflib.get_close_matches(str(name), KERAS_BACKENDS, n=1)
-    hint = f" (did you mean {close[0]}?)" if close else ""
-    raise ValueError(
-        f"KERAS_BACKEND={name!r} is not a Keras backend{hint}; expected one of {', '.join(KERAS_BACKENDS)}."
-    )
-
-
 def flag(name):
     """The command-line flag of a field: ``--batch-size`` for ``batch_size``."""
     return "--" + name.replace("_", "-")

@@ -13,6 +13,8 @@ True
 
 import importlib
 import importlib.util
+import json
+import os
 import sys
 
 DISTRIBUTION = "keras-vision-transformer"  # "keras-vit" on the package index is another project
@@ -33,6 +35,14 @@ PACKAGES = {"sklearn": "scikit-learn", "tensorflow_datasets": "tensorflow-datase
 
 class MissingDependencyError(ImportError):
     """A feature's package is not installed; the message names the extra that installs it."""
+
+
+class UnknownBackendError(ValueError):
+    """``KERAS_BACKEND`` (or Keras' ``keras.json``) names no Keras backend."""
+
+
+# The package each backend of Keras imports, which its extra of the same name installs.
+BACKEND_PACKAGES = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
 
 
 def install_hint(extra):
@@ -74,3 +84,71 @@ def check_installed(modules, extra):
     for module in modules:
         if module not in sys.modules and importlib.util.find_spec(module.split(".")[0]) is None:
             raise _missing(module, extra)
+
+
+# Keras' backends; keras-vit is tested on the first three.
+KERAS_BACKENDS = ("tensorflow", "jax", "torch", "numpy", "openvino")
+
+
+def backend_name(name):
+    """``KERAS_BACKEND``'s value checked before Keras is imported (Keras' own error names
+    no alternative): a ValueError naming the known backends and the closest one.
+
+    >>> backend_name("jax")
+    'jax'
+    >>> backend_name("tensorflw")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    keras_vit.dependencies.UnknownBackendError: KERAS_BACKEND='tensorflw' is not a Keras backend (did you mean ...
+    """
+    if name is None or name in KERAS_BACKENDS:
+        return name
+    import difflib
+
+    close = difflib.get_close_matches(str(name), KERAS_BACKENDS, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise UnknownBackendError(
+        f"KERAS_BACKEND={name!r} is not a Keras backend{hint}; expected one of {', '.join(KERAS_BACKENDS)}."
+    )
+
+
+def configured_backend():
+    """``(backend, where it was set)``: the backend Keras will load, read as Keras reads it
+    (``KERAS_BACKEND``, else ``backend`` in ``$KERAS_HOME/keras.json`` or
+    ``~/.keras/keras.json``, else TensorFlow), without importing Keras."""
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"], "KERAS_BACKEND"
+    home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    try:
+        with open(os.path.join(home, "keras.json"), encoding="utf-8") as f:
+            backend = json.load(f).get("backend")
+        if backend:
+            return backend, os.path.join(home, "keras.json")
+    except (OSError, ValueError, AttributeError):
+        pass  # Keras reads no file either: its default
+    return "tensorflow", "Keras' default, with KERAS_BACKEND unset"
+
+
+def backend_problem():
+    """None if Keras can load its backend, else the error that says why, before Keras is
+    imported: ``UnknownBackendError`` for a name Keras does not know, ``MissingDependencyError``
+    (naming the extra) for a backend whose package is not installed."""
+    backend, where = configured_backend()
+    try:
+        backend_name(backend)
+    except UnknownBackendError as error:
+        return error if where == "KERAS_BACKEND" else UnknownBackendError(f"{where}: {error}")
+    package = BACKEND_PACKAGES.get(backend)
+    if package is None or _installed(package):
+        return None
+    others = [b for b, p in BACKEND_PACKAGES.items() if _installed(p)]
+    switch = f"; or set KERAS_BACKEND to an installed one ({', '.join(others)})" if others else ""
+    return MissingDependencyError(
+        f"Keras' {backend} backend ({where}) needs {package}, which is not installed: {install_hint(backend)}{switch}."
+    )
+
+
+def _installed(package):
+    if package in sys.modules:  # None there: an import refused (as a test hides a package)
+        return sys.modules[package] is not None
+    return importlib.util.find_spec(package) is not None

@@ -21,12 +21,16 @@ def read_image(path):
 
 
 def as_pixels(image):
-    """An image file's path or a PIL image -> ``(height, width, 3)`` uint8 RGB; anything else
-    (an array of 0..255 pixels, one image or a batch) is returned as it is.
+    """An image file's path or a PIL image -> ``(height, width, 3)`` uint8 RGB; an array of
+    0..255 pixels (one image or a batch) with three channels, as it is; a grey one (``(height,
+    width)`` or one channel) with its channel repeated three times, as PIL's ``convert("RGB")``
+    and timm's loader make it. Any other shape is a ``ValueError`` naming it.
 
     >>> import numpy as np
     >>> from PIL import Image
     >>> as_pixels(Image.new("L", (5, 4))).shape   # grey -> RGB, (height, width, 3)
+    (4, 5, 3)
+    >>> as_pixels(np.zeros((4, 5), "uint8")).shape
     (4, 5, 3)
     """
     if isinstance(image, (str, os.PathLike)):
@@ -35,6 +39,15 @@ def as_pixels(image):
 
     if isinstance(image, Image.Image):
         return np.asarray(image.convert("RGB"))
+    shape = tuple(np.shape(image))
+    if len(shape) == 2 or (len(shape) in (3, 4) and shape[-1] == 1):  # grey
+        grey = image if len(shape) == 2 else image[..., 0]
+        return np.repeat(np.asarray(grey)[..., None], 3, axis=-1)
+    if len(shape) not in (3, 4) or shape[-1] != 3:
+        raise ValueError(
+            "Expected an image of shape (height, width, 3), or (height, width) or (height, width, 1) for a grey one, "
+            f"or a batch of them; got shape {shape}."
+        )
     return image
 
 

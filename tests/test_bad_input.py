@@ -138,7 +138,7 @@ def _(tmp):
 
 @case("an unknown backend", ValueError, "KERAS_BACKEND='tensorflw' is not a Keras backend", "did you mean tensorflow")
 def _(tmp):
-    keras_vit.checks.backend_name("tensorflw")  # what `import keras_vit` checks (test below)
+    keras_vit.dependencies.backend_name("tensorflw")  # what the first use of keras_vit checks (test below)
 
 
 # --- Calling a model --------------------------------------------------------------------
@@ -934,12 +934,41 @@ def test_a_batch_that_two_real_devices_do_not_divide_is_refused_before_training(
     assert "Epoch 1" not in out.stdout
 
 
-def test_import_with_an_unknown_backend_names_the_known_ones():
-    env = {**os.environ, "KERAS_BACKEND": "tensorflw"}
-    out = subprocess.run([sys.executable, "-c", "import keras_vit"], env=env, capture_output=True, text=True)
-    last = out.stderr.strip().splitlines()[-1]
-    assert out.returncode == 1 and last.startswith("ValueError: KERAS_BACKEND='tensorflw' is not a Keras backend")
-    assert "keras/src" not in out.stderr  # refused before Keras was imported
+# A child whose backend Keras cannot load: the Python API's first use, then a command.
+BACKEND_CHILD = """
+import sys
+if sys.argv[1]:
+    sys.modules[sys.argv[1]] = None  # the backend's package, as if it were not installed
+import keras_vit
+try:
+    keras_vit.create_model("vit_ti16")
+except Exception as error:
+    print(f"{type(error).__name__}: {error}")
+from keras_vit.commands import main
+status = main(["classify", "photo.jpg", "--model", "vit_ti16"])
+assert "keras" not in sys.modules, "refused before Keras was imported"
+print(f"exit {status}")
+"""
+
+
+@pytest.mark.backend_free(processes="the child stops before Keras is imported")
+@pytest.mark.parametrize(
+    "backend, hidden, error, says",
+    [
+        ("tensorflw", "", "UnknownBackendError", "KERAS_BACKEND='tensorflw' is not a Keras backend (did you mean"),
+        ("jax", "jax", "MissingDependencyError", "needs jax, which is not installed: pip install 'keras-vision-"),
+    ],
+    ids=["misspelt", "not installed"],
+)
+def test_a_backend_keras_cannot_load_is_one_error_in_python_and_one_line_on_the_command_line(
+    backend, hidden, error, says
+):
+    env = {**os.environ, "KERAS_BACKEND": backend}
+    out = subprocess.run([sys.executable, "-c", BACKEND_CHILD, hidden], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    first, last = out.stdout.splitlines()
+    assert first.startswith(f"{error}: ") and says in first  # Python: a keras-vit error class
+    assert last == "exit 2" and out.stderr.splitlines() == [f"error: {first.split(': ', 1)[1]}"]
 
 
 # --- Files that could run code or exhaust memory: the opt-in, and the memory bound ------

@@ -602,7 +602,7 @@ def test_not_a_model_file(tmp_path, content):
 
 
 def test_missing_model_file_and_checkpoint_without_model_name(tmp_path):
-    with pytest.raises(InvalidModelFileError, match="is nothing"):
+    with pytest.raises(InvalidModelFileError, match="no such file or folder"):
         export_model(str(tmp_path / "missing.keras"), tmp_path / "out", formats="onnx")
     np.savez(tmp_path / "weights.npz", cls=np.zeros((1, 1, 8), np.float32))
     with pytest.raises(InvalidModelFileError, match="model_name"):

@@ -236,3 +236,18 @@ def test_resize_for_model_refuses_a_model_without_preprocessing():
     model = keras_vit.create_model("vit_ti16", image_size=16, depth=1, num_classes=3)
     with pytest.raises(ValueError, match="Expected a keras-vit model with its pre-processing.*preprocessing is None"):
         resize_for_model(np.zeros((16, 16, 3), np.uint8), model)
+
+
+def test_a_grey_image_is_classified_as_its_three_channel_copy_and_another_channel_count_names_its_shape(photo):
+    # PIL's convert("RGB") and timm's loader repeat a grey channel three times: so does classify.
+    import keras_vit
+
+    layer = ImagePreprocessing(16, crop_fraction=0.875)
+    model = keras_vit.create_model("vit_ti16", image_size=16, patch_size=8, depth=1, num_classes=3, preprocessing=layer)
+    grey = photo[:120, :160].mean(axis=-1).astype(np.uint8)
+    rgb = np.repeat(grey[..., None], 3, axis=-1)
+    expected = model.classify(rgb)
+    for given in (grey, grey[..., None], [grey], grey[None, ..., None]):
+        np.testing.assert_array_equal(model.classify(given), expected)
+    with pytest.raises(ValueError, match=r"got shape \(120, 160, 4\)"):  # the input's own, not a resized one's
+        model.classify(np.concatenate([rgb, rgb[..., :1]], axis=-1))

@@ -436,10 +436,13 @@ def test_finetune_from_a_preset_folder_takes_its_model_and_writes_a_new_run_fold
         with open(os.path.join(run.run_dir, "log.csv")) as f:
             assert [row["epoch"] for row in csv.DictReader(f)] == ["0"]
     # Resuming a finished run is refused, naming it.
+    capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:
         finetune_command("--init_from", str(tmp_path / "preset"), "--dataset", str(photos), "--resume",
                          "--output_dir", str(tmp_path / "runs"))  # fmt: skip
-    assert exit_.value.code == 2 and f"{second.run_dir}, has finished" in capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert exit_.value.code == 2 and f"{second.run_dir}, has finished" in printed.err
+    assert "recipe " not in printed.out  # refused before the recipe's values are printed
 
 
 def test_finetune_from_a_preset_name_served_by_a_mirror(photos, tmp_path, monkeypatch):

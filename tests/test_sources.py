@@ -84,7 +84,7 @@ def test_loading_asks_for_weights_and_names_what_to_use_instead(tmp_path):
         resolve("vit_ti16", loading=True)
     with pytest.raises(NoWeightsError, match="names an architecture"):
         keras_vit.load_model("vit_small_patch14_reg4_dinov2")
-    with pytest.raises(InvalidModelFileError, match="is nothing"):
+    with pytest.raises(InvalidModelFileError, match="no such file or folder"):
         resolve(str(tmp_path / "missing.keras"), loading=True)
     with pytest.raises(InvalidModelFileError, match="is a folder"):
         keras_vit.load_model(str(tmp_path))

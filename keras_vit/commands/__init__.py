@@ -27,7 +27,7 @@ from keras_vit import quiet
 from keras_vit.atomic import DiskFullError
 from keras_vit.commands.interrupts import run_stoppable
 from keras_vit.commands.parser import CommandLineParser
-from keras_vit.dependencies import MissingDependencyError
+from keras_vit.dependencies import MissingDependencyError, backend_problem
 
 # command: (module, what it does); the order of ``keras-vit --help``.
 COMMANDS = {
@@ -41,6 +41,14 @@ COMMANDS = {
     "inspect": ("inspect_model", "the paper's figures: attention rollout and distance, position similarity"),
     "presets": ("presets", "the pretrained presets as a table, or one preset's card"),
 }
+
+
+# The commands that run without Keras' backend (its children load their own: launch).
+NO_BACKEND = ("presets", "launch")
+
+
+def _asks_help(argv):
+    return any(word in ("-h", "--help") for word in argv[1:])
 
 
 def parser(command, doc, **options):
@@ -137,6 +145,10 @@ def _run(argv):
         module = command(argv[0])
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    problem = None if argv[0] in NO_BACKEND or _asks_help(argv) else backend_problem()
+    if problem is not None:  # a misspelt KERAS_BACKEND, a backend not installed: before Keras says it
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
         status = module.main(argv[1:])

@@ -268,7 +268,7 @@ def _unknown(name, loading=False, **_):
             get_preset(name)  # an unknown preset: suggestions
         if not loading:
             registry.get_spec(name)  # an unknown name: suggestions
-    raise InvalidModelFileError(_not_a_model_file(name, "nothing"))
+    raise InvalidModelFileError(_not_a_model_file(name, "no such file or folder"))
 
 
 def _named(table):
@@ -358,7 +358,8 @@ def _sized_as(repository, name):
 def _check_model_file(path):
     """``path``'s container, or ``InvalidModelFileError`` if it is missing or no model file."""
     if not os.path.isfile(path):
-        raise InvalidModelFileError(_not_a_model_file(path, "a folder" if os.path.isdir(path) else "nothing"))
+        what = "a folder" if os.path.isdir(path) else "no such file or folder"
+        raise InvalidModelFileError(_not_a_model_file(path, what))
     try:
         return sniff_container(path)
     except Exception as error:  # also zipfile.BadZipFile from a truncated file
@@ -369,7 +370,8 @@ def _check_model_file(path):
 
 
 def _not_a_model_file(path, what):
-    return f"Expected a model file (.keras, or a checkpoint with a model name); {path} is {what}."
+    found = f": {what}" if what.startswith("no such") else f" is {what}"
+    return f"Expected a model file (.keras, or a checkpoint with a model name); {path}{found}."
 
 
 def _no_weights_message(name):

@@ -323,12 +323,14 @@ def _fit(config, recipe, extra_callbacks):
         steps = updates * config.accumulation_steps  # fit's steps: micro-batches
         _check_fine_tuning(config, recipe, spec)
         objective.check(config, spec)
-        if processes.is_writer():  # the recipe as it will train, once every input is checked
+        # The run folder (--resume of a finished run is refused there), then the recipe as it
+        # will train, once every input is checked.
+        run_dir, resumed = open_run_dir(config, run_name(config, recipe.name, model_name(config, start), objective))
+        if processes.is_writer():
             print(describe(config), flush=True)
             note = student_note(config, spec)
             if note:
                 print(note, flush=True)
-        run_dir, resumed = open_run_dir(config, run_name(config, recipe.name, model_name(config, start), objective))
         record_config(run_dir, config, recipe.name, resumed)
     # One stream of batches across the epochs, `steps` an epoch: a run resumed from its
     # backup skips the epochs it has done, so it sees the batches the uninterrupted run
