@@ -138,7 +138,7 @@ def test_pretrain_on_tfds_mock_data(tmp_path):
 TWO_DEVICES = textwrap.dedent("""
     import json, os, sys
     import numpy as np
-    strategy, out = sys.argv[1:]
+    strategies, out = sys.argv[1].split(","), sys.argv[2]
     if os.environ["KERAS_BACKEND"] == "tensorflow":
         import tensorflow as tf
         cpu = tf.config.list_physical_devices("CPU")[0]
@@ -156,10 +156,14 @@ TWO_DEVICES = textwrap.dedent("""
         result = pretrain(config)
         return result, {v.path: np.asarray(v.numpy() if hasattr(v, "numpy") else v.value) for v in result.model.weights}
 
-    (ours, weights), (one, alone) = run(strategy), run("default")
-    differences = {p: float(np.abs(weights[p] - alone[p]).max() / (np.abs(alone[p]).max() or 1.0)) for p in alone}
-    print("FACTS", json.dumps(dict(replicas=num_replicas(strategy), losses=[ours.history["loss"], one.history["loss"]],
-                                   differences=differences)))
+    one, alone = run("default")
+    facts = {}
+    for strategy in strategies:
+        ours, weights = run(strategy)
+        differences = {p: float(np.abs(weights[p] - alone[p]).max() / (np.abs(alone[p]).max() or 1.0)) for p in alone}
+        facts[strategy] = dict(replicas=num_replicas(strategy), losses=[ours.history["loss"], one.history["loss"]],
+                               differences=differences)
+    print("FACTS", json.dumps(facts))
 """)
 
 
@@ -175,6 +179,17 @@ def _strategies():
 STRATEGY_RTOL = 1e-5
 
 
+@pytest.fixture(scope="module")
+def two_device_runs(tmp_path_factory):
+    """This backend's strategies on two virtual devices, each beside one run on one device,
+    in one child process (the device count is fixed at its start): {strategy: facts}."""
+    env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"}
+    command = [sys.executable, "-c", TWO_DEVICES, ",".join(_strategies()), str(tmp_path_factory.mktemp("two"))]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("FACTS "))[6:])
+
+
 @pytest.mark.parametrize(
     "strategy",
     _strategies()
@@ -185,13 +200,8 @@ STRATEGY_RTOL = 1e-5
         )
     ],
 )
-def test_a_two_device_run_takes_the_one_device_runs_steps(strategy, tmp_path):
-    env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"}
-    out = subprocess.run(
-        [sys.executable, "-c", TWO_DEVICES, strategy, str(tmp_path)], env=env, capture_output=True, text=True, cwd=ROOT
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    facts = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("FACTS "))[6:])
+def test_a_two_device_run_takes_the_one_device_runs_steps(strategy, two_device_runs):
+    facts = two_device_runs[strategy]
     assert facts["replicas"] == (1 if strategy == "model_parallel" else 2)
     ours, alone = facts["losses"]
     np.testing.assert_allclose(ours, alone, rtol=STRATEGY_RTOL)
