@@ -1,6 +1,7 @@
 """The Vision Transformer as a functional Keras model (plain and hybrid ResNet+ViT)."""
 
 import types
+import warnings
 
 import keras
 from keras.dtype_policies import DTypePolicyMap
@@ -123,6 +124,16 @@ class VisionTransformer(keras.Model):
     def class_names(self, names):
         resolve_class_names(names, self.spec.num_classes if self.spec.include_top else None)  # checked first
         set_untracked(self, "_class_names", names)
+
+    def quantize(self, mode=None, **kwargs):
+        """Keras' ``Model.quantize`` (``"int8"``, ``"float8"``, ``"int4"``): the dense
+        projections and the head quantized. The layers with nothing to quantize (the input,
+        norms, tokens, pooling) are passed over quietly: Keras warns once for each."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message=r"Layer \w+ does not have a `quantize` method", category=UserWarning
+            )
+            return super().quantize(mode, **kwargs)
 
     def classify(self, images, batch_size=32):
         """Class probabilities of raw images, pre-processed by ``model.preprocessing``.
