@@ -13,10 +13,11 @@ import os
 from keras_vit import atomic
 from keras_vit.checkpoints import timm_config
 from keras_vit.models import registry
-from keras_vit.presets.catalog import list_presets
 
 # The resolver, the builder and what the layers above ask of a source, through the front door.
-from keras_vit.sources import InvalidModelFileError, NoWeightsError, build, resolve, timm_names  # noqa: F401
+from keras_vit.presets import timm_names
+from keras_vit.presets.catalog import list_presets
+from keras_vit.sources import InvalidModelFileError, NoWeightsError, build, resolve  # noqa: F401
 from keras_vit.sources.description import CHECKPOINT, KERAS_FILE  # noqa: F401
 from keras_vit.sources.resolver import is_url  # noqa: F401
 

@@ -137,3 +137,17 @@ def test_training_shows_progress_bars_on_a_terminal_and_one_line_per_epoch_elsew
     finally:
         os.close(leader)
         os.close(follower)
+
+
+def test_presets_timm_lists_timms_pretrained_names_with_their_repositories(capsys):
+    assert command("presets").main(["--timm", "*reg4_dinov2*"]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [
+        "| vit_small_patch14_reg4_dinov2.lvd142m",
+        "518",
+        "0",
+        "timm/vit_small_patch14_reg4_dinov2.lvd142m |",
+    ] in rows
+    assert all(row[0].strip("| ").endswith(".lvd142m") for row in rows) and len(rows) == 4  # small, base, large, giant
+    assert command("presets").main(["--timm", "no_such*"]) == 2
+    assert "no timm name matches 'no_such*'" in capsys.readouterr().err

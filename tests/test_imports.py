@@ -247,7 +247,7 @@ def _commands():
 
 @pytest.mark.parametrize(
     "argv",
-    [["--help"], ["presets"]] + [[name, "--help"] for name in _commands()],
+    [["--help"], ["presets"], ["presets", "--timm", "*dinov2*"]] + [[name, "--help"] for name in _commands()],
     ids=" ".join,
 )
 @once_on("torch", "what a command line imports does not depend on KERAS_BACKEND (none, or keras and its backend)")

@@ -1,4 +1,4 @@
-"""timm's names as timm's users type them (``keras_vit/sources/timm_names.py``): a tagged
+"""timm's names as timm's users type them (``keras_vit/presets/timm_names.py``): a tagged
 name loads what its ``hf-hub:timm/`` form loads, an untagged one with ``pretrained=True``
 timm's default tag, ``pretrained=False`` the architecture alone with nothing fetched, and
 ``num_classes=0`` the pooled features, each at timm's outputs. A loopback hub serves timm's
@@ -10,7 +10,7 @@ import pytest
 from helpers import assert_close_to_scale, logits, serve_timm_model, small_timm_args, timm_input, torch_logits
 
 import keras_vit
-from keras_vit.sources import timm_names
+from keras_vit.presets import timm_names
 
 ARCHITECTURE = "vit_small_patch16_224"
 RTOL = 2e-5

@@ -1,6 +1,8 @@
 """The pretrained presets as a table (``keras-vit presets [PATTERN]``), and where timm's ViT
 family is; one preset's card when the pattern names exactly one: file, numerics,
-pre-processing, top-1, licence."""
+pre-processing, top-1, licence. ``--timm``: timm's pretrained names keras-vit builds
+(``<architecture>.<tag>``, which ``create_model`` takes as timm does) and their hub
+repositories."""
 
 import sys
 
@@ -11,6 +13,7 @@ def build_parser():
     parser = commands.parser("presets", __doc__)
     about = "a glob over preset names, e.g. 'vit_b16.*'; a whole name shows that preset's card"
     parser.add_argument("pattern", nargs="?", default="*", help=about)
+    parser.add_argument("--timm", action="store_true", help="list timm's pretrained names keras-vit builds instead")
     return parser
 
 
@@ -33,18 +36,48 @@ def table(pattern="*"):
     return "\n".join(lines)
 
 
+def timm_table(pattern="*"):
+    """timm's pretrained names matching ``pattern`` as a Markdown table (0 classes: features).
+
+    >>> print(timm_table("vit_small_patch14_reg4_dinov2*"))
+    | timm name | image size | classes | hub repository |
+    | --- | --- | --- | --- |
+    | vit_small_patch14_reg4_dinov2.lvd142m | 518 | 0 | timm/vit_small_patch14_reg4_dinov2.lvd142m |
+    """
+    from keras_vit.checkpoints.timm_architectures import PRETRAINED
+    from keras_vit.presets.timm_names import pretrained_names
+
+    lines = ["| timm name | image size | classes | hub repository |", "| --- | --- | --- | --- |"]
+    for name in pretrained_names(pattern):
+        architecture, tag = name.split(".", 1)
+        repository, classes, size = PRETRAINED[architecture][tag]
+        lines.append(
+            f"| {name} | {size if isinstance(size, int) else 'x'.join(map(str, size))} | {classes} | {repository} |"
+        )
+    return "\n".join(lines)
+
+
 def family_line():
     """Where timm's ViT family is: its checkpoints load by hub name, not as presets."""
     from keras_vit.checkpoints.timm_config import buildable
 
     return (
-        f"And timm's ViT family, {len(buildable())} architectures by hub name: hf-hub:timm/<architecture>.<tag> "
-        "(keras_vit.list_models() names them; docs/guide/timm-architectures.md)."
+        f"And timm's ViT family, {len(buildable())} architectures by timm's names, <architecture>.<tag> or "
+        "hf-hub:timm/<architecture>.<tag> (keras-vit presets --timm lists them; docs/guide/timm-architectures.md)."
     )
 
 
 def main(argv=None):
-    pattern = build_parser().parse_args(argv).pattern
+    args = build_parser().parse_args(argv)
+    pattern = args.pattern
+    if args.timm:
+        from keras_vit.presets.timm_names import pretrained_names
+
+        if not pretrained_names(pattern):
+            print(f"error: no timm name matches {pattern!r}; keras-vit presets --timm lists them all.", file=sys.stderr)
+            return 2
+        print(timm_table(pattern))
+        return 0
     from keras_vit.presets.catalog import PRESETS, list_presets
 
     names = list_presets(pattern)

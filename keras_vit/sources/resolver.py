@@ -27,9 +27,8 @@ from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
 from keras_vit.models import registry
 from keras_vit.models.spec import ViTSpec
 from keras_vit.models.variants import VARIANTS
-from keras_vit.presets import hub, local
+from keras_vit.presets import hub, local, timm_names
 from keras_vit.presets.catalog import PRESETS, get_preset, list_presets
-from keras_vit.sources import timm_names
 from keras_vit.sources.description import (
     CHECKPOINT,
     HUB,
