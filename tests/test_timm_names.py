@@ -71,6 +71,8 @@ def test_pretrained_false_builds_the_tags_architecture_and_asks_no_network(timm,
         cfg = timm.models.get_pretrained_cfg(name)
         assert model.input_shape == (None, *cfg.input_size[1:], 3), name
         assert model.output_shape[-1] == (cfg.num_classes or model.spec.hidden_size), name
+    preset = keras_vit.create_model("vit_ti16.augreg_in21k_ft_in1k_384", pretrained=False, depth=1)  # keras-vit's own
+    assert preset.input_shape == (None, 384, 384, 3) and preset.output_shape == (None, 1000)
     assert mirror.requests == [] and mirror.heads == []
 
 
@@ -87,6 +89,7 @@ def test_list_models_names_timms_pretrained_names_it_builds(timm):
         ("vit_b16", dict(pretrained=True), "names an architecture, which has no pre-trained weights"),
         ("vit_huge_patch14_gap_224.in1k_ijepa", {}, "timm publishes no hub file"),
         ("vit_b16", dict(pretrained="yes"), "pretrained must be True, False or None"),
+        ("vit_b_16", dict(pretrained=False), "Unknown model name 'vit_b_16'.*Did you mean 'vit_b16'"),
     ],
 )
 def test_names_without_weights_to_fetch_are_clear_errors(name, options, says):

@@ -166,14 +166,13 @@ def _architecture_alone(name, weights):
         return dataclasses.replace(
             architecture, given=name, spec=architecture.spec.replace(**timm_names.tag_options(*tagged))
         )
-    if name in PRESETS:
-        preset = _preset(name)
-        return dataclasses.replace(preset, weights=None, class_names=None)
-    if name in VARIANTS or name in ARCHITECTURES:
-        return resolve(name)
+    described = _preset(name) if name in PRESETS else resolve(name)  # an unknown name: suggestions
+    if described.kind in (PRESET, HUB, VARIANT, TIMM_ARCHITECTURE):  # a name: its architecture, fresh weights
+        return dataclasses.replace(described, weights=None, class_names=None)
     raise ValueError(
-        f"pretrained=False takes a model name (one of list_models(), a preset or timm's <architecture>.<tag>); "
-        f"got {name!r}, which holds its weights: load it without pretrained, or build its architecture by name."
+        f"pretrained=False takes a model name (one of list_models(), a preset, a hub name or timm's "
+        f"<architecture>.<tag>); got {name!r}, a {described.kind.replace('_', ' ')} that holds its weights: load it "
+        "without pretrained, or build its architecture by name."
     )
 
 
