@@ -15,10 +15,6 @@ import typing as _typing
 from keras_vit import dependencies as _dependencies
 from keras_vit.version import __version__
 
-# A backend Keras cannot load, found before Keras is imported: raised at the first use of a
-# name (not at import, which the keras-vit program makes, answering it in one line).
-_BACKEND_PROBLEM = _dependencies.backend_problem()
-
 if _typing.TYPE_CHECKING:  # the names as type checkers and the API reference read them; imported on first use
     from keras_vit.checkpoints.loader import load_weights
     from keras_vit.factory import create_model, list_models, load_model, save_model
@@ -53,8 +49,13 @@ __all__ = sorted([*_DEFINED_IN, "__version__"])
 
 
 def _check_backend():
-    if _BACKEND_PROBLEM is not None:
-        raise _BACKEND_PROBLEM.with_traceback(None)
+    """A backend Keras cannot load, found before Keras is imported: raised at the first use of
+    a name (not at import, which the keras-vit program makes, answering it in one line)."""
+    if "keras" in _sys.modules:  # Keras loaded its backend already
+        return
+    problem = _dependencies.backend_problem()
+    if problem is not None:
+        raise problem
 
 
 def _define_all():

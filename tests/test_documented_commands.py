@@ -108,12 +108,16 @@ def _backend(environment, argv):
     return "jax" if argv[0] == "launch" else environment.get("KERAS_BACKEND", "tensorflow")
 
 
+def _command_at(argv):
+    """Where the command that acts stands in ``argv``: 0, or after ``launch --num-processes N``."""
+    return argv.index("--num-processes") + 2 if argv[0] == "launch" else 0
+
+
 def _as_run(argv):
     """The command as the test runs it: placeholders filled in, a training command made short."""
     argv = [PLACEHOLDERS.get(word, word) for word in argv]
     argv = [word.replace("<run>", PLACEHOLDERS["<run>"]) for word in argv]
-    name = argv[0] if argv[0] != "launch" else argv[argv.index("--num-processes") + 2]
-    return argv + TRAINING.get(name, [])
+    return argv + TRAINING.get(argv[_command_at(argv)], [])
 
 
 # The backends' own lines, which no documented command may show (keras_vit/quiet.py holds
@@ -269,7 +273,7 @@ RECIPE_OF = {"pretrain": "digits_pretrain", "finetune": "digits_finetune"}
 def _effective(argv):
     """A training command as it acts: a flag given again later (the appended SHORT and SMALL
     ones) replaces the earlier value, which is dropped. Any other command: as written."""
-    inner = argv.index("--num-processes") + 2 if argv[0] == "launch" else 0
+    inner = _command_at(argv)
     if argv[inner] not in RECIPE_OF:
         return tuple(argv)
     kept, later = [], set()
@@ -288,7 +292,7 @@ def _run_once(folder, argv, capfd):
     if key != tuple(argv):  # its words may differ from the run's that acts as it: they must parse
         from keras_vit.commands.recipe_flags import parse_args
 
-        inner = argv.index("--num-processes") + 2 if argv[0] == "launch" else 0
+        inner = _command_at(argv)
         parse_args(argv[inner + 1 :], RECIPE_OF[argv[inner]])
     if key not in _RAN:
         before = _files(folder)

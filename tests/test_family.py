@@ -32,7 +32,8 @@ from helpers import (
 
 import keras_vit
 from keras_vit.checkpoints import timm_config
-from keras_vit.checkpoints.timm_architectures import ARCHITECTURES, PRETRAINED
+from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
+from keras_vit.checkpoints.timm_pretrained import PRETRAINED
 from keras_vit.inspect import attention_rollout
 from keras_vit.presets import hub
 

@@ -36,24 +36,24 @@ def table(pattern="*"):
     return "\n".join(lines)
 
 
-def timm_table(pattern="*"):
-    """timm's pretrained names matching ``pattern`` as a Markdown table (0 classes: features).
+def timm_table(names):
+    """timm's pretrained ``names`` (``timm_names.pretrained_names``) as a Markdown table (0
+    classes: the pooled features).
 
-    >>> print(timm_table("vit_small_patch14_reg4_dinov2*"))
+    >>> from keras_vit.presets.timm_names import pretrained_names
+    >>> print(timm_table(pretrained_names("vit_small_patch14_reg4_dinov2*")))
     | timm name | image size | classes | hub repository |
     | --- | --- | --- | --- |
     | vit_small_patch14_reg4_dinov2.lvd142m | 518 | 0 | timm/vit_small_patch14_reg4_dinov2.lvd142m |
     """
-    from keras_vit.checkpoints.timm_architectures import PRETRAINED
-    from keras_vit.presets.timm_names import pretrained_names
+    from keras_vit.checkpoints.timm_pretrained import PRETRAINED
 
     lines = ["| timm name | image size | classes | hub repository |", "| --- | --- | --- | --- |"]
-    for name in pretrained_names(pattern):
+    for name in names:
         architecture, tag = name.split(".", 1)
         repository, classes, size = PRETRAINED[architecture][tag]
-        lines.append(
-            f"| {name} | {size if isinstance(size, int) else 'x'.join(map(str, size))} | {classes} | {repository} |"
-        )
+        shown = size if isinstance(size, int) else "x".join(map(str, size))
+        lines.append(f"| {name} | {shown} | {classes} | {repository} |")
     return "\n".join(lines)
 
 
@@ -73,10 +73,11 @@ def main(argv=None):
     if args.timm:
         from keras_vit.presets.timm_names import pretrained_names
 
-        if not pretrained_names(pattern):
+        names = pretrained_names(pattern)
+        if not names:
             print(f"error: no timm name matches {pattern!r}; keras-vit presets --timm lists them all.", file=sys.stderr)
             return 2
-        print(timm_table(pattern))
+        print(timm_table(names))
         return 0
     from keras_vit.presets.catalog import PRESETS, list_presets
 

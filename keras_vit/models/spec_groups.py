@@ -60,11 +60,17 @@ def options(spec_class, groups):
     return found
 
 
+def in_group(name, group_name):
+    """Whether option ``name`` is of the group ``group_name``: its key (the group's own name)
+    or one of its fields, ``<group>_<field>``."""
+    return name == group_name or name.startswith(group_name + "_")
+
+
 def option(spec, name, groups):
     """The value of option ``name`` (an ``options()`` name) of ``spec``; a flat group's field
     where the group is None is its default."""
     for group in groups:
-        if group.flat and (name == group.name or name.startswith(group.name + "_")):
+        if group.flat and in_group(name, group.name):
             inner = group.key if name == group.name else name[len(group.name) + 1 :]
             value = getattr(spec, group.name)
             return getattr(value, inner) if value is not None else default(group.kind, inner)

@@ -2,7 +2,7 @@
 of timm's ViTs), and an untagged architecture with ``pretrained=True`` (timm's default tag).
 
 Both load what the hub name ``hf-hub:timm/<architecture>.<tag>`` loads, from the repository
-timm fetches that tag from (``timm_architectures.PRETRAINED``, written from timm with the
+timm fetches that tag from (``timm_pretrained.PRETRAINED``, written from timm with the
 architectures); with ``pretrained=False`` the tag gives the classes and input size timm
 builds it with, and nothing is fetched. The table is data: no network is asked which tags
 exist.
@@ -11,7 +11,7 @@ exist.
 import fnmatch
 
 from keras_vit.checkpoints import timm_config
-from keras_vit.checkpoints.timm_architectures import PRETRAINED
+from keras_vit.checkpoints.timm_pretrained import PRETRAINED
 from keras_vit.presets import hub
 
 

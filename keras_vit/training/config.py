@@ -13,6 +13,7 @@ from keras_vit import checks
 from keras_vit import vocabulary as names
 from keras_vit.models.mae_spec import MAESpec
 from keras_vit.models.spec import ARCHITECTURE, ViTSpec
+from keras_vit.models.spec_groups import in_group
 from keras_vit.training.recipe_presets import DATASET_DEFAULTS, PRESETS, SCALED_TO_BATCH
 
 
@@ -214,10 +215,6 @@ MAE_OPTIONS = {f.name: f for f in dataclasses.fields(MAESpec)}
 _HELD_IN = {"model_options": MODEL_OPTIONS, "mae_options": MAE_OPTIONS}
 
 
-def _in_group(name, group):
-    return name == group or name.startswith(group + "_")
-
-
 # The values a field takes, where they are few (the command line lists them; "none" too
 # where the field may be None). The strategies are every backend's: each refuses the others'.
 CHOICES = {
@@ -252,8 +249,8 @@ GROUPS = {
     "output": ("output_dir", "run_name", "resume", "progress"),
     "distribution": ("strategy", "tpu", "coordinator_address", "num_processes", "process_id", "coordinator_timeout"),
     "runtime": ("mixed_precision", "jit_compile", "seed"),
-    "model options (ViTSpec; default: the model's own)": tuple(k for k in MODEL_OPTIONS if not _in_group(k, "rope")),
-    "rotary position embeddings (ViTSpec.rope)": tuple(k for k in MODEL_OPTIONS if _in_group(k, "rope")),
+    "model options (ViTSpec; default: the model's own)": tuple(k for k in MODEL_OPTIONS if not in_group(k, "rope")),
+    "rotary position embeddings (ViTSpec.rope)": tuple(k for k in MODEL_OPTIONS if in_group(k, "rope")),
 }  # fmt: skip
 # What a recipe preset says about its own model, which a model the user names replaces.
 _ARCHITECTURE = {"image_size", *(n for n in ViTSpec.fields_with_role(ARCHITECTURE) if n in MODEL_OPTIONS)}

@@ -87,8 +87,11 @@ def with_start_options(config, start):
         return config
     stated, asked = start.mae_spec.to_config(), config.mae_spec
     taken = {k: v for k, v in stated.items() if k in config.defaults}
-    conflicts = [f"{flag(k)} {getattr(asked, k)!r} (the model's: {v!r})" for k, v in stated.items()
-                 if k.startswith("decoder_") and k not in taken and getattr(asked, k) != v]  # fmt: skip
+    conflicts = [
+        f"{flag(k)} {getattr(asked, k)!r} (the model's: {v!r})"
+        for k, v in stated.items()
+        if k.startswith("decoder_") and k not in taken and getattr(asked, k) != v
+    ]
     if conflicts:
         raise RecipeInputError(
             f"--init-from {config.init_from} has another decoder than the recipe asks: {'; '.join(conflicts)}. "
@@ -168,8 +171,11 @@ def resolved(config, pretrained):
     else:
         spec = pretrained.spec
         architecture = set(ViTSpec.fields_with_role(ARCHITECTURE))
-        conflicts = [f"{flag(k)} {v!r} (the model's: {spec.option(k)!r})" for k, v in config.model_options.items()
-                     if k in architecture and spec.option(k) != v]  # fmt: skip
+        conflicts = [
+            f"{flag(k)} {v!r} (the model's: {spec.option(k)!r})"
+            for k, v in config.model_options.items()
+            if k in architecture and spec.option(k) != v
+        ]
         own_normalization = _normalization_of(pretrained.preprocessing)
         if config.normalization not in (None, own_normalization):
             conflicts.append(f"--normalization {config.normalization!r} (the model's: {own_normalization!r})")

@@ -371,6 +371,15 @@ def _fit(config, recipe, extra_callbacks):
         with _finite_evaluation():  # for masked patch prediction: the colour accuracy on the corrupted patches
             tested = model.evaluate(test, verbose=0, return_dict=True)
     seconds = time.perf_counter() - started
-    return RunResult(trained(model), run_dir, history.history, float(tested.get("accuracy", "nan")), seconds, checks,
-                     epochs.seconds, test_loss=float(tested["loss"]), metric=objective.judged_by,
-                     measured=objective.measured)  # fmt: skip
+    return RunResult(
+        trained(model),
+        run_dir,
+        history.history,
+        float(tested.get("accuracy", "nan")),
+        seconds,
+        checks,
+        epochs.seconds,
+        test_loss=float(tested["loss"]),
+        metric=objective.judged_by,
+        measured=objective.measured,
+    )
