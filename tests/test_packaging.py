@@ -154,8 +154,10 @@ def test_the_wheel_installs_with_one_backend_and_works(tmp_path, rng):
     (wheel,) = glob.glob(str(dist / "*.whl"))
     assert os.path.basename(wheel).startswith("keras_vision_transformer-")
     files = zipfile.ZipFile(wheel).namelist()
-    for data in ("keras_vit/labels/imagenet1k.tsv", "keras_vit/labels/imagenet21k.tsv", "keras_vit/presets/catalog.py"):
-        assert data in files, data
+    data = ["keras_vit/labels/imagenet1k.tsv", "keras_vit/labels/imagenet21k.tsv", "keras_vit/presets/catalog.py"]
+    data += [f"keras_vit/checkpoints/{table}.json" for table in ("timm_architectures", "timm_pretrained")]
+    for path in data:
+        assert path in files, path
     assert not any(f.startswith(("tests/", "recipes/", "benchmarks/")) for f in files)
 
     subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)

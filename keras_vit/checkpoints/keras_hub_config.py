@@ -15,6 +15,8 @@ saved alone; the text tower is not read). The weights are read by keras-hub itse
 import json
 import os
 
+from keras_vit.checkpoints.dinov3_options import dinov3_options
+
 CONFIG_FILE, TASK_FILE, PREPROCESSOR_FILE = "config.json", "task.json", "preprocessor.json"
 CONVERTER_FILE = "image_converter.json"  # a preprocessor's converter, saved beside it or alone
 WEIGHTS_FILE = "model.weights.h5"
@@ -110,24 +112,23 @@ def _dinov3(config, task):
     _backbone_only("DINOV3Backbone", task)
     act = config.get("hidden_activation", "gelu")
     biases = [bool(config.get(name, True)) for name in ("use_proj_bias", "use_mlp_bias")]
-    if act not in ("gelu", "silu") or biases[0] != biases[1]:
-        raise UnsupportedKerasHubModelError(
-            f"a DINOV3Backbone with hidden_activation={act!r}, use_proj_bias={biases[0]}, use_mlp_bias={biases[1]}: "
-            "keras-vit builds the exact GELU or SiLU, with the projections' biases both on or both off."
-        )
+    dinov3 = dinov3_options(
+        act,
+        biases,
+        described=(
+            f"a DINOV3Backbone with hidden_activation={act!r}, use_proj_bias={biases[0]}, use_mlp_bias={biases[1]}"
+        ),
+        error=UnsupportedKerasHubModelError,
+        qkv_bias=any(config.get(f"use_{n}_bias", True) for n in ("query", "key", "value")),
+        layer_scale_init=config.get("layer_scale_init_value", 1.0),
+        num_register_tokens=config.get("num_register_tokens", 4),
+        rope_temperature=config.get("rope_theta", 100.0),
+    )
     return dict(
         _sizes(config, "intermediate_dim"),
+        **dinov3,
         layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-5)),
-        gelu_approximate=False,
-        mlp_activation=act,
         gated_mlp=bool(config.get("use_gated_mlp", False)),
-        qkv_bias=any(config.get(f"use_{n}_bias", True) for n in ("query", "key", "value")),
-        proj_bias=biases[0],
-        layer_scale_init=float(config.get("layer_scale_init_value", 1.0)),
-        num_register_tokens=int(config.get("num_register_tokens", 4)),
-        position_embedding="none",
-        rope="dinov3",
-        rope_temperature=float(config.get("rope_theta", 100.0)),
         pooling=None,
         include_top=False,
     )

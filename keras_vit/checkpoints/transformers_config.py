@@ -9,6 +9,7 @@ as a backbone whose output is the upstream model's pooled output (``pooler_outpu
 
 import dataclasses
 
+from keras_vit.checkpoints.dinov3_options import dinov3_options
 from keras_vit.checkpoints.layouts import LAYOUTS, spec_options_from_hf_config
 
 PROCESSOR_FILE = "preprocessor_config.json"  # the image processor's settings, beside config.json
@@ -117,26 +118,23 @@ def _dinov3_vit(config):
     options = {**LAYOUTS["hf_dinov3"].numerics, **spec_options_from_hf_config(config)}
     options.pop("num_classes", None)
     act = config.get("hidden_act", "gelu")
-    gated = bool(config.get("use_gated_mlp", False))
-    biases = [bool(config.get(name, default)) for name, default in (("proj_bias", True), ("mlp_bias", True))]
-    if act not in ("gelu", "silu") or biases[0] != biases[1]:
-        raise UnsupportedModelTypeError(
-            f"a dinov3_vit checkpoint with hidden_act={act!r}, proj_bias={biases[0]}, mlp_bias={biases[1]}: "
-            "keras-vit builds the exact GELU or SiLU, with the projections' biases both on or both off."
-        )
+    biases = [bool(config.get(name, True)) for name in ("proj_bias", "mlp_bias")]
     qkv_bias = any(config.get(name, default) for name, default in (("query_bias", True), ("key_bias", False),
                                                                   ("value_bias", True)))  # fmt: skip
+    dinov3 = dinov3_options(
+        act,
+        biases,
+        described=f"a dinov3_vit checkpoint with hidden_act={act!r}, proj_bias={biases[0]}, mlp_bias={biases[1]}",
+        error=UnsupportedModelTypeError,
+        qkv_bias=qkv_bias,
+        layer_scale_init=config.get("layerscale_value", 1.0),
+        num_register_tokens=config.get("num_register_tokens", 0),
+        rope_temperature=config.get("rope_theta", 100.0),
+    )
     return dict(
         options,
-        mlp_activation="silu" if act == "silu" else "gelu",
-        gated_mlp=gated,
-        qkv_bias=qkv_bias,
-        proj_bias=biases[0],
-        layer_scale_init=float(config.get("layerscale_value", 1.0)),
-        num_register_tokens=int(config.get("num_register_tokens", 0)),
-        position_embedding="none",
-        rope="dinov3",
-        rope_temperature=float(config.get("rope_theta", 100.0)),
+        **dinov3,
+        gated_mlp=bool(config.get("use_gated_mlp", False)),
         dynamic_image_size=True,
         include_top=False,
     )

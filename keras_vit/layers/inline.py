@@ -1,11 +1,10 @@
 """What the layers made of sublayers share: inline sublayer calls and their dtype config."""
 
-import inspect
-
 import keras
 
 from keras_vit import torch_eager
 from keras_vit.internals import direct_call, sublayers
+from keras_vit.layers.arguments import arguments_config
 
 
 def _inline_pays():
@@ -130,25 +129,12 @@ def dtype_policy_config(layer):
 
 def composite_config(layer, base_config):
     """``get_config`` of a layer made of sublayers: Keras' ``base_config``, each argument of
-    the layer's ``__init__`` as the layer holds it (an attribute of the same name), and
-    ``dtype_policy_config``. The arguments are read from the signatures (a subclass's and
-    those of the keras-vit classes it passes ``**kwargs`` on to), so a new one is saved
-    without being listed again.
+    the layer's ``__init__`` as the layer holds it (``arguments_config``), and
+    ``dtype_policy_config``.
 
     >>> from keras_vit.layers import MlpBlock
     >>> config = composite_config(MlpBlock(8, dropout_rate=0.1), {})
     >>> config["mlp_dim"], config["dropout_rate"], config["gelu_approximate"]
     (8, 0.1, True)
     """
-    names = []
-    for cls in type(layer).__mro__:
-        if not cls.__module__.startswith("keras_vit."):
-            break
-        if "__init__" not in vars(cls):  # a subclass that takes its base's arguments
-            continue
-        parameters = inspect.signature(cls.__init__).parameters.values()
-        own = [p.name for p in parameters if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        names += [name for name in own if name not in names]
-        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
-            break
-    return {**base_config, **{name: getattr(layer, name) for name in names}, "dtype": dtype_policy_config(layer)}
+    return {**arguments_config(layer, base_config), "dtype": dtype_policy_config(layer)}

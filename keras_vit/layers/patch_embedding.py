@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.arguments import arguments_config
 from keras_vit.layers.initializers import deferrable_weight
 
 
@@ -96,12 +97,4 @@ class PatchEmbedding(keras.layers.Layer):
         return (batch, None if None in grid else grid[0] * grid[1], self.hidden_size)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            hidden_size=self.hidden_size,
-            patch_size=self.patch_size,
-            num_channels=self.num_channels,
-            flatten=self.flatten,
-            use_bias=self.use_bias,
-        )
-        return config
+        return arguments_config(self, super().get_config())

@@ -247,14 +247,6 @@ class ResNetBackbone(_BitLayer):
             for i, units in enumerate(self.block_units)
         ]
 
-    @property
-    def feature_stride(self):
-        return resnet_feature_stride(self.block_units)
-
-    @property
-    def out_channels(self):
-        return resnet_out_channels(self.block_units, self.width)
-
     def build(self, input_shape):
         check_feature_map(input_shape, f"ResNetBackbone '{self.name}'")
         shape = _build_chain((self.conv_root, self.gn_root), input_shape)
@@ -275,8 +267,9 @@ class ResNetBackbone(_BitLayer):
     def compute_output_shape(self, input_shape):
         check_feature_map(input_shape, f"ResNetBackbone '{self.name}'")
         # Every "SAME" step rounds up, and nested ceilings are the ceiling of the product.
-        sides = [conv_output_size(size, 1, self.feature_stride) for size in input_shape[1:3]]
-        return (input_shape[0], *sides, self.out_channels)
+        stride = resnet_feature_stride(self.block_units)
+        sides = [conv_output_size(size, 1, stride) for size in input_shape[1:3]]
+        return (input_shape[0], *sides, resnet_out_channels(self.block_units, self.width))
 
     def get_config(self):
         return {**super().get_config(), "block_units": list(self.block_units), "width": self.width}

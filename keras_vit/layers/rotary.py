@@ -35,6 +35,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit.layer_rules import check_rope_head_width
+from keras_vit.layers.arguments import arguments_config
 from keras_vit.layers.initializers import deferrable_weight
 from keras_vit.vocabulary import GRID_INDEXINGS, LEARNED_FORMS, ROPE_FORMS
 
@@ -291,17 +292,4 @@ class RotaryEmbedding(keras.layers.Layer):
         return (2, tokens_shape[1], self.head_dim)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            grid_size=self.grid_size,
-            head_dim=self.head_dim,
-            num_prefix_tokens=self.num_prefix_tokens,
-            form=self.form,
-            temperature=self.temperature,
-            reference_grid=self.reference_grid,
-            grid_indexing=self.grid_indexing,
-            grid_offset=self.grid_offset,
-            depth=self.depth,
-            num_heads=self.num_heads,
-        )
-        return config
+        return arguments_config(self, super().get_config())

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit.layers.arguments import arguments_config
 from keras_vit.layers.initializers import deferrable_weight
 from keras_vit.resampling import axis_weights
 from keras_vit.vocabulary import POSITION_TABLES
@@ -123,9 +124,7 @@ class AddedTokens(keras.layers.Layer):
         return (batch, None if length is None else length + self.count, width)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(count=self.count)
-        return config
+        return arguments_config(self, super().get_config())
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -260,14 +259,7 @@ class PositionEmbedding(keras.layers.Layer):
         return input_shape
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            grid_size=self.grid_size,
-            num_prefix_tokens=self.num_prefix_tokens,
-            kind=self.kind,
-            interpolation=self.interpolation,
-        )
-        return config
+        return arguments_config(self, super().get_config())
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -313,6 +305,4 @@ class PatchTokens(keras.layers.Layer):
         return (batch, *self.grid_size, width)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(num_prefix_tokens=self.num_prefix_tokens, grid_size=self.grid_size)
-        return config
+        return arguments_config(self, super().get_config())

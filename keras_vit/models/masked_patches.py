@@ -24,6 +24,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit import checks
+from keras_vit.layers.arguments import arguments_config
 from keras_vit.models.graph import encode, final_norm
 from keras_vit.models.self_supervised import SelfSupervisedModel
 from keras_vit.models.vit import VisionTransformer
@@ -162,14 +163,7 @@ class PatchCorruption(keras.layers.Layer):
         return input_shape, input_shape[:2]
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            corrupt_fraction=self.corrupt_fraction,
-            mask_fraction=self.mask_fraction,
-            random_fraction=self.random_fraction,
-            seed=self.seed,
-        )
-        return config
+        return arguments_config(self, super().get_config())
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
