@@ -1,6 +1,8 @@
 """Training in several real processes on 127.0.0.1 (JAX's multi-process runtime, gloo on
 CPU): the same weights as one process, each process its own half of every batch, one
-writer, a killed worker resumed; and the clear errors where it cannot run."""
+writer, a killed worker resumed, a masked autoencoder and a distilled student as in one
+process (their resume from a backup in this process: the kill itself is the sharded run's);
+and the clear errors where it cannot run."""
 
 import csv
 import json
@@ -34,8 +36,9 @@ WORKER = textwrap.dedent(
     from keras_vit.training import make_config, pretrain
 
     out, strategy, resume, die = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
-    # The objective's options (JSON): a masked autoencoder's, a teacher's.
-    objective = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
+    # The runs, one after another in the same processes (JSON): each run folder's name and its
+    # objective's options (a masked autoencoder's, a teacher's); by default one run, "run".
+    objectives = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {"run": {}}
     index = int(os.environ.get("KERAS_DISTRIBUTION_PROCESS_ID", 0))
     seen, written = [], []
     make_pipeline = run.make_pipeline
@@ -76,9 +79,9 @@ WORKER = textwrap.dedent(
         def on_epoch_begin(self, epoch, logs=None):
             self.epoch = epoch
 
-    options = dict(RUN, strategy=strategy, output_dir=out, run_name="run", resume=resume)
-    config = make_config("digits_pretrain", **{**options, **objective})
-    pretrain(config, callbacks=[Die()])
+    for name, objective in objectives.items():
+        options = dict(RUN, strategy=strategy, output_dir=out, run_name=name, resume=resume)
+        pretrain(make_config("digits_pretrain", **{**options, **objective}), callbacks=[Die()])
     with open_(os.path.join(out, f"seen-{index}.json"), "w") as f:
         json.dump({"seen": seen, "written": written}, f)
     """
@@ -104,16 +107,16 @@ def _worker(tmp_path):
     return str(path)
 
 
-def _launch(worker, out, strategy, resume=False, die=-1, timeout=240, objective=None):
+def _launch(worker, out, strategy, resume=False, die=-1, timeout=240, objectives=None):
     """``keras-vit launch`` of two worker processes; its exit status and output."""
     command = [sys.executable, "-m", "keras_vit", "launch", "--num_processes", "2", worker, str(out), strategy,
-               str(int(resume)), str(die), json.dumps(objective or {})]  # fmt: skip
+               str(int(resume)), str(die), json.dumps(objectives or {"run": {}})]  # fmt: skip
     done = subprocess.run(command, env=_environment(), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     return done.returncode, done.stdout + done.stderr
 
 
-def _weights(out):
-    model = keras.saving.load_model(os.path.join(out, "run", "model.keras"), compile=False)
+def _weights(out, run="run"):
+    model = keras.saving.load_model(os.path.join(out, run, "model.keras"), compile=False)
     return [keras.ops.convert_to_numpy(w) for w in model.weights]
 
 
@@ -193,29 +196,94 @@ def digits_teacher(tmp_path_factory):
     return path
 
 
-@jax_only
-@pytest.mark.slow
-@pytest.mark.parametrize("objective", ["mae", "distillation"])
-def test_a_masked_autoencoder_or_a_distilled_student_killed_in_two_processes_resumes_to_one_process_weights(
-    objective, digits_teacher, tmp_path
-):
-    options = {
+def _objectives(teacher):
+    """The two objectives beside classification, each in a run folder of its name."""
+    return {
         "mae": dict(objective="mae", mask_ratio=0.5, decoder_width=16, decoder_depth=1, decoder_heads=2),
-        "distillation": dict(teacher=digits_teacher, distillation="soft", distillation_temperature=2.0,
-                             representation_size=None),
-    }[objective]  # fmt: skip
-    options["fewshot_every"] = 0  # the weights are compared here; the epoch's few-shot numbers in the test above
-    worker, one, out = _worker(tmp_path), tmp_path / "one", tmp_path / "out"
-    # The one-process run in this process (a JAX one, as the workers are): a process start saved.
-    pretrain(make_config("digits_pretrain", **{**RUN, **options, "output_dir": str(one), "run_name": "run"}))
-    status, output = _launch(worker, out, "data_parallel", die=1, objective=options)
-    assert status == 128 + signal.SIGKILL, output[-3000:]
-    status, output = _launch(worker, out, "data_parallel", resume=True, objective=options)
-    assert status == 0, output[-3000:]
-    expected, actual = _weights(one), _weights(out)
+        "distillation": dict(
+            teacher=teacher, distillation="soft", distillation_temperature=2.0, representation_size=None
+        ),
+    }
+
+
+def _one_process(out, name, objective, callbacks=(), **more):
+    """A run of ``RUN`` with ``objective`` in this process (a JAX one, as the workers are), its
+    few-shot numbers left out (the weights are compared; the epoch's numbers in the test above)."""
+    options = {**RUN, **objective, "fewshot_every": 0, "output_dir": str(out), "run_name": name, **more}
+    config = make_config("digits_pretrain", **options)
+    return pretrain(config, callbacks=list(callbacks))
+
+
+@pytest.fixture(scope="module")
+def objectives_in_one_process(digits_teacher, tmp_path_factory):
+    """Each objective's whole run in this process: the weights the others must reach."""
+    out = tmp_path_factory.mktemp("objectives")
+    objectives = _objectives(digits_teacher)
+    for name, objective in objectives.items():
+        _one_process(out, name, objective)
+    return out, objectives
+
+
+def _assert_same_weights(expected, actual):
     assert len(expected) == len(actual) > 10
     for want, got in zip(expected, actual, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@jax_only
+@pytest.mark.slow
+def test_a_masked_autoencoder_and_a_distilled_student_in_two_processes_train_as_in_one(
+    objectives_in_one_process, tmp_path
+):
+    one, objectives = objectives_in_one_process
+    more = {"fewshot_every": 0}
+    out = tmp_path / "out"
+    both = {name: {**objective, **more} for name, objective in objectives.items()}
+    status, output = _launch(_worker(tmp_path), out, "data_parallel", objectives=both)
+    assert status == 0, output[-3000:]
+    for name in objectives:
+        _assert_same_weights(_weights(one, name), _weights(out, name))
+
+
+class _Stopped(Exception):
+    pass
+
+
+class _StopMidEpoch(keras.callbacks.Callback):
+    """Stops a run at epoch 2's second step, as a kill would there: training never ends, the
+    first epoch's backup stays (a real kill of two processes: the sharded test above)."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.epoch == 1 and batch == 1:
+            raise _Stopped
+
+
+class _Steps(keras.callbacks.Callback):
+    taken = 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.taken += 1
+
+
+@jax_only
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mae", "distillation"])
+def test_a_masked_autoencoder_or_a_distilled_student_stopped_mid_epoch_resumes_to_the_whole_runs_weights(
+    name, objectives_in_one_process, tmp_path
+):
+    one, objectives = objectives_in_one_process
+    with pytest.raises(_Stopped):
+        _one_process(tmp_path, name, objectives[name], callbacks=[_StopMidEpoch()])
+    assert not (tmp_path / name / "model.keras").exists()
+    with open(tmp_path / name / "backup" / "state.json") as f:
+        assert json.load(f)["epoch"] == 1
+    steps = _Steps()
+    _one_process(tmp_path, name, objectives[name], callbacks=[steps], resume=True)
+    assert steps.taken == RUN["steps_per_epoch"]  # the second epoch alone: the first was in the backup
+    _assert_same_weights(_weights(one, name), _weights(tmp_path, name))
 
 
 @jax_only
