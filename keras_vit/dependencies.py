@@ -27,6 +27,7 @@ EXTRAS = {
     "data": "the data pipelines (tf.data, tensorflow-datasets and the embedded digits)",
     "export": "exports (SavedModel, LiteRT, ONNX) and their verification",
     "inspect": "the inspect figures",
+    "text": "the text tokenizers (CLIP's BPE, SigLIP's SentencePiece)",
 }
 
 # Where the name one imports is not the name one installs.

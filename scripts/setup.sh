@@ -27,5 +27,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # timm is the reference for the parity tests; its own requirements include
   # torchvision, which must not be installed here (see tests/torchvision_stub.py).
   "${PIP[@]}" --no-deps "timm==1.0.31"
+  # open_clip is the reference of the text tokenizers' tests (its package ships the real CLIP
+  # vocabulary); it requires torchvision too, so the same way. Its other requirements
+  # (ftfy, regex) come with the text extra and transformers.
+  "${PIP[@]}" --no-deps "open_clip_torch==3.3.0"
   echo "$want" > "$stamp"
 fi
