@@ -1,9 +1,10 @@
 """Text tokenizers: the ids each upstream gives, on strings that tell tokenizers apart.
 
 The references are the upstreams' own code: open_clip's ``SimpleTokenizer`` with the real CLIP
-vocabulary its package ships, and transformers' ``CLIPTokenizer`` over that vocabulary, its
+vocabulary its package ships; transformers' ``CLIPTokenizer`` over that vocabulary, its
 folder written by its own ``save_pretrained`` (``tokenizer.json``) or in the OpenAI hub
-repositories' ``vocab.json`` and ``merges.txt`` layout. Tokenizing is Python that no backend
+repositories' ``vocab.json`` and ``merges.txt`` layout; transformers' ``SiglipTokenizer``
+over a SentencePiece model trained here, offline, on the manual's pages. Tokenizing is Python that no backend
 computes: these tests run once (``backend_free``), open_clip's (which returns torch tensors)
 in the torch process.
 """
@@ -85,6 +86,33 @@ def transformers_folder(clip_vocabulary, tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="module")
+def siglip_folder(tmp_path_factory):
+    """transformers' SigLIP tokenizer as its ``save_pretrained`` writes it (``spiece.model``),
+    over a small SentencePiece model with SigLIP's special ids (padding 0, ``</s>`` 1, unknown
+    2, no start of text), trained on the README and the models page."""
+    import sentencepiece
+    from helpers import REPOSITORY
+    from transformers import SiglipTokenizer
+
+    folder = tmp_path_factory.mktemp("siglip_tokenizer")
+    corpus = folder / "corpus.txt"
+    corpus.write_text("".join((REPOSITORY / page).read_text() for page in ("README.md", "docs/guide/models.md")))
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(corpus),
+        model_prefix=str(folder / "spiece"),
+        vocab_size=400,
+        model_type="unigram",
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        minloglevel=2,
+    )
+    SiglipTokenizer(vocab_file=str(folder / "spiece.model")).save_pretrained(str(folder / "saved"))
+    return folder / "saved"
+
+
 def _transformers_ids(folder, texts):
     from transformers import AutoTokenizer
 
@@ -112,8 +140,16 @@ def test_transformers_clip_tokenizer_gives_transformers_ids(layout, transformers
     assert ours.pad_id == 49407 and ours.context_length == 77
 
 
-def test_a_tokenizer_saved_as_its_config_gives_the_same_ids(transformers_folder):
-    tokenizer = TextTokenizer.from_folder(str(transformers_folder))
+def test_siglips_tokenizer_gives_transformers_ids(siglip_folder):
+    ours = TextTokenizer.from_folder(str(siglip_folder))
+    np.testing.assert_array_equal(ours(HARD), _transformers_ids(siglip_folder, HARD))
+    # SigLIP's own padding: to 64 ids with its </s>, which mteb and others got wrong.
+    assert (ours.context_length, ours.pad_id, ours.end_id, ours.start_id) == (64, 1, 1, None)
+
+
+@pytest.mark.parametrize("kind", ["clip", "siglip"])
+def test_a_tokenizer_saved_as_its_config_gives_the_same_ids(kind, transformers_folder, siglip_folder):
+    tokenizer = TextTokenizer.from_folder(str({"clip": transformers_folder, "siglip": siglip_folder}[kind]))
     again = TextTokenizer.from_config(json.loads(json.dumps(tokenizer.get_config())))
     np.testing.assert_array_equal(again(HARD), tokenizer(HARD))
 
@@ -127,6 +163,7 @@ def test_one_text_is_a_batch_of_one_and_a_text_that_is_not_a_string_is_refused(t
 
 def test_a_folder_without_a_tokenizer_says_what_it_expected(tmp_path):
     with pytest.raises(
-        FileNotFoundError, match="holds no tokenizer: expected tokenizer.json, or vocab.json and merges.txt"
+        FileNotFoundError,
+        match="holds no tokenizer: expected tokenizer.json, spiece.model, or vocab.json and merges.txt",
     ):
         TextTokenizer.from_folder(str(tmp_path))

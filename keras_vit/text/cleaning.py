@@ -30,15 +30,20 @@ def open_clip_clean(text):
     return _collapse_whitespace(text).lower()
 
 
-def canonicalize(text):
-    """big_vision's and SigLIP's canonical text: lower case, ASCII punctuation removed,
-    whitespace collapsed.
+def canonicalize(text, lower=True):
+    """big_vision's and SigLIP's canonical text: lower case (unless a tokenizer's config says
+    ``do_lower_case: false``), ASCII punctuation removed, whitespace collapsed.
 
     >>> canonicalize("A photo of a Cat,  (small)!")
     'a photo of a cat small'
     """
-    return _collapse_whitespace(text.lower().translate(_PUNCTUATION))
+    return _collapse_whitespace((text.lower() if lower else text).translate(_PUNCTUATION))
 
 
 # clean-up -> the function; "none": the tokenizer's own normalisation alone.
-CLEANUPS = {"none": lambda text: text, "open_clip": open_clip_clean, "canonicalize": canonicalize}
+CLEANUPS = {
+    "none": lambda text: text,
+    "open_clip": open_clip_clean,
+    "canonicalize": canonicalize,
+    "canonicalize_cased": lambda text: canonicalize(text, lower=False),
+}

@@ -2,7 +2,7 @@
 them (the clean-up, the start and end of text, truncation that keeps the end, the padding id).
 
 Tokenizing runs in Python, outside the model's graph, with the library the upstream's files
-are written for (``tokenizers``); the tower takes the ids.
+are written for (``encoders``); the tower takes the ids.
 """
 
 import json
@@ -13,97 +13,125 @@ import numpy as np
 from keras_vit.dependencies import require
 from keras_vit.text import byte_level_bpe
 from keras_vit.text.cleaning import CLEANUPS
+from keras_vit.text.encoders import SentencePieceEncoder, TokenizersEncoder, encoder_from_config
 
 # transformers' tokenizer files in a repository or a save_pretrained folder.
-TOKENIZER_JSON, VOCAB_JSON, MERGES_TXT = "tokenizer.json", "vocab.json", "merges.txt"
+TOKENIZER_JSON, VOCAB_JSON, MERGES_TXT, SPIECE = "tokenizer.json", "vocab.json", "merges.txt", "spiece.model"
 TOKENIZER_CONFIG, SPECIAL_TOKENS = "tokenizer_config.json", "special_tokens_map.json"
+# transformers' tokenizer classes that clean the text in Python first: SigLIP's canonical text.
+_CANONICAL = {"SiglipTokenizer": "canonicalize"}
 
 
 class TextTokenizer:
-    """Texts to ``(len(texts), context_length)`` int32 ids.
+    """Texts to ``(len(texts), context_length)`` int32 ids: ``start_id`` (where the upstream
+    has one), the text's ids, ``end_id``, then ``pad_id`` to the context length. A longer
+    text loses its last ids, never its end of text.
 
     Args:
-        tokenizer: a ``tokenizers.Tokenizer`` (its JSON text is what is saved), which adds
-            the start and end of text itself.
-        context_length: the ids per text: longer texts are cut, keeping their end-of-text
-            id last; shorter ones padded.
-        pad_id: the padding id (open_clip's 0; transformers' CLIP pads with its end of text).
+        encoder: the upstream's tokenizer (``encoders``): cleaned texts to their ids.
+        context_length: the ids per text.
+        end_id, pad_id, start_id: the end of text, the padding (open_clip's 0; transformers
+            pads CLIP with its end of text, SigLIP with its ``</s>``), the start of text or None.
         clean: the upstream's clean-up before tokenizing, a name in ``cleaning.CLEANUPS``.
     """
 
-    def __init__(self, tokenizer, context_length, pad_id, clean="none"):
+    def __init__(self, encoder, context_length, *, end_id, pad_id, start_id=None, clean="none"):
         if clean not in CLEANUPS:
             raise ValueError(f"clean must be one of {sorted(CLEANUPS)}; got {clean!r}.")
-        if isinstance(context_length, bool) or not isinstance(context_length, int) or context_length < 2:
+        specials = 1 + (start_id is not None)
+        if isinstance(context_length, bool) or not isinstance(context_length, int) or context_length <= specials:
             raise ValueError(
-                f"context_length must be an int of at least 2 (start and end of text); got {context_length!r}."
+                f"context_length must be an int above {specials} (the start and end of text); got {context_length!r}."
             )
-        self.tokenizer = tokenizer
-        self.context_length, self.pad_id, self.clean = context_length, int(pad_id), clean
-        tokenizer.enable_truncation(context_length)
-        tokenizer.enable_padding(length=context_length, pad_id=self.pad_id)
+        self.encoder, self.context_length, self.clean = encoder, context_length, clean
+        self.start_id, self.end_id, self.pad_id = start_id, int(end_id), int(pad_id)
 
     def __call__(self, texts):
         texts = [texts] if isinstance(texts, str) else list(texts)
         wrong = [text for text in texts if not isinstance(text, str)]
         if wrong:
             raise TypeError(f"expected texts (str, or a list of them); got {type(wrong[0]).__name__} {wrong[0]!r}.")
-        cleaned = [CLEANUPS[self.clean](text) for text in texts]
-        ids = [encoding.ids for encoding in self.tokenizer.encode_batch(cleaned)]
-        return np.asarray(ids, dtype="int32").reshape(len(texts), self.context_length)
-
-    @property
-    def vocabulary_size(self):
-        return self.tokenizer.get_vocab_size()
+        start = [] if self.start_id is None else [self.start_id]
+        room = self.context_length - len(start) - 1
+        ids = np.full((len(texts), self.context_length), self.pad_id, dtype="int32")
+        for row, content in zip(ids, self.encoder.encode([CLEANUPS[self.clean](text) for text in texts])):
+            whole = [*start, *content[:room], self.end_id]
+            row[: len(whole)] = whole
+        return ids
 
     def get_config(self):
         return {
-            "tokenizer": self.tokenizer.to_str(),
+            "encoder": self.encoder.get_config(),
             "context_length": self.context_length,
+            "start_id": self.start_id,
+            "end_id": self.end_id,
             "pad_id": self.pad_id,
             "clean": self.clean,
         }
 
     @classmethod
     def from_config(cls, config):
-        tokenizers = require("tokenizers", "text")
-        return cls(**{**config, "tokenizer": tokenizers.Tokenizer.from_str(config["tokenizer"])})
+        return cls(**{**config, "encoder": encoder_from_config(config["encoder"])})
 
     @classmethod
     def open_clip(cls, merges_path, context_length=77):
         """open_clip's CLIP tokenizer (``SimpleTokenizer``) from its merges file: ftfy and
         HTML clean-up, lower case, padded with 0."""
         vocab, merges = byte_level_bpe.open_clip_vocabulary(merges_path)
-        tokenizer = byte_level_bpe.clip_bpe(vocab, merges, byte_level_bpe.OPEN_CLIP_SPECIALS)
-        return cls(tokenizer, context_length, pad_id=0, clean="open_clip")
+        encoder = TokenizersEncoder(byte_level_bpe.clip_bpe(vocab, merges, byte_level_bpe.OPEN_CLIP_SPECIALS))
+        start, end = (vocab[token] for token in byte_level_bpe.OPEN_CLIP_SPECIALS)
+        return cls(encoder, context_length, start_id=start, end_id=end, pad_id=0, clean="open_clip")
 
     @classmethod
     def from_folder(cls, folder):
         """The tokenizer of a transformers repository or ``save_pretrained`` folder:
-        ``tokenizer.json``, or CLIP's ``vocab.json`` and ``merges.txt``, with the context
-        length (``model_max_length``) and padding token its ``tokenizer_config.json`` names."""
-        tokenizers = require("tokenizers", "text")
-        config = _read_json(os.path.join(folder, TOKENIZER_CONFIG))
-        config = {**_read_json(os.path.join(folder, SPECIAL_TOKENS)), **config}
-        if os.path.exists(os.path.join(folder, TOKENIZER_JSON)):
-            tokenizer = tokenizers.Tokenizer.from_file(os.path.join(folder, TOKENIZER_JSON))
-        elif all(os.path.exists(os.path.join(folder, name)) for name in (VOCAB_JSON, MERGES_TXT)):
-            vocab, merges = byte_level_bpe.read_vocabulary(*(os.path.join(folder, n) for n in (VOCAB_JSON, MERGES_TXT)))
-            tokenizer = byte_level_bpe.clip_bpe(vocab, merges)
-        else:
-            raise FileNotFoundError(
-                f"{folder} holds no tokenizer: expected {TOKENIZER_JSON}, or {VOCAB_JSON} and {MERGES_TXT}."
-            )
+        SigLIP's ``spiece.model``, a ``tokenizer.json``, or CLIP's ``vocab.json`` and
+        ``merges.txt``, with the context length (``model_max_length``), padding and end of
+        text its ``tokenizer_config.json`` names."""
+        config = {
+            **_read_json(os.path.join(folder, SPECIAL_TOKENS)),
+            **_read_json(os.path.join(folder, TOKENIZER_CONFIG)),
+        }
+        clean = _CANONICAL.get(config.get("tokenizer_class"), "none")
+        if clean != "none" and not config.get("do_lower_case", True):
+            clean = "canonicalize_cased"
+        encoder, start, end = _encoder(folder, config)
         context_length = config.get("model_max_length")
         if not isinstance(context_length, int) or context_length > 1_000_000:  # transformers' "no limit" is 1e30
             raise ValueError(
                 f"{os.path.join(folder, TOKENIZER_CONFIG)} gives no model_max_length (the context length)."
             )
         pad = _token(config.get("pad_token") or config.get("eos_token"))
-        pad_id = tokenizer.token_to_id(pad) if pad is not None else None
+        pad_id = None if pad is None else encoder.token_to_id(pad)
         if pad_id is None:
             raise ValueError(f"{folder}'s tokenizer has no padding token {pad!r} in its vocabulary.")
-        return cls(tokenizer, context_length, pad_id)
+        return cls(encoder, context_length, start_id=start, end_id=end, pad_id=pad_id, clean=clean)
+
+
+def _encoder(folder, config):
+    """``(encoder, start id or None, end id)`` of the tokenizer files in ``folder``."""
+
+    def path(name):
+        return os.path.join(folder, name)
+
+    if config.get("tokenizer_class") in _CANONICAL and os.path.exists(path(SPIECE)):
+        with open(path(SPIECE), "rb") as f:
+            encoder = SentencePieceEncoder(f.read())
+        end = encoder.token_to_id(_token(config.get("eos_token")) or "</s>")
+        return encoder, None, end
+    if os.path.exists(path(TOKENIZER_JSON)):
+        encoder = TokenizersEncoder(require("tokenizers", "text").Tokenizer.from_file(path(TOKENIZER_JSON)))
+    elif os.path.exists(path(VOCAB_JSON)) and os.path.exists(path(MERGES_TXT)):
+        encoder = TokenizersEncoder(
+            byte_level_bpe.clip_bpe(*byte_level_bpe.read_vocabulary(path(VOCAB_JSON), path(MERGES_TXT)))
+        )
+    else:
+        raise FileNotFoundError(
+            f"{folder} holds no tokenizer: expected {TOKENIZER_JSON}, {SPIECE}, or {VOCAB_JSON} and {MERGES_TXT}."
+        )
+    # The ids the tokenizer's own post-processor puts around a text: (start,) end.
+    *start, end = encoder.special_ids() or [encoder.token_to_id(_token(config.get("eos_token")))]
+    return encoder, (start[0] if start else None), end
 
 
 def _read_json(path):
