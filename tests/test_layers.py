@@ -54,6 +54,7 @@ CASES = {
     # BEiT's relative position bias (a class token and a 2x2 grid).
     "RelativePositionAttention": (dict(num_heads=2, relative_position_grid=(2, 2)), (2, 5, 8)),
     "DifferentialAttention": (dict(num_heads=2, lambda_init=0.3), (2, 5, 8)),
+    "CausalAttention": (dict(num_heads=2), (2, 5, 8)),
     "PatchEmbedding": (dict(hidden_size=8, patch_size=4, num_channels=3), (2, 8, 8, 3)),
     "PatchTokens": (dict(num_prefix_tokens=1, grid_size=(2, 2)), (2, 5, 8)),
     "PositionEmbedding": (dict(grid_size=(2, 2), num_prefix_tokens=1), (2, 5, 8)),

@@ -99,15 +99,17 @@ def test_attention_model_returns_every_block(rng):
     assert not np.allclose(to_numpy(model.attention_model()(x)[0]), maps[0])
 
 
-def _reference_attention(layer, x):
-    """Softmax(Q K^T / sqrt(d)) V with the layer's weights, in numpy (float64 products)."""
+def _reference_attention(layer, x, causal=False):
+    """Softmax(Q K^T / sqrt(d)) V with the layer's weights, in numpy (float64 products);
+    ``causal``: each token's logits of the tokens after it at minus infinity."""
     from keras_vit.export.verify import softmax
 
     batch, length, width = x.shape
     heads, dim = layer.num_heads, width // layer.num_heads
     qkv = x.astype("float64") @ to_numpy(layer.qkv.kernel) + to_numpy(layer.qkv.bias)
     q, k, v = qkv.reshape(batch, length, 3, heads, dim).transpose(2, 0, 3, 1, 4)
-    weights = softmax(q @ k.transpose(0, 1, 3, 2) / np.sqrt(dim))
+    later = np.triu(np.ones((length, length), bool), k=1) if causal else np.zeros((length, length), bool)
+    weights = softmax(np.where(later, -np.inf, q @ k.transpose(0, 1, 3, 2) / np.sqrt(dim)))
     out = (weights @ v).transpose(0, 2, 1, 3).reshape(batch, length, width)
     return out @ to_numpy(layer.out.kernel) + to_numpy(layer.out.bias), weights
 
@@ -115,17 +117,19 @@ def _reference_attention(layer, x):
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 @pytest.mark.parametrize("head_dim", [16, 20])  # a power-of-two scale (1/4), and one that is not
 @pytest.mark.parametrize("fused", [True, False])
-def test_fused_and_explicit_attention_equal_the_formula(rng, policy, head_dim, fused):
+@pytest.mark.parametrize("kind", ["plain", "causal"])
+def test_fused_and_explicit_attention_equal_the_formula(rng, policy, head_dim, fused, kind):
     # Both forms, forced on every backend through the one switch (the fused op, and the
-    # written-out one that also returns weights), and in bfloat16 both places the scale can go.
-    from keras_vit.layers import MultiHeadSelfAttention
+    # written-out one that also returns weights), and in bfloat16 both places the scale can go;
+    # the causal kind (CLIP's text tower) with the later tokens masked.
+    from keras_vit.layers.attention import attention_layer
     from keras_vit.layers.fused_attention import set_fused_attention
 
-    layer = MultiHeadSelfAttention(num_heads=2, dtype=policy)
+    layer = attention_layer(kind, num_heads=2, dtype=policy)
     x = rng.standard_normal((2, 9, 2 * head_dim)).astype("float32")
     layer.build(x.shape)
     layer.qkv.bias.assign(rng.standard_normal(layer.qkv.bias.shape).astype("float32"))
-    want, want_weights = _reference_attention(layer, x)
+    want, want_weights = _reference_attention(layer, x, causal=kind == "causal")
     tolerance = 1e-5 if policy == "float32" else 0.05
     set_fused_attention(fused)
     try:

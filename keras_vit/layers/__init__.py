@@ -1,7 +1,12 @@
 """Keras layers of the ViT, each serialisable and written with ``keras.ops`` only."""
 
 from keras_vit.layers.activations import gelu_erf, gelu_tanh, quick_gelu
-from keras_vit.layers.attention import DifferentialAttention, MultiHeadSelfAttention, RelativePositionAttention
+from keras_vit.layers.attention import (
+    CausalAttention,
+    DifferentialAttention,
+    MultiHeadSelfAttention,
+    RelativePositionAttention,
+)
 from keras_vit.layers.attention_pooling import AttentionPooling
 from keras_vit.layers.dense import Dense
 from keras_vit.layers.encoder_block import EncoderBlock, MlpBlock

@@ -208,15 +208,15 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             return self._fused_attention(qkv, training), None
         return self._explicit_attention(qkv, training)
 
-    def _logit_bias(self, dtype):
-        """A bias on the attention logits, ``(1, heads, tokens, tokens)``; None for none."""
+    def _logit_bias(self, dtype, length):
+        """A bias on the attention logits, ``(1, heads or 1, length, length)``; None for none."""
         return None
 
     def _fused_attention(self, qkv, training):
         # Unstacked, not sliced: the gradient of an unstack is one stack, where three
         # slices each write a zero-filled gradient of the whole qkv tensor, then summed.
         query, key, value = ops.unstack(qkv, 3, axis=2)  # (batch, length, heads, dim)
-        bias = self._logit_bias(query.dtype)
+        bias = self._logit_bias(query.dtype, ops.shape(query)[1])
         if bias is not None:
             return ops.dot_product_attention(query, key, value, bias=bias, flash_attention=False)
         return ops.dot_product_attention(query, key, value, flash_attention=_flash_attention(query.shape[1], training))
@@ -242,7 +242,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             logits = ops.cast(ops.matmul(query * ops.cast(scale, query.dtype), key_t), "float32")
         else:
             logits = ops.cast(ops.matmul(query, key_t), "float32") * scale
-        bias = self._logit_bias("float32")
+        bias = self._logit_bias("float32", ops.shape(query)[2])
         if bias is not None:
             logits = logits + bias
         weights = ops.cast(ops.softmax(logits, axis=-1), query.dtype)
@@ -282,7 +282,7 @@ class RelativePositionAttention(MultiHeadSelfAttention):
             initializer=keras.initializers.TruncatedNormal(stddev=0.02),
         )
 
-    def _logit_bias(self, dtype):
+    def _logit_bias(self, dtype, length):
         length = self._relative_index.shape[0]
         table = ops.take(ops.cast(self.relative_position_bias, dtype), self._relative_index.reshape(-1), axis=0)
         return ops.expand_dims(ops.transpose(ops.reshape(table, (length, length, self.num_heads)), (2, 0, 1)), 0)
@@ -351,11 +351,35 @@ class DifferentialAttention(MultiHeadSelfAttention):
         return ops.transpose(heads, (0, 2, 1, 3)), weights
 
 
+@keras.saving.register_keras_serializable(package="keras_vit")
+class CausalAttention(MultiHeadSelfAttention):
+    """Attention in which each token reads itself and the tokens before it, none after
+    (CLIP's text tower): fused as the backends' own causal kernels
+    (``dot_product_attention(is_causal=True)``), written out with the later tokens' logits
+    at minus infinity.
+
+    >>> import keras, numpy as np
+    >>> out, weights = CausalAttention(2)(np.ones((1, 3, 8), "float32"), return_attention_scores=True)
+    >>> (keras.ops.convert_to_numpy(weights)[0, 0] * 6).round().astype(int).tolist()  # sixths
+    [[6, 0, 0], [3, 3, 0], [2, 2, 2]]
+    """
+
+    def _logit_bias(self, dtype, length):
+        later = ops.arange(length)[None, :] > ops.arange(length)[:, None]
+        return ops.cast(ops.where(later, float("-inf"), 0.0)[None, None], dtype)
+
+    def _fused_attention(self, qkv, training):
+        query, key, value = ops.unstack(qkv, 3, axis=2)
+        flash = _flash_attention(query.shape[1], training)
+        return ops.dot_product_attention(query, key, value, is_causal=True, flash_attention=flash)
+
+
 # The attention kinds by the name an EncoderBlock's ``attention_options`` give (``"kind"``).
 ATTENTION_KINDS = {
     "plain": MultiHeadSelfAttention,
     "relative_position": RelativePositionAttention,
     "differential": DifferentialAttention,
+    "causal": CausalAttention,
 }
 
 
