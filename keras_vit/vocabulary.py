@@ -8,6 +8,10 @@ CROP_MODES = ("center", "squash")  # layers/preprocessing.py: a centre crop, or 
 HEAD_FUSIONS = ("mean", "max", "min")  # inspect/attention.py: how attention rollout fuses a block's heads
 MLP_ACTIVATIONS = ("gelu", "quick_gelu", "silu")  # layers/activations.py: the MLP's, by ViTSpec.mlp_activation
 POOLINGS = ("token", "gap", "token_gap")  # layers/heads.py
+# layers/text_pooling.py: where a text tower reads a text's vector: the first position of its
+# highest id (OpenAI CLIP's end of text), of a given end-of-text id (transformers' CLIP where a
+# config sets another), or the last position (SigLIP's, its texts padded to the context).
+END_OF_TEXT_RULES = ("highest_id", "first_id", "last")
 ATTENTION_POOLING = "map"  # layers/attention_pooling.py: the spec's pooling name, timm's global_pool
 POSITION_TABLES = ("learned", "sincos2d")  # layers/tokens.py: what PositionEmbedding adds
 # The spec's choices: "none" is a model without a table (one with rotary embeddings).

@@ -28,6 +28,7 @@ recognised, how its peer resamples, the numerics it was trained with) is its rec
 
 from keras_vit.checkpoints.cells import (
     BLOCK,
+    TEXT_BLOCK,
     Shifted,
     batched,
     concat,
@@ -54,25 +55,25 @@ _HF = "encoder.layer.{0}."
 _HF_ATTN = _HF + "attention."
 
 
-def _named_blocks(block, norms, qkv, out, layer_scale=None):
+def _named_blocks(block, norms, qkv, out, layer_scale=None, keras_block=_B):
     """The block rows of a layout that names each norm and projection apart (transformers'
     DINOv2, DINOv3, CLIP and SigLIP): ``block`` the block's key prefix (``{0}`` its index),
     ``norms`` the two norms' name (``{1}`` their number), ``qkv`` the query, key and value
     projections' three names, ``out`` the attention's output projection, ``layer_scale`` its
     LayerScale's name (``{1}`` the branch), if any. The MLP's two layers are ``mlp.fc1`` and
-    ``mlp.fc2``."""
+    ``mlp.fc2``. ``keras_block``: the Keras block prefix (a text tower's is ``TEXT_BLOCK``)."""
     rows = [
-        (_B + r"norm([12])/gamma", same(block + norms + ".weight")),
-        (_B + r"norm([12])/beta", same(block + norms + ".bias")),
-        (_B + r"attention/qkv/kernel", linear(*(block + name + ".weight" for name in qkv))),
-        (_B + r"attention/qkv/bias", concat(*(block + name + ".bias" for name in qkv))),
-        (_B + r"attention/out/kernel", linear(block + out + ".weight")),
-        (_B + r"attention/out/bias", same(block + out + ".bias")),
-        (_B + r"mlp/(fc[12])/kernel", linear(block + "mlp.{1}.weight")),
-        (_B + r"mlp/(fc[12])/bias", same(block + "mlp.{1}.bias")),
+        (keras_block + r"norm([12])/gamma", same(block + norms + ".weight")),
+        (keras_block + r"norm([12])/beta", same(block + norms + ".bias")),
+        (keras_block + r"attention/qkv/kernel", linear(*(block + name + ".weight" for name in qkv))),
+        (keras_block + r"attention/qkv/bias", concat(*(block + name + ".bias" for name in qkv))),
+        (keras_block + r"attention/out/kernel", linear(block + out + ".weight")),
+        (keras_block + r"attention/out/bias", same(block + out + ".bias")),
+        (keras_block + r"mlp/(fc[12])/kernel", linear(block + "mlp.{1}.weight")),
+        (keras_block + r"mlp/(fc[12])/bias", same(block + "mlp.{1}.bias")),
     ]
     if layer_scale:
-        rows.append((_B + r"layer_scale([12])/gamma", same(block + layer_scale)))
+        rows.append((keras_block + r"layer_scale([12])/gamma", same(block + layer_scale)))
     return rows
 
 
@@ -259,6 +260,20 @@ HF_CLIP = [
     (r"encoder_norm/beta", same("post_layernorm.bias")),
     (r"head/kernel", linear("visual_projection.weight")),
     (r"head/bias", zero_bias("visual_projection.weight")),
+]
+
+# HF transformers' CLIP text tower (CLIPTextModel[WithProjection], CLIPModel's text_model and
+# text_projection): its blocks named as the vision tower's.
+_T = "text_model."
+HF_CLIP_TEXT = [
+    (r"text_embedding/token_embedding", same(_T + "embeddings.token_embedding.weight")),
+    (r"text_embedding/position_embedding", same(_T + "embeddings.position_embedding.weight")),
+    *_named_blocks(
+        _T + _C, "layer_norm{1}", [f"self_attn.{n}_proj" for n in "qkv"], "self_attn.out_proj", keras_block=TEXT_BLOCK
+    ),
+    (r"text_norm/gamma", same(_T + "final_layer_norm.weight")),
+    (r"text_norm/beta", same(_T + "final_layer_norm.bias")),
+    (r"text_projection/kernel", linear("text_projection.weight")),
 ]
 
 # HF transformers' SigLIP vision tower (SiglipVisionModel, SiglipModel's vision_model): no

@@ -1,10 +1,11 @@
 """What a spec may be: each field's allowed values and the rules between fields, checked once.
 
-``ViTSpec``, ``ResNetSpec`` and ``RotarySpec`` (``keras_vit.models``) call ``check_vit``,
-``check_resnet`` and ``check_rotary`` when they are made, so a spec that exists can be built. A rule that a
-layer also needs (a head width its rotary embeddings can split, heads that divide the
-width) is the layer module's own check, called from here: the layers do not check it
-again. Each rule is one small function, in the order the errors are met.
+``ViTSpec``, ``ResNetSpec``, ``RotarySpec`` and ``TextSpec`` (``keras_vit.models``) call
+``check_vit``, ``check_resnet``, ``check_rotary`` and ``check_text`` when they are made, so a
+spec that exists can be built. A rule that a layer also needs (a head width its rotary
+embeddings can split, heads that divide the width) is the layer module's own check, called
+from here: the layers do not check it again. Each rule is one small function, in the order
+the errors are met.
 """
 
 from keras_vit import checks
@@ -18,6 +19,7 @@ from keras_vit.layer_rules import (
 )
 from keras_vit.vocabulary import (
     ATTENTION_POOLING,
+    END_OF_TEXT_RULES,
     GRID_INDEXINGS,
     LEARNED_FORMS,
     MLP_ACTIVATIONS,
@@ -39,6 +41,21 @@ def check_resnet(spec):
     check_std_conv_form(spec.std_conv_form)
     checks.positive_int(spec.width, "resnet width")
     return units
+
+
+def check_text(spec):
+    """A ``TextSpec``'s rules."""
+    for name in ("vocabulary_size", "context_length", "hidden_size", "depth", "num_heads", "mlp_dim"):
+        checks.positive_int(getattr(spec, name), name)
+    check_heads(spec.hidden_size, spec.num_heads, "hidden_size")
+    one_of(spec.pooling, END_OF_TEXT_RULES, "pooling")
+    if (spec.pooling == "first_id") != (spec.end_id is not None):
+        raise ValueError(
+            f"end_id goes with pooling 'first_id' alone; got pooling={spec.pooling!r}, end_id={spec.end_id!r}."
+        )
+    if spec.projection_dim is not None:
+        checks.positive_int(spec.projection_dim, "projection_dim")
+    one_of(spec.mlp_activation, MLP_ACTIVATIONS, "mlp_activation")
 
 
 def check_vit(spec, rates):
