@@ -262,10 +262,11 @@ HF_CLIP = [
     (r"head/bias", zero_bias("visual_projection.weight")),
 ]
 
-# HF transformers' CLIP text tower (CLIPTextModel[WithProjection], CLIPModel's text_model and
-# text_projection): its blocks named as the vision tower's.
+# HF transformers' text towers as their pairs (CLIPModel, SiglipModel) and CLIP's
+# CLIPTextModelWithProjection write them: the blocks named as the vision towers'; CLIP's
+# projection without a bias beside text_model, SigLIP's head with one inside it.
 _T = "text_model."
-HF_CLIP_TEXT = [
+_TEXT_TOWER = [
     (r"text_embedding/token_embedding", same(_T + "embeddings.token_embedding.weight")),
     (r"text_embedding/position_embedding", same(_T + "embeddings.position_embedding.weight")),
     *_named_blocks(
@@ -273,7 +274,12 @@ HF_CLIP_TEXT = [
     ),
     (r"text_norm/gamma", same(_T + "final_layer_norm.weight")),
     (r"text_norm/beta", same(_T + "final_layer_norm.bias")),
-    (r"text_projection/kernel", linear("text_projection.weight")),
+]
+HF_CLIP_TEXT = [*_TEXT_TOWER, (r"text_projection/kernel", linear("text_projection.weight"))]
+HF_SIGLIP_TEXT = [
+    *_TEXT_TOWER,
+    (r"text_projection/kernel", linear(_T + "head.weight")),
+    (r"text_projection/bias", same(_T + "head.bias")),
 ]
 
 # HF transformers' SigLIP vision tower (SiglipVisionModel, SiglipModel's vision_model): no
