@@ -43,7 +43,13 @@ _DEFINED_IN = {
 }
 # Imported with them for what they register with Keras: a saved recipe's optimiser and the
 # self-supervised models' classes.
-_REGISTERING = ("keras_vit.optimizers", "keras_vit.models.masked_autoencoder", "keras_vit.models.masked_patches")
+_REGISTERING = (
+    "keras_vit.optimizers",
+    "keras_vit.models.masked_autoencoder",
+    "keras_vit.models.masked_patches",
+    "keras_vit.models.image_text",
+    "keras_vit.models.text_tower",
+)
 
 __all__ = sorted([*_DEFINED_IN, "__version__"])
 

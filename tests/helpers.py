@@ -187,6 +187,55 @@ def assert_close_to_scale(actual, expected, rtol, err_msg=""):
     return difference / scale
 
 
+def pil_processor(name):
+    """transformers' image processor ``name`` on its PIL backend (its default picks torchvision
+    wherever the name imports, and here it names tests/torchvision_stub.py)."""
+    import transformers
+
+    return getattr(transformers, f"{name}Pil", None) or getattr(transformers, name)
+
+
+def write_clip_vocabulary(folder):
+    """CLIP's vocabulary in the OpenAI hub repositories' layout (``vocab.json``, ``merges.txt``)
+    in ``folder``, written from the real one open_clip's package ships: the same ids under
+    transformers' names of the special tokens. Returns open_clip's tokenizer module."""
+    import json
+
+    import torchvision_stub
+
+    torchvision_stub.install()  # open_clip imports torchvision, as timm does
+    from open_clip import tokenizer
+
+    reference = tokenizer.SimpleTokenizer()
+    names = {"<start_of_text>": "<|startoftext|>", "<end_of_text>": "<|endoftext|>"}
+    vocab = {names.get(token, token): i for token, i in reference.encoder.items()}
+    (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    merges = sorted(reference.bpe_ranks, key=reference.bpe_ranks.get)
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges), encoding="utf-8")
+    return tokenizer
+
+
+def train_sentencepiece(folder, vocab_size, pages=("README.md",)):
+    """A SentencePiece model (``folder/spiece.model``) with SigLIP's special ids (padding 0,
+    ``</s>`` 1, unknown 2, no start of text), trained offline on the repository's ``pages``."""
+    import sentencepiece
+
+    corpus = folder / "corpus.txt"
+    corpus.write_text("".join((REPOSITORY / page).read_text(encoding="utf-8") for page in pages), encoding="utf-8")
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(corpus),
+        model_prefix=str(folder / "spiece"),
+        vocab_size=vocab_size,
+        model_type="unigram",
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        minloglevel=2,
+    )
+    return folder / "spiece.model"
+
+
 def write_photo(path):
     """One real photo (scikit-image's cat) as a JPEG at ``path``."""
     import skimage.data

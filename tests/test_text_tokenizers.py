@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers import once_on
+from helpers import once_on, train_sentencepiece, write_clip_vocabulary
 
 from keras_vit.text import TextTokenizer
 
@@ -43,11 +43,19 @@ HARD = [
 
 
 @pytest.fixture(scope="module")
-def open_clip_tokenizer():
-    """open_clip's tokenizer module (beside the inert torchvision stand-in timm uses too)."""
-    import torchvision_stub
+def clip_vocabulary(tmp_path_factory):
+    """CLIP's vocabulary in the OpenAI hub repositories' layout (``vocab.json``, ``merges.txt``,
+    ``tokenizer_config.json``), written from open_clip's."""
+    folder = tmp_path_factory.mktemp("clip_vocab")
+    write_clip_vocabulary(folder)
+    config = {"model_max_length": 77, "pad_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return folder
 
-    torchvision_stub.install()
+
+@pytest.fixture(scope="module")
+def open_clip_tokenizer(clip_vocabulary):
+    """open_clip's tokenizer module (imported beside the inert torchvision stand-in)."""
     from open_clip import tokenizer
 
     return tokenizer
@@ -56,23 +64,6 @@ def open_clip_tokenizer():
 @pytest.fixture(scope="module")
 def merges_file(open_clip_tokenizer):
     return os.path.join(os.path.dirname(open_clip_tokenizer.__file__), "bpe_simple_vocab_16e6.txt.gz")
-
-
-@pytest.fixture(scope="module")
-def clip_vocabulary(open_clip_tokenizer, tmp_path_factory):
-    """CLIP's vocabulary in the OpenAI hub repositories' layout (``vocab.json``, ``merges.txt``,
-    ``tokenizer_config.json``), written from open_clip's: the same ids under transformers'
-    names of the special tokens."""
-    folder = tmp_path_factory.mktemp("clip_vocab")
-    reference = open_clip_tokenizer.SimpleTokenizer()
-    names = {"<start_of_text>": "<|startoftext|>", "<end_of_text>": "<|endoftext|>"}
-    vocab = {names.get(token, token): i for token, i in reference.encoder.items()}
-    (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
-    merges = sorted(reference.bpe_ranks, key=reference.bpe_ranks.get)
-    (folder / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges), encoding="utf-8")
-    config = {"model_max_length": 77, "pad_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}
-    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -89,27 +80,12 @@ def transformers_folder(clip_vocabulary, tmp_path_factory):
 @pytest.fixture(scope="module")
 def siglip_folder(tmp_path_factory):
     """transformers' SigLIP tokenizer as its ``save_pretrained`` writes it (``spiece.model``),
-    over a small SentencePiece model with SigLIP's special ids (padding 0, ``</s>`` 1, unknown
-    2, no start of text), trained on the README and the models page."""
-    import sentencepiece
-    from helpers import REPOSITORY
+    over a small SentencePiece model trained on the README and the models page."""
     from transformers import SiglipTokenizer
 
     folder = tmp_path_factory.mktemp("siglip_tokenizer")
-    corpus = folder / "corpus.txt"
-    corpus.write_text("".join((REPOSITORY / page).read_text() for page in ("README.md", "docs/guide/models.md")))
-    sentencepiece.SentencePieceTrainer.train(
-        input=str(corpus),
-        model_prefix=str(folder / "spiece"),
-        vocab_size=400,
-        model_type="unigram",
-        pad_id=0,
-        eos_id=1,
-        unk_id=2,
-        bos_id=-1,
-        minloglevel=2,
-    )
-    SiglipTokenizer(vocab_file=str(folder / "spiece.model")).save_pretrained(str(folder / "saved"))
+    model = train_sentencepiece(folder, 400, pages=("README.md", "docs/guide/models.md"))
+    SiglipTokenizer(vocab_file=str(model)).save_pretrained(str(folder / "saved"))
     return folder / "saved"
 
 

@@ -12,8 +12,8 @@ from helpers import randomize_torch, to_numpy
 
 from keras_vit.checkpoints.table import HF_CLIP_TEXT, HF_SIGLIP_TEXT
 from keras_vit.checkpoints.tower_weights import assign_rows
-from keras_vit.models.text_encoder import text_encoder
 from keras_vit.models.text_spec import TextSpec
+from keras_vit.models.text_tower import text_encoder
 
 SIZES = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
 CONTEXT, PROJECTION = 16, 24

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 import skimage.data
-from helpers import assert_close_to_scale, randomize_torch, to_numpy, write_photos
+from helpers import assert_close_to_scale, pil_processor, randomize_torch, to_numpy, write_photos
 
 import keras_vit
 from keras_vit.checkpoints.transformers_config import UnsupportedModelTypeError
@@ -37,14 +37,6 @@ def small_embeddings(peer, scale=1e-3):
             if "embeddings" in name:
                 p.mul_(scale)
     return peer
-
-
-def pil_processor(name):
-    """transformers' image processor ``name`` on its PIL backend (its default picks torchvision
-    wherever the name imports, and here it names tests/torchvision_stub.py)."""
-    import transformers
-
-    return getattr(transformers, f"{name}Pil", None) or getattr(transformers, name)
 
 
 def photos():

@@ -8,7 +8,7 @@ concatenated, reshaped). ``keras_vit.checkpoints.table`` fills its columns with 
 import numpy as np
 
 BLOCK = r"block_(\d+)/"  # keras-vit's encoder block prefix in a row's regex; its index fills {0}
-TEXT_BLOCK = r"text_block_(\d+)/"  # a text tower's (keras_vit.models.text_encoder)
+TEXT_BLOCK = r"text_block_(\d+)/"  # a text tower's (keras_vit.models.text_tower)
 
 
 class Source:

@@ -168,7 +168,8 @@ def _beit(config):
     return dict(options, include_top=False)
 
 
-_ACTIVATIONS = {
+# transformers' hidden_act names as keras-vit's MLP options (the vision and the text towers').
+ACTIVATIONS = {
     "quick_gelu": dict(mlp_activation="quick_gelu"),
     "gelu": dict(gelu_approximate=False),
     "gelu_pytorch_tanh": dict(gelu_approximate=True),
@@ -182,13 +183,13 @@ def _clip(config):
     bias in the patch embedding, OpenAI's quick GELU."""
     vision = config.get("vision_config") or config
     act = vision.get("hidden_act", "quick_gelu")
-    if act not in _ACTIVATIONS:
+    if act not in ACTIVATIONS:
         raise UnsupportedModelTypeError(
-            f"a CLIP vision tower with hidden_act={act!r}: keras-vit builds {sorted(_ACTIVATIONS)}."
+            f"a CLIP vision tower with hidden_act={act!r}: keras-vit builds {sorted(ACTIVATIONS)}."
         )
     options = spec_options_from_hf_config({"layer_norm_eps": 1e-5, **vision})
     options.pop("num_classes", None)
-    options.update(_ACTIVATIONS[act], pre_norm=True, patch_bias=False)
+    options.update(ACTIVATIONS[act], pre_norm=True, patch_bias=False)
     names = config.get("architectures") or ()
     projection = config.get("projection_dim") or vision.get("projection_dim")
     if config.get("model_type") == "clip" or any(n.endswith("WithProjection") for n in names):
@@ -202,14 +203,14 @@ def _siglip(config):
     ``pooler_output`` (``get_image_features``). SigLIP 2 at a fixed resolution is the same."""
     vision = config.get("vision_config") or config
     act = vision.get("hidden_act", "gelu_pytorch_tanh")
-    if act not in _ACTIVATIONS or not vision.get("vision_use_head", True):
+    if act not in ACTIVATIONS or not vision.get("vision_use_head", True):
         raise UnsupportedModelTypeError(
             f"a SigLIP vision tower with hidden_act={act!r}, vision_use_head={vision.get('vision_use_head', True)}: "
-            f"keras-vit builds the attention-pooling head and {sorted(_ACTIVATIONS)}."
+            f"keras-vit builds the attention-pooling head and {sorted(ACTIVATIONS)}."
         )
     options = spec_options_from_hf_config({"layer_norm_eps": 1e-6, **vision})
     options.pop("num_classes", None)
-    return dict(options, **_ACTIVATIONS[act], pooling="map", class_token=False, include_top=False)
+    return dict(options, **ACTIVATIONS[act], pooling="map", class_token=False, include_top=False)
 
 
 @dataclasses.dataclass(frozen=True)

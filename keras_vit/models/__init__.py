@@ -8,11 +8,14 @@ import typing
 from keras_vit.lazy import declared, exports
 
 if typing.TYPE_CHECKING:  # the names, as type checkers, the API reference and keras_vit.lazy.declared read them
+    from keras_vit.models.image_text import ImageTextModel
     from keras_vit.models.input_size import resize
     from keras_vit.models.masked_autoencoder import MaskedAutoencoder
     from keras_vit.models.masked_patches import MaskedPatchPrediction
     from keras_vit.models.registry import create_model, get_spec, list_models
     from keras_vit.models.spec import ResNetSpec, ViTSpec
+    from keras_vit.models.text_spec import TextSpec
+    from keras_vit.models.text_tower import text_encoder
     from keras_vit.models.variants import SIZES, VARIANTS
     from keras_vit.models.vit import VisionTransformer
 

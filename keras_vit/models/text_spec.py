@@ -8,7 +8,7 @@ from keras_vit.models.frozen_spec import FrozenSpec, option
 
 @dataclasses.dataclass(frozen=True)
 class TextSpec(FrozenSpec):
-    """A text tower: token ids to one vector per text (``keras_vit.models.text_encoder``).
+    """A text tower: token ids to one vector per text (``keras_vit.models.text_tower``).
 
     The defaults are OpenAI CLIP ViT-B's text tower. Its blocks are the image tower's
     ``EncoderBlock``; what makes it a text tower is its input (``TextEmbedding``), the causal

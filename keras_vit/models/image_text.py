@@ -1,0 +1,126 @@
+"""``ImageTextModel``: an image tower and a text tower that score images against texts (CLIP,
+SigLIP), with the text tower's tokenizer and the learned scale (and bias) of their scores."""
+
+import keras
+import numpy as np
+
+from keras_vit.images import as_model_input
+from keras_vit.text.tokenizer import TextTokenizer
+
+# How a pair turns its scaled cosines into probabilities: over the texts (CLIP's softmax), or
+# each image-text pair alone (SigLIP's sigmoid, with the learned bias).
+SCORINGS = ("softmax", "sigmoid")
+# transformers' zero-shot pipeline's template, the default of ``classify``.
+DEFAULT_TEMPLATE = "This is a photo of {}."
+
+
+def _normalised(x):
+    return x / keras.ops.sqrt(keras.ops.sum(keras.ops.square(x), axis=-1, keepdims=True))
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ImageTextModel(keras.Model):
+    """Two towers and what scores a pair: ``logit_scale`` (the log of the cosines' scale)
+    and, for ``scoring="sigmoid"``, ``logit_bias``.
+
+    Args:
+        image_encoder: a ``VisionTransformer`` whose output is the image embedding (CLIP's
+            projection is its head) and whose ``preprocessing`` makes its pixels.
+        text_encoder: a text tower (``keras_vit.models.text_tower``): token ids to the
+            text embedding.
+        tokenizer: the text tower's ``TextTokenizer`` (texts are tokenized outside the graph).
+        scoring: ``"softmax"`` (CLIP's) or ``"sigmoid"`` (SigLIP's).
+
+    Call with ``{"images": pixels, "token_ids": ids}`` for the ``(images, texts)`` logits.
+    """
+
+    def __init__(self, image_encoder, text_encoder, tokenizer, scoring="softmax", **kwargs):
+        super().__init__(**kwargs)
+        if scoring not in SCORINGS:
+            raise ValueError(f"scoring must be one of {SCORINGS}; got {scoring!r}.")
+        self.image_encoder, self.text_encoder, self.tokenizer = image_encoder, text_encoder, tokenizer
+        self.scoring = scoring
+        # As the upstreams start them: CLIP at log(1 / 0.07), SigLIP at log(10) and -10.
+        start = np.log(10.0) if scoring == "sigmoid" else np.log(1 / 0.07)
+        self.logit_scale = self.add_weight(shape=(), initializer=keras.initializers.Constant(start), name="logit_scale")
+        self.logit_bias = None
+        if scoring == "sigmoid":
+            self.logit_bias = self.add_weight(
+                shape=(), initializer=keras.initializers.Constant(-10.0), name="logit_bias"
+            )
+
+    @property
+    def preprocessing(self):
+        return self.image_encoder.preprocessing
+
+    def tokenize(self, texts):
+        """The tokenizer's ids of ``texts``, ``(len(texts), context_length)`` int32."""
+        return self.tokenizer(texts)
+
+    def encode_images(self, images):
+        """L2-normalised image embeddings of ``images`` (what ``classify`` takes, or pixels
+        already made by ``model.preprocessing``)."""
+        return _normalised(self.image_encoder(as_model_input(images, self.preprocessing)))
+
+    def encode_texts(self, texts):
+        """L2-normalised text embeddings of ``texts`` (strings, or token ids)."""
+        ids = texts if isinstance(texts, np.ndarray) and texts.dtype.kind in "iu" else self.tokenize(texts)
+        return _normalised(self.text_encoder(ids))
+
+    def logits(self, image_embeddings, text_embeddings):
+        """The ``(images, texts)`` scores of normalised embeddings, before softmax or sigmoid."""
+        logits = keras.ops.exp(self.logit_scale) * keras.ops.matmul(
+            image_embeddings, keras.ops.transpose(text_embeddings)
+        )
+        return logits if self.logit_bias is None else logits + self.logit_bias
+
+    def call(self, inputs):
+        images = _normalised(self.image_encoder(inputs["images"]))
+        return self.logits(images, _normalised(self.text_encoder(inputs["token_ids"])))
+
+    def classify(self, images, labels, templates=None):
+        """``(images, labels)`` probabilities that each image shows each label: each label
+        written into every template (``"{}"`` its place; default transformers' zero-shot
+        pipeline's, ``DEFAULT_TEMPLATE``), the templates' embeddings averaged per label as
+        open_clip does (normalised, mean, normalised), scored as the pair's ``scoring``."""
+        labels, templates = _checked(labels, templates)
+        texts = self.encode_texts([template.format(label) for label in labels for template in templates])
+        per_label = keras.ops.reshape(texts, (len(labels), len(templates), -1))
+        logits = self.logits(self.encode_images(images), _normalised(keras.ops.mean(per_label, axis=1)))
+        scored = keras.ops.softmax(logits, axis=-1) if self.scoring == "softmax" else keras.ops.sigmoid(logits)
+        return keras.ops.convert_to_numpy(scored)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "image_encoder": keras.saving.serialize_keras_object(self.image_encoder),
+            "text_encoder": keras.saving.serialize_keras_object(self.text_encoder),
+            "tokenizer": self.tokenizer.get_config(),
+            "scoring": self.scoring,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        towers = {
+            name: keras.saving.deserialize_keras_object(config.pop(name)) for name in ("image_encoder", "text_encoder")
+        }
+        return cls(**towers, tokenizer=TextTokenizer.from_config(config.pop("tokenizer")), **config)
+
+
+def _checked(labels, templates):
+    """The labels and templates as lists, or a ``ValueError`` for none, an empty one, or a
+    template without ``{}``."""
+    labels = [labels] if isinstance(labels, str) else list(labels)
+    templates = (
+        [DEFAULT_TEMPLATE] if templates is None else [templates] if isinstance(templates, str) else list(templates)
+    )
+    if not labels:
+        raise ValueError("classify needs labels: expected a list of strings, got none.")
+    empty = [repr(label) for label in labels if not isinstance(label, str) or not label.strip()]
+    if empty:
+        raise ValueError(f"every label must be a non-empty string; got {', '.join(empty)}.")
+    wrong = [repr(t) for t in templates if not isinstance(t, str) or t.count("{}") != 1]
+    if not templates or wrong:
+        raise ValueError(f"each template must hold one '{{}}' where the label goes; got {', '.join(wrong) or 'none'}.")
+    return labels, templates

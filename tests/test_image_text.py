@@ -1,0 +1,196 @@
+"""Image-text pairs at their upstreams' outputs: transformers' ``CLIPModel`` and ``SiglipModel``
+(random weights at unit scale, written by their own ``save_pretrained`` with their tokenizer
+and image processor) as one ``ImageTextModel``: the image tower as keras-vit loads it from the
+folder, the text tower read by its table's rows, the upstream's tokenizer from the folder and
+the learned scale (and SigLIP's bias). On every backend: both towers' normalised embeddings and
+the pair's logits within 2e-5 of the upstream's, zero-shot probabilities of raw photos with
+keras-vit's own pre-processing within 0.02 of the upstream's on its processor's pixels."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import skimage.data
+from helpers import (
+    assert_close_to_scale,
+    pil_processor,
+    randomize_torch,
+    to_numpy,
+    train_sentencepiece,
+    write_clip_vocabulary,
+)
+
+import keras_vit
+from keras_vit.checkpoints.tower_weights import assign_rows
+from keras_vit.checkpoints.transformers_text import text_rows, text_spec
+from keras_vit.models.image_text import ImageTextModel
+from keras_vit.models.text_tower import text_encoder
+from keras_vit.text import TextTokenizer
+
+VISION = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=48, patch_size=8
+)
+TEXT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+LABELS = ["a cat", "a cup of coffee", "an astronaut"]
+BICUBIC = 3  # PIL's number for it, as the image processors store it
+
+
+def _photos():
+    return [skimage.data.chelsea(), skimage.data.coffee()]
+
+
+def _clip_tokenizer(folder):
+    """transformers' CLIPTokenizer over the real CLIP vocabulary."""
+    from transformers import CLIPTokenizer
+
+    write_clip_vocabulary(folder)
+    return CLIPTokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"), model_max_length=77)
+
+
+def _siglip_tokenizer(folder):
+    """transformers' SiglipTokenizer over a SentencePiece model trained here on the README."""
+    from transformers import SiglipTokenizer
+
+    return SiglipTokenizer(vocab_file=str(train_sentencepiece(folder, 300)))
+
+
+def _upstream(kind, folder):
+    """transformers' pair of ``kind``, its tokenizer and image processor, saved in ``folder``."""
+    import torch
+    import transformers
+
+    if kind == "clip":
+        tokenizer = _clip_tokenizer(folder)
+        config = transformers.CLIPConfig(
+            vision_config=dict(VISION, hidden_act="quick_gelu"),
+            text_config=dict(TEXT, vocab_size=49408),
+            projection_dim=24,
+        )
+        model = transformers.CLIPModel(config)
+        processor = pil_processor("CLIPImageProcessor")(
+            size={"shortest_edge": 48}, crop_size={"height": 48, "width": 48}, resample=BICUBIC
+        )
+    else:
+        tokenizer = _siglip_tokenizer(folder)
+        config = transformers.SiglipConfig(vision_config=VISION, text_config=dict(TEXT, vocab_size=300))
+        model = transformers.SiglipModel(config)
+        processor = pil_processor("SiglipImageProcessor")(size={"height": 48, "width": 48}, resample=BICUBIC)
+    model = randomize_torch(model.eval(), seed=3, informative=True)
+    # Probabilities far from even and from 0 and 1 (random towers' cosines of these photos
+    # and labels: CLIP's 0.24 to 0.48, SigLIP's 0.23 to 0.25), so that 0.02 tells.
+    with torch.no_grad():
+        model.logit_scale.fill_(np.log(10.0 if kind == "clip" else 150.0))
+        if kind == "siglip":
+            model.logit_bias.fill_(-35.5)
+    saved = folder / "saved"
+    for part in (model, tokenizer, processor):
+        part.save_pretrained(str(saved))
+    return model, tokenizer, processor, saved
+
+
+def _pair(folder):
+    """keras-vit's pair of a transformers folder: the image tower as ``create_model`` loads it,
+    the text tower by its rows, the tokenizer, the scale and bias."""
+    from safetensors.numpy import load_file
+
+    with open(os.path.join(folder, "config.json")) as f:
+        config = json.load(f)
+    arrays = load_file(os.path.join(folder, "model.safetensors"))
+    text = text_encoder(text_spec(config))
+    assign_rows(text, text_rows(config["model_type"]), arrays)
+    scoring = "sigmoid" if config["model_type"] == "siglip" else "softmax"
+    pair = ImageTextModel(keras_vit.create_model(str(folder)), text, TextTokenizer.from_folder(str(folder)), scoring)
+    pair.logit_scale.assign(arrays["logit_scale"].reshape(()))
+    if pair.logit_bias is not None:
+        pair.logit_bias.assign(arrays["logit_bias"].reshape(()))
+    return pair
+
+
+@pytest.fixture(scope="module", params=["clip", "siglip"])
+def pairs(request, tmp_path_factory):
+    """``(kind, transformers' model, tokenizer, processor, keras-vit's pair)``."""
+    kind = request.param
+    model, tokenizer, processor, folder = _upstream(kind, tmp_path_factory.mktemp(kind))
+    return kind, model, tokenizer, processor, _pair(str(folder))
+
+
+def _upstream_ids(kind, tokenizer, texts):
+    length = 64 if kind == "siglip" else 77
+    return tokenizer(texts, padding="max_length", max_length=length, truncation=True, return_tensors="pt")["input_ids"]
+
+
+def _pixels(processor):
+    return processor(images=_photos(), return_tensors="pt")["pixel_values"]
+
+
+def test_both_towers_and_the_logits_are_the_upstreams(pairs):
+    import torch
+
+    kind, model, tokenizer, processor, pair = pairs
+    texts = ["A photo of a CAT.", "coffee, black", "a long caption " * 30]
+    ids, pixels = _upstream_ids(kind, tokenizer, texts), _pixels(processor)
+    np.testing.assert_array_equal(pair.tokenize(texts), ids.numpy())
+    with torch.no_grad():
+        output = model(input_ids=ids, pixel_values=pixels)
+    nhwc = pixels.numpy().transpose(0, 2, 3, 1)
+    assert_close_to_scale(to_numpy(pair.encode_texts(texts)), output.text_embeds.numpy(), 2e-5)
+    assert_close_to_scale(to_numpy(pair.encode_images(nhwc)), output.image_embeds.numpy(), 2e-5)
+    logits = to_numpy(pair({"images": nhwc, "token_ids": ids.numpy().astype("int32")}))
+    assert_close_to_scale(logits, output.logits_per_image.numpy(), 2e-5)
+
+
+def test_zero_shot_probabilities_of_raw_photos_are_the_upstreams(pairs):
+    import torch
+
+    kind, model, tokenizer, processor, pair = pairs
+    texts = [f"This is a photo of {label}." for label in LABELS]
+    with torch.no_grad():
+        logits = model(input_ids=_upstream_ids(kind, tokenizer, texts), pixel_values=_pixels(processor))
+    logits = logits.logits_per_image
+    expected = (torch.sigmoid(logits) if kind == "siglip" else torch.softmax(logits, dim=-1)).numpy()
+    got = pair.classify(_photos(), LABELS)
+    assert got.shape == (2, len(LABELS))
+    np.testing.assert_allclose(got, expected, atol=0.02)
+
+
+def test_templates_are_averaged_per_label_as_open_clip_does(pairs):
+    kind, *_, pair = pairs
+    templates = ["a photo of {}.", "a drawing of {}."]
+    texts = pair.encode_texts([t.format(label) for label in LABELS for t in templates])
+    mean = to_numpy(texts).reshape(len(LABELS), 2, -1).mean(axis=1)
+    mean /= np.linalg.norm(mean, axis=-1, keepdims=True)
+    logits = to_numpy(pair.logits(pair.encode_images(_photos()), mean))
+    expected = logits if kind == "siglip" else logits - logits.max(axis=-1, keepdims=True)
+    expected = (
+        1 / (1 + np.exp(-expected)) if kind == "siglip" else np.exp(expected) / np.exp(expected).sum(-1, keepdims=True)
+    )
+    np.testing.assert_allclose(pair.classify(_photos(), LABELS, templates), expected, atol=1e-5)
+
+
+def test_a_pair_saved_as_a_keras_file_reloads_to_the_same_embeddings(pairs, tmp_path):
+    import keras
+
+    kind, *_, pair = pairs
+    pair.save(tmp_path / "pair.keras")
+    reloaded = keras.saving.load_model(tmp_path / "pair.keras")
+    np.testing.assert_array_equal(to_numpy(reloaded.encode_texts(LABELS)), to_numpy(pair.encode_texts(LABELS)))
+    np.testing.assert_array_equal(reloaded.classify(_photos(), LABELS), pair.classify(_photos(), LABELS))
+
+
+@pytest.mark.parametrize(
+    "labels, templates, expected",
+    [
+        ([], None, "classify needs labels"),
+        (["a cat", " "], None, "every label must be a non-empty string; got ' '"),
+        (
+            ["a cat"],
+            ["a photo of a cat"],
+            "each template must hold one '{}' where the label goes; got 'a photo of a cat'",
+        ),
+    ],
+)
+def test_labels_and_templates_that_cannot_be_scored_are_refused(pairs, labels, templates, expected):
+    *_, pair = pairs
+    with pytest.raises(ValueError, match=expected.replace("(", r"\(").replace("{", r"\{").replace("}", r"\}")):
+        pair.classify(_photos(), labels, templates)
