@@ -20,6 +20,7 @@ from helpers import (
     to_numpy,
     train_sentencepiece,
     write_clip_vocabulary,
+    write_photo,
 )
 
 import keras_vit
@@ -209,3 +210,65 @@ def test_labels_and_templates_that_cannot_be_scored_are_refused(pairs, labels, t
     *_, pair = pairs
     with pytest.raises(ValueError, match=expected.replace("(", r"\(").replace("{", r"\{").replace("}", r"\}")):
         pair.classify(_photos(), labels, templates)
+
+
+@pytest.fixture
+def saved(pairs, tmp_path):
+    """``(the pair's .keras file, a photo's PNG file)``."""
+    from PIL import Image
+
+    pairs[-1].save(tmp_path / "pair.keras")
+    Image.fromarray(skimage.data.chelsea()).save(tmp_path / "cat.png")
+    return str(tmp_path / "pair.keras"), str(tmp_path / "cat.png")
+
+
+def test_the_classify_command_ranks_an_image_text_models_labels(pairs, saved, capsys):
+    from keras_vit.commands import main
+
+    *_, pair = pairs
+    status = main(["classify", *saved, "--labels", ",".join(LABELS)])
+    printed = capsys.readouterr().out.splitlines()
+    expected = pair.classify([skimage.data.chelsea()], LABELS)[0]
+    best = LABELS[int(np.argmax(expected))]
+    assert status == 0 and printed[0].endswith("cat.png") and f"{best} ({int(np.argmax(expected))})" in printed[1]
+    assert f"{expected.max():7.2%}" in printed[1] and len(printed) == 1 + len(LABELS)
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        ([], "is an image-text model: it classifies against --labels"),
+        (["--labels", "a cat,"], "every label must be a non-empty string; got ''"),
+        (["--labels", "a cat", "--templates", "a photo"], "each template must hold one '{}'"),
+    ],
+)
+def test_the_classify_command_refuses_labels_it_cannot_score_in_one_line(saved, capsys, flags, expected):
+    from keras_vit.commands import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["classify", *saved, *flags])
+    error = capsys.readouterr().err
+    assert stop.value.code == 2 and expected in error and error.count("\n") == 1
+
+
+def test_labels_for_a_classifier_are_refused_in_one_line(tmp_path, capsys):
+    from keras_vit.commands import main
+    from keras_vit.layers import ImagePreprocessing
+
+    classifier = keras_vit.create_model(
+        "vit_ti16",
+        image_size=16,
+        patch_size=8,
+        hidden_size=16,
+        depth=1,
+        num_heads=2,
+        mlp_dim=32,
+        num_classes=2,
+        preprocessing=ImagePreprocessing(16),
+    )
+    keras_vit.save_model(classifier, str(tmp_path / "classifier.keras"))
+    write_photo(tmp_path / "cat.jpg")
+    with pytest.raises(SystemExit) as stop:
+        main(["classify", str(tmp_path / "classifier.keras"), str(tmp_path / "cat.jpg"), "--labels", "a cat,a dog"])
+    error = capsys.readouterr().err
+    assert stop.value.code == 2 and "--labels and --templates go with an image-text model" in error

@@ -3,6 +3,10 @@
     keras-vit classify vit_b16.augreg2_in21k_ft_in1k photo.jpg other.png   # downloads once
     keras-vit classify saved_models/main-finetune/model.keras digit.png --top 3
     keras-vit classify model.keras photos/ --csv predictions.csv           # a folder's images
+    keras-vit classify clip.keras photo.jpg --labels "a cat,a dog"         # an image-text model
+
+An image-text model (CLIP, SigLIP) classifies against the labels given, each written into
+the templates (``--templates``; by default transformers' zero-shot pipeline's).
 
 Each image goes through the model's own pre-processing (resize, crop, normalisation, as
 its checkpoint was evaluated): presets, the recipes' models and saved presets carry one.
@@ -27,6 +31,10 @@ def build_parser():
     parser.add_argument("--top", type=int, default=5, help="classes shown per image")
     parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass")
     parser.add_argument("--csv", help="also write image,rank,index,class,probability rows here")
+    parser.add_argument("--labels", help="an image-text model's labels, separated by commas")
+    parser.add_argument(
+        "--templates", nargs="+", help="an image-text model's templates, each with {} where a label goes"
+    )
     return parser
 
 
@@ -47,6 +55,23 @@ def _class_names(model):
     return [str(i) for i in range(num_classes)]
 
 
+def _labels(model, args):
+    """``(labels, templates)`` for an image-text model, None for a classifier; a ``ValueError``
+    where the flags and the model do not go together."""
+    from keras_vit.models.image_text import ImageTextModel, checked_labels
+
+    if not isinstance(model, ImageTextModel):
+        if args.labels is not None or args.templates is not None:
+            raise ValueError(
+                f"--labels and --templates go with an image-text model (CLIP, SigLIP); {args.model} is a classifier "
+                "of its own classes."
+            )
+        return None
+    if args.labels is None:
+        raise ValueError(f'{args.model} is an image-text model: it classifies against --labels (e.g. "a cat,a dog").')
+    return checked_labels([label.strip() for label in args.labels.split(",")], args.templates)
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
@@ -60,6 +85,7 @@ def main(argv=None):
         from keras_vit.factory import load_model  # here: --help needs no backend
 
         model = load_model(args.model)
+        labels = _labels(model, args)
         if model.preprocessing is None:
             raise ValueError(
                 f"{args.model} has no pre-processing to classify raw images with: expected a preset, a "
@@ -69,8 +95,12 @@ def main(argv=None):
         commands.bad_input(error)
     from keras_vit.labels import decode_predictions
 
-    probabilities = model.classify([image for _, image in images], batch_size=args.batch_size)
-    predictions = decode_predictions(probabilities, args.top, _class_names(model))
+    pixels = [image for _, image in images]
+    if labels is None:
+        probabilities, names = model.classify(pixels, batch_size=args.batch_size), _class_names(model)
+    else:
+        probabilities, names = model.classify(pixels, *labels), labels[0]
+    predictions = decode_predictions(probabilities, min(args.top, probabilities.shape[-1]), names)
     rows = []
     for (path, _), best in zip(images, predictions):
         print(path)

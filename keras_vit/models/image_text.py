@@ -83,7 +83,7 @@ class ImageTextModel(keras.Model):
         written into every template (``"{}"`` its place; default transformers' zero-shot
         pipeline's, ``DEFAULT_TEMPLATE``), the templates' embeddings averaged per label as
         open_clip does (normalised, mean, normalised), scored as the pair's ``scoring``."""
-        labels, templates = _checked(labels, templates)
+        labels, templates = checked_labels(labels, templates)
         texts = self.encode_texts([template.format(label) for label in labels for template in templates])
         per_label = keras.ops.reshape(texts, (len(labels), len(templates), -1))
         logits = self.logits(self.encode_images(images), _normalised(keras.ops.mean(per_label, axis=1)))
@@ -108,7 +108,7 @@ class ImageTextModel(keras.Model):
         return cls(**towers, tokenizer=TextTokenizer.from_config(config.pop("tokenizer")), **config)
 
 
-def _checked(labels, templates):
+def checked_labels(labels, templates=None):
     """The labels and templates as lists, or a ``ValueError`` for none, an empty one, or a
     template without ``{}``."""
     labels = [labels] if isinstance(labels, str) else list(labels)
