@@ -24,6 +24,13 @@ def check_kv_heads(num_heads, num_kv_heads):
         raise ValueError(f"num_kv_heads {num_kv_heads} does not divide num_heads {num_heads}.")
 
 
+def check_end_id(rule, end_id, what="rule"):
+    """A text tower's pooling: an end-of-text id goes with the ``"first_id"`` rule, which
+    looks for it, and with no other. The spec and ``EndOfTextPooling`` ask it here."""
+    if (rule == "first_id") != (end_id is not None):
+        raise ValueError(f"end_id goes with {what} 'first_id' alone; got {what}={rule!r}, end_id={end_id!r}.")
+
+
 def check_differential_head_width(head_dim):
     """Differential attention's rule: each head's channels split into two halves. The spec
     and the layer ask it here."""

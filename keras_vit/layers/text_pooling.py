@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit.layer_rules import check_end_id
 from keras_vit.layers.arguments import arguments_config
 from keras_vit.vocabulary import END_OF_TEXT_RULES
 
@@ -22,8 +23,7 @@ class EndOfTextPooling(keras.layers.Layer):
         super().__init__(**kwargs)
         if rule not in END_OF_TEXT_RULES:
             raise ValueError(f"rule must be one of {END_OF_TEXT_RULES}; got {rule!r}.")
-        if (rule == "first_id") != (end_id is not None):
-            raise ValueError(f"end_id goes with rule 'first_id' alone; got rule={rule!r}, end_id={end_id!r}.")
+        check_end_id(rule, end_id)
         self.rule, self.end_id = rule, end_id
 
     def call(self, tokens, token_ids):

@@ -12,6 +12,7 @@ from keras_vit import checks
 from keras_vit.layer_rules import (
     check_block_units,
     check_differential_head_width,
+    check_end_id,
     check_heads,
     check_kv_heads,
     check_rope_head_width,
@@ -49,10 +50,7 @@ def check_text(spec):
         checks.positive_int(getattr(spec, name), name)
     check_heads(spec.hidden_size, spec.num_heads, "hidden_size")
     one_of(spec.pooling, END_OF_TEXT_RULES, "pooling")
-    if (spec.pooling == "first_id") != (spec.end_id is not None):
-        raise ValueError(
-            f"end_id goes with pooling 'first_id' alone; got pooling={spec.pooling!r}, end_id={spec.end_id!r}."
-        )
+    check_end_id(spec.pooling, spec.end_id, "pooling")
     if spec.projection_dim is not None:
         checks.positive_int(spec.projection_dim, "projection_dim")
     one_of(spec.mlp_activation, MLP_ACTIVATIONS, "mlp_activation")
