@@ -94,17 +94,21 @@ def create_model(name, image_size=None, num_classes=None, *, weights=None, pretr
     return build(resolve(name, weights, pretrained=pretrained), image_size, num_classes, dtype=dtype, **options)
 
 
-def load_model(path, model_name=None, image_size=None, num_classes=None, safe_mode=True, **model_options):
+def load_model(
+    path, model_name=None, image_size=None, num_classes=None, safe_mode=True, *, tower=None, **model_options
+):
     """Loads a model that holds its weights: a ``.keras`` file, a checkpoint with the
-    architecture to build it into, a preset, a local preset folder, or a timm model by hub
-    name or folder.
+    architecture to build it into, a preset, a local preset folder, or a timm or
+    transformers model by hub name or folder; an image-text model's (CLIP's, SigLIP's)
+    two towers as one ``ImageTextModel``.
 
     Args:
         path: a ``.keras`` file written on any backend; a checkpoint that
             ``keras_vit.load_weights`` reads (original ``.npz``, timm, HF, ``.weights.h5``)
             or its URL, with ``model_name``; or what holds its own architecture: a preset
             (``"vit_b16.augreg2_in21k_ft_in1k"``), a local preset folder, a timm model by
-            hub name (``"hf-hub:timm/<architecture>.<tag>"``) or folder.
+            hub name (``"hf-hub:timm/<architecture>.<tag>"``) or folder, a transformers
+            model by hub name or ``save_pretrained`` folder.
         model_name: the ``create_model`` name a checkpoint is built into (for a ``.keras``
             file only checked).
         image_size: build at this input size (int or ``(height, width)``; position
@@ -113,6 +117,10 @@ def load_model(path, model_name=None, image_size=None, num_classes=None, safe_mo
         safe_mode: True (the default) refuses what could run code while loading (a
             ``Lambda`` layer's Python function, a PyTorch pickle holding more than
             tensors); False loads it: only for files you trust.
+        tower: None (the default): what ``path`` holds, both towers of an image-text
+            model (``keras_vit.models.ImageTextModel``: ``classify`` with labels,
+            ``encode_texts``, ``encode_images``); ``"image"``: its image tower alone, as
+            ``create_model`` builds it (the projection as its head).
         **model_options: further ``create_model`` options (by default the model gets the
             numerics the checkpoint's layout was trained with, e.g. the exact GELU for timm
             weights).
@@ -140,7 +148,7 @@ def load_model(path, model_name=None, image_size=None, num_classes=None, safe_mo
         (None, 32, 32, 3)
     """
     source = resolve(path, model_name=model_name, loading=True)
-    return build(source, image_size, num_classes, safe_mode=safe_mode, strict=True, **model_options)
+    return build(source, image_size, num_classes, tower=tower, safe_mode=safe_mode, strict=True, **model_options)
 
 
 def save_model(model, path, overwrite=True):

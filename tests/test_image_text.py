@@ -7,7 +7,6 @@ the pair's logits within 2e-5 of the upstream's, zero-shot probabilities of raw 
 keras-vit's own pre-processing within 0.02 of the upstream's on its processor's pixels."""
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -24,11 +23,7 @@ from helpers import (
 )
 
 import keras_vit
-from keras_vit.checkpoints.tower_weights import assign_rows
-from keras_vit.checkpoints.transformers_text import text_rows, text_spec
-from keras_vit.models.image_text import ImageTextModel
-from keras_vit.models.text_tower import text_encoder
-from keras_vit.text import TextTokenizer
+from keras_vit.images import as_model_input
 
 VISION = dict(
     hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=48, patch_size=8
@@ -58,7 +53,8 @@ def _siglip_tokenizer(folder):
 
 
 def _upstream(kind, folder):
-    """transformers' pair of ``kind``, its tokenizer and image processor, saved in ``folder``."""
+    """transformers' pair of ``kind``, its tokenizer and image processor, saved in ``folder``
+    (where the tokenizer's own files are written first)."""
     import torch
     import transformers
 
@@ -85,36 +81,26 @@ def _upstream(kind, folder):
         model.logit_scale.fill_(np.log(10.0 if kind == "clip" else 150.0))
         if kind == "siglip":
             model.logit_bias.fill_(-35.5)
-    saved = folder / "saved"
     for part in (model, tokenizer, processor):
-        part.save_pretrained(str(saved))
-    return model, tokenizer, processor, saved
-
-
-def _pair(folder):
-    """keras-vit's pair of a transformers folder: the image tower as ``create_model`` loads it,
-    the text tower by its rows, the tokenizer, the scale and bias."""
-    from safetensors.numpy import load_file
-
-    with open(os.path.join(folder, "config.json")) as f:
-        config = json.load(f)
-    arrays = load_file(os.path.join(folder, "model.safetensors"))
-    text = text_encoder(text_spec(config))
-    assign_rows(text, text_rows(config["model_type"]), arrays)
-    scoring = "sigmoid" if config["model_type"] == "siglip" else "softmax"
-    pair = ImageTextModel(keras_vit.create_model(str(folder)), text, TextTokenizer.from_folder(str(folder)), scoring)
-    pair.logit_scale.assign(arrays["logit_scale"].reshape(()))
-    if pair.logit_bias is not None:
-        pair.logit_bias.assign(arrays["logit_bias"].reshape(()))
-    return pair
+        part.save_pretrained(str(folder))
+    return model, tokenizer, processor
 
 
 @pytest.fixture(scope="module", params=["clip", "siglip"])
 def pairs(request, tmp_path_factory):
-    """``(kind, transformers' model, tokenizer, processor, keras-vit's pair)``."""
-    kind = request.param
-    model, tokenizer, processor, folder = _upstream(kind, tmp_path_factory.mktemp(kind))
-    return kind, model, tokenizer, processor, _pair(str(folder))
+    """``(kind, transformers' model, tokenizer, processor, keras-vit's pair, the saved folder)``:
+    the pair as ``keras_vit.load_model`` loads the folder by hub name, through a loopback hub."""
+    from http_server import FileServer, download_env, hub_env
+
+    kind, root = request.param, tmp_path_factory.mktemp(request.param)
+    folder = root / "served" / f"org/{kind}-pair" / "resolve" / "main"
+    folder.mkdir(parents=True)
+    model, tokenizer, processor = _upstream(kind, folder)
+    with FileServer(root / "served") as server, pytest.MonkeyPatch.context() as patch:
+        download_env(patch, root / "home", mirror=server.url)
+        hub_env(patch, server, root / "hf-cache")
+        pair = keras_vit.load_model(f"hf-hub:org/{kind}-pair")
+    return kind, model, tokenizer, processor, pair, folder
 
 
 def _upstream_ids(kind, tokenizer, texts):
@@ -129,7 +115,7 @@ def _pixels(processor):
 def test_both_towers_and_the_logits_are_the_upstreams(pairs):
     import torch
 
-    kind, model, tokenizer, processor, pair = pairs
+    kind, model, tokenizer, processor, pair, _ = pairs
     texts = ["A photo of a CAT.", "coffee, black", "a long caption " * 30]
     ids, pixels = _upstream_ids(kind, tokenizer, texts), _pixels(processor)
     np.testing.assert_array_equal(pair.tokenize(texts), ids.numpy())
@@ -145,7 +131,7 @@ def test_both_towers_and_the_logits_are_the_upstreams(pairs):
 def test_zero_shot_probabilities_of_raw_photos_are_the_upstreams(pairs):
     import torch
 
-    kind, model, tokenizer, processor, pair = pairs
+    kind, model, tokenizer, processor, pair, _ = pairs
     texts = [f"This is a photo of {label}." for label in LABELS]
     with torch.no_grad():
         logits = model(input_ids=_upstream_ids(kind, tokenizer, texts), pixel_values=_pixels(processor))
@@ -156,8 +142,18 @@ def test_zero_shot_probabilities_of_raw_photos_are_the_upstreams(pairs):
     np.testing.assert_allclose(got, expected, atol=0.02)
 
 
+def test_the_image_tower_alone_loads_as_before(pairs):
+    *_, pair, folder = pairs
+    photos = [skimage.data.chelsea()]
+    for image in (keras_vit.load_model(str(folder), tower="image"), keras_vit.create_model(str(folder))):
+        assert type(image).__name__ == "VisionTransformer"
+        embedding = to_numpy(image(as_model_input(photos, image.preprocessing)))  # the projection is its head
+        embedding /= np.linalg.norm(embedding, axis=-1, keepdims=True)
+        np.testing.assert_allclose(embedding, to_numpy(pair.encode_images(photos)), atol=1e-6)
+
+
 def test_templates_are_averaged_per_label_as_open_clip_does(pairs):
-    kind, *_, pair = pairs
+    kind, *_, pair, _ = pairs
     templates = ["a photo of {}.", "a drawing of {}."]
     texts = pair.encode_texts([t.format(label) for label in LABELS for t in templates])
     mean = to_numpy(texts).reshape(len(LABELS), 2, -1).mean(axis=1)
@@ -184,7 +180,7 @@ np.save(sys.argv[5], keras.ops.convert_to_numpy(pair.encode_images(np.load(sys.a
 
 @pytest.mark.slow  # a child process on the next backend
 def test_a_pair_saved_as_a_keras_file_reloads_on_the_next_backend_to_the_same_embeddings(pairs, tmp_path):
-    kind, *_, pair = pairs
+    kind, *_, pair, _ = pairs
     path, photos = tmp_path / "pair.keras", tmp_path / "photos.npy"
     pair.save(path)
     np.save(photos, np.stack([np.asarray(skimage.data.chelsea()[:200, :200])] * 2))
@@ -192,6 +188,16 @@ def test_a_pair_saved_as_a_keras_file_reloads_on_the_next_backend_to_the_same_em
     run_on_next_backend(NEXT_BACKEND, path, photos, texts, "|".join(LABELS), images)
     np.testing.assert_allclose(np.load(texts), to_numpy(pair.encode_texts(LABELS)), atol=1e-6)
     np.testing.assert_allclose(np.load(images), to_numpy(pair.encode_images(np.load(photos))), atol=1e-6)
+
+
+@pytest.mark.backend_free
+@pytest.mark.parametrize("model_type, writer", [("clip_text_model", "CLIPTextModel"), ("siglip_text_model", "Siglip")])
+def test_a_text_tower_saved_alone_is_refused_in_one_line(tmp_path, model_type, writer):
+    from keras_vit.sources.resolver import resolve
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, "architectures": [writer]}))
+    with pytest.raises(ValueError, match=f"holds a text tower alone \\({writer}.*with its image tower"):
+        resolve(str(tmp_path))
 
 
 @pytest.mark.parametrize(
@@ -207,7 +213,7 @@ def test_a_pair_saved_as_a_keras_file_reloads_on_the_next_backend_to_the_same_em
     ],
 )
 def test_labels_and_templates_that_cannot_be_scored_are_refused(pairs, labels, templates, expected):
-    *_, pair = pairs
+    *_, pair, _ = pairs
     with pytest.raises(ValueError, match=expected.replace("(", r"\(").replace("{", r"\{").replace("}", r"\}")):
         pair.classify(_photos(), labels, templates)
 
@@ -217,7 +223,7 @@ def saved(pairs, tmp_path):
     """``(the pair's .keras file, a photo's PNG file)``."""
     from PIL import Image
 
-    pairs[-1].save(tmp_path / "pair.keras")
+    pairs[-2].save(tmp_path / "pair.keras")
     Image.fromarray(skimage.data.chelsea()).save(tmp_path / "cat.png")
     return str(tmp_path / "pair.keras"), str(tmp_path / "cat.png")
 
@@ -225,7 +231,7 @@ def saved(pairs, tmp_path):
 def test_the_classify_command_ranks_an_image_text_models_labels(pairs, saved, capsys):
     from keras_vit.commands import main
 
-    *_, pair = pairs
+    *_, pair, _ = pairs
     status = main(["classify", *saved, "--labels", ",".join(LABELS)])
     printed = capsys.readouterr().out.splitlines()
     expected = pair.classify([skimage.data.chelsea()], LABELS)[0]

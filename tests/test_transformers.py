@@ -279,7 +279,7 @@ def test_siglip_loads_as_its_vision_tower_with_attention_pooling(mirror):
     half = [0.5, 0.5, 0.5]
     processor = pil_processor("SiglipImageProcessor")(size={"height": 48, "width": 48}, resample=BICUBIC,
                                                       image_mean=half, image_std=half)  # fmt: skip
-    model = keras_vit.load_model(serve(mirror, "google/siglip-small-test", whole, processor))
+    model = keras_vit.load_model(serve(mirror, "google/siglip-small-test", whole, processor), tower="image")
     assert model.spec.pooling == "map" and not model.spec.class_token and model.spec.gelu_approximate
     assert_as_transformers(model, processor, lambda pixels: whole.get_image_features(pixel_values=pixels))
 

@@ -7,7 +7,8 @@ from keras_vit.checkpoints.transformers_config import ACTIVATIONS, UnsupportedMo
 from keras_vit.models.text_spec import TextSpec
 
 # transformers' defaults of each text config (CLIPTextConfig, SiglipTextConfig) for what a
-# saved config leaves out, by these names, and the rows its weights are read by.
+# saved config leaves out, by these names, the rows its weights are read by and how the pair
+# scores (``ImageTextModel``'s ``scoring``).
 _DEFAULT_NAMES = (
     "vocab_size",
     "hidden_size",
@@ -19,9 +20,11 @@ _DEFAULT_NAMES = (
     "layer_norm_eps",
 )
 _TEXT = {
-    "clip": ((49408, 512, 2048, 12, 8, 77, "quick_gelu", 1e-5), HF_CLIP_TEXT),
-    "siglip": ((32000, 768, 3072, 12, 12, 64, "gelu_pytorch_tanh", 1e-6), HF_SIGLIP_TEXT),
+    "clip": ((49408, 512, 2048, 12, 8, 77, "quick_gelu", 1e-5), HF_CLIP_TEXT, "softmax"),
+    "siglip": ((32000, 768, 3072, 12, 12, 64, "gelu_pytorch_tanh", 1e-6), HF_SIGLIP_TEXT, "sigmoid"),
 }
+# The model types of a text tower saved alone, and the classes that write them.
+TEXT_ONLY = {"clip_text_model": "CLIPTextModel", "siglip_text_model": "SiglipTextModel"}
 # The TextSpec field each of the config's sizes fills.
 _NAMES = dict(
     vocabulary_size="vocab_size",
@@ -34,9 +37,19 @@ _NAMES = dict(
 )
 
 
+def has_text_tower(config):
+    """Whether a transformers ``config.json`` (a dict) is a pair's, with a text tower keras-vit builds."""
+    return config.get("model_type") in _TEXT
+
+
 def text_rows(model_type):
     """The table rows a ``model_type``'s text weights are read by."""
     return _TEXT[model_type][1]
+
+
+def scoring(model_type):
+    """How a ``model_type``'s pair scores: ``"softmax"`` (CLIP) or ``"sigmoid"`` (SigLIP)."""
+    return _TEXT[model_type][2]
 
 
 def text_spec(config):

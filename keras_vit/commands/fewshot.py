@@ -59,7 +59,7 @@ def main(argv=None):
             raise ValueError(f"--seeds must be at least 1; got {args.seeds}.")
         if args.csv:
             check_writable_file(args.csv, "--csv")  # before the evaluation, not after it
-        model = load_model(args.model)
+        model = load_model(args.model, tower="image")  # an image-text model: its image tower's features
         check_vit(model, args.model)
         splits = load_dataset(args.dataset, data_dir=args.data_dir)
         train = splits.train

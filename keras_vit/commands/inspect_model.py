@@ -276,7 +276,7 @@ def main(argv=None):
         from keras_vit import inspect  # here, as the loader: --help needs no backend
         from keras_vit.factory import load_model
 
-        model = _checked_model(load_model(args.model), args.reconstruct, args.model)
+        model = _checked_model(load_model(args.model, tower="image"), args.reconstruct, args.model)
         raw, labels = pick_images(args.images, args.num_images)
         if args.reconstruct:
             figures = ("reconstructions",)

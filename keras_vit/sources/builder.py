@@ -16,17 +16,27 @@ from keras_vit.checkpoints.readers import unsafe_keras_message
 from keras_vit.layers.preprocessing import ImagePreprocessing
 from keras_vit.models import masked_patches  # noqa: F401  (registers its classes, which .keras files name)
 from keras_vit.models.deferred_init import deferred_initialization, initialize_unloaded
+from keras_vit.models.image_text import ImageTextModel
 from keras_vit.models.rebuild import rebuild
 from keras_vit.models.registry import MODEL_ARGUMENTS
 from keras_vit.models.vit import VisionTransformer
 from keras_vit.sources.description import CHECKPOINT, InvalidModelFileError
+from keras_vit.sources.pair import build_pair
+
+# What of a source to build: its image tower, or what it holds (an image-text source's pair).
+TOWERS = ("image", None)
 
 
-def build(source, image_size=None, num_classes=None, *, dtype=None, safe_mode=True, strict=False, **options):
+def build(
+    source, image_size=None, num_classes=None, *, tower="image", dtype=None, safe_mode=True, strict=False, **options
+):
     """The model ``source`` describes, at ``image_size`` with ``num_classes`` and ``options``.
 
     Args:
         source: a ``ModelSource``.
+        tower: ``"image"``: the image tower (an image-text source's too, as a classifier
+            whose head is its projection); None: what the source holds, an image-text
+            source's ``ImageTextModel`` (both towers, the tokenizer, the scale and bias).
         image_size, num_classes, dtype, **options: as ``keras_vit.create_model`` takes them
             (``ViTSpec`` fields, the model's ``name``, ``preprocessing``, ``class_names``).
         safe_mode: refuse what could run code while loading (a ``Lambda`` layer, a PyTorch
@@ -38,6 +48,18 @@ def build(source, image_size=None, num_classes=None, *, dtype=None, safe_mode=Tr
     >>> build(resolve("vit_ti16"), 32, 10, depth=1).output_shape
     (None, 10)
     """
+    if tower not in TOWERS:
+        raise ValueError(f"tower must be one of {TOWERS}; got {tower!r}.")
+    model = _image_model(source, image_size, num_classes, dtype, safe_mode, strict, options)
+    if isinstance(model, ImageTextModel):  # a .keras file of a pair
+        return model.image_encoder if tower == "image" else model
+    if tower == "image" or source.text is None:
+        return model
+    return build_pair(source, model, dtype=dtype, safe_mode=safe_mode)
+
+
+def _image_model(source, image_size, num_classes, dtype, safe_mode, strict, options):
+    """The image model of ``source`` (``build``'s, its arguments as ``build`` takes them)."""
     own = {k: options.pop(k) for k in MODEL_ARGUMENTS if k in options}
     # timm's convention: 0 classes is the pooled features and no head; a count, a head of it.
     task = {k: v for k, v in dict(image_size=image_size, num_classes=num_classes or None).items() if v is not None}

@@ -6,6 +6,7 @@ import dataclasses
 
 from keras_vit.models.mae_spec import MAESpec
 from keras_vit.models.spec import ViTSpec
+from keras_vit.models.text_spec import TextSpec
 from keras_vit.presets import hub
 
 # The kinds of source (``ModelSource.kind``).
@@ -58,6 +59,26 @@ class Weights:
 
 
 @dataclasses.dataclass(frozen=True)
+class TextTower:
+    """The text half of an image-text source (CLIP, SigLIP), whose weights are in the same
+    file as the image tower's.
+
+    Attributes:
+        spec: the text tower's ``TextSpec``.
+        rows: the table rows its weights are read by (``checkpoints.table``).
+        tokenizer: where its tokenizer files are: a hub name or a folder.
+        scoring: how the pair scores (``ImageTextModel``'s ``"softmax"`` or ``"sigmoid"``).
+        prefix: what the file's keys of the text tower (and of the scale and bias) start with.
+    """
+
+    spec: TextSpec
+    rows: tuple
+    tokenizer: str
+    scoring: str
+    prefix: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelSource:
     """What a model source names (``resolve``'s answer; ``keras_vit.sources.builder`` builds it).
 
@@ -76,6 +97,7 @@ class ModelSource:
         num_classes: how many classes those names (and the checkpoint's head) have.
         pretraining: the ``MAESpec`` of the masked autoencoder the weights are (its decoder,
             mask ratio and loss), or None.
+        text: the text tower of an image-text source (``TextTower``), or None.
     """
 
     kind: str
@@ -87,6 +109,7 @@ class ModelSource:
     class_names: tuple | None = None
     num_classes: int | None = None
     pretraining: MAESpec | None = None
+    text: TextTower | None = None
 
     @property
     def holds_architecture(self):

@@ -9,11 +9,12 @@ these sources ``HUB``, ``TIMM_FOLDER`` and ``TRANSFORMERS_FOLDER``.
 import json
 import os
 
-from keras_vit.checkpoints import timm_config, transformers_config
+from keras_vit.checkpoints import timm_config, transformers_config, transformers_text
+from keras_vit.checkpoints.transformers_config import UnsupportedModelTypeError
 from keras_vit.models.mae_spec import MAESpec
 from keras_vit.models.spec import ViTSpec
 from keras_vit.presets import hub, local
-from keras_vit.sources.description import HUB, TIMM_FOLDER, TRANSFORMERS_FOLDER, ModelSource, Weights
+from keras_vit.sources.description import HUB, TIMM_FOLDER, TRANSFORMERS_FOLDER, ModelSource, TextTower, Weights
 
 
 def is_repository_folder(path):
@@ -44,11 +45,16 @@ def repository_source(given, *, architecture=None, **_):
         config = json.load(f)
     if architecture is not None:
         config = {**config, "architecture": architecture}
+    if config.get("model_type") in transformers_text.TEXT_ONLY:
+        raise UnsupportedModelTypeError(
+            f"{given} holds a text tower alone ({transformers_text.TEXT_ONLY[config['model_type']]}): keras-vit "
+            "loads a text tower with its image tower, from a 'clip' or 'siglip' repository (CLIPModel, SiglipModel)."
+        )
     if on_hub:
         weights = Weights(hub_name=given, filename=WEIGHTS_FILE)
     else:
         weights = Weights(path=_repository_file(given, WEIGHTS_FILE), container="safetensors")
-    pretraining = None
+    pretraining = text = None
     if "architecture" in config:
         options, _, preprocessing, class_names = timm_config.from_hub_config(config)
         name, kind = config["architecture"], HUB if on_hub else TIMM_FOLDER
@@ -63,6 +69,8 @@ def repository_source(given, *, architecture=None, **_):
                 size, preprocessing = transformers_config.preprocessing_options(json.load(f), options["image_size"])
             options["image_size"] = size
         class_names = transformers_config.class_names(config)
+        if transformers_text.has_text_tower(config):
+            text = _transformers_text(given, config)
         name = hub.repo_id(given).split("/")[-1] if on_hub else config["model_type"]
         kind = HUB if on_hub else TRANSFORMERS_FOLDER
     else:
@@ -81,6 +89,19 @@ def repository_source(given, *, architecture=None, **_):
         class_names=class_names,
         num_classes=spec.num_classes if class_names is not None else None,
         pretraining=pretraining,
+        text=text,
+    )
+
+
+def _transformers_text(given, config):
+    """The text half of a transformers ``clip`` or ``siglip`` repository: its tokenizer files
+    beside the weights."""
+    model_type = config["model_type"]
+    return TextTower(
+        spec=transformers_text.text_spec(config),
+        rows=tuple(transformers_text.text_rows(model_type)),
+        tokenizer=given,
+        scoring=transformers_text.scoring(model_type),
     )
 
 

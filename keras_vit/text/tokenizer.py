@@ -88,46 +88,50 @@ class TextTokenizer:
         SigLIP's ``spiece.model``, a ``tokenizer.json``, or CLIP's ``vocab.json`` and
         ``merges.txt``, with the context length (``model_max_length``), padding and end of
         text its ``tokenizer_config.json`` names."""
-        config = {
-            **_read_json(os.path.join(folder, SPECIAL_TOKENS)),
-            **_read_json(os.path.join(folder, TOKENIZER_CONFIG)),
-        }
+
+        def locate(name):
+            path = os.path.join(folder, name)
+            return path if os.path.exists(path) else None
+
+        return cls.from_files(locate, folder)
+
+    @classmethod
+    def from_files(cls, locate, where):
+        """``from_folder`` of files found by ``locate(name)`` (a local path, or None where
+        there is no such file), which may fetch each as it is asked for: only the files the
+        tokenizer needs are. ``where`` names the files' place in messages."""
+        config = {**_read_json(locate(SPECIAL_TOKENS)), **_read_json(locate(TOKENIZER_CONFIG))}
         clean = _CANONICAL.get(config.get("tokenizer_class"), "none")
         if clean != "none" and not config.get("do_lower_case", True):
             clean = "canonicalize_cased"
-        encoder, start, end = _encoder(folder, config)
+        encoder, start, end = _encoder(locate, where, config)
         context_length = config.get("model_max_length")
         if not isinstance(context_length, int) or context_length > 1_000_000:  # transformers' "no limit" is 1e30
-            raise ValueError(
-                f"{os.path.join(folder, TOKENIZER_CONFIG)} gives no model_max_length (the context length)."
-            )
+            raise ValueError(f"{where}: its {TOKENIZER_CONFIG} gives no model_max_length (the context length).")
         pad = _token(config.get("pad_token") or config.get("eos_token"))
         pad_id = None if pad is None else encoder.token_to_id(pad)
         if pad_id is None:
-            raise ValueError(f"{folder}'s tokenizer has no padding token {pad!r} in its vocabulary.")
+            raise ValueError(f"{where}'s tokenizer has no padding token {pad!r} in its vocabulary.")
         return cls(encoder, context_length, start_id=start, end_id=end, pad_id=pad_id, clean=clean)
 
 
-def _encoder(folder, config):
-    """``(encoder, start id or None, end id)`` of the tokenizer files in ``folder``."""
-
-    def path(name):
-        return os.path.join(folder, name)
-
-    if config.get("tokenizer_class") in _CANONICAL and os.path.exists(path(SPIECE)):
-        with open(path(SPIECE), "rb") as f:
+def _encoder(locate, where, config):
+    """``(encoder, start id or None, end id)`` of the tokenizer files ``locate`` finds."""
+    spiece = locate(SPIECE) if config.get("tokenizer_class") in _CANONICAL else None
+    if spiece is not None:
+        with open(spiece, "rb") as f:
             encoder = SentencePieceEncoder(f.read())
         end = encoder.token_to_id(_token(config.get("eos_token")) or "</s>")
         return encoder, None, end
-    if os.path.exists(path(TOKENIZER_JSON)):
-        encoder = TokenizersEncoder(require("tokenizers", "text").Tokenizer.from_file(path(TOKENIZER_JSON)))
-    elif os.path.exists(path(VOCAB_JSON)) and os.path.exists(path(MERGES_TXT)):
-        encoder = TokenizersEncoder(
-            byte_level_bpe.clip_bpe(*byte_level_bpe.read_vocabulary(path(VOCAB_JSON), path(MERGES_TXT)))
-        )
+    tokenizer_json = locate(TOKENIZER_JSON)
+    vocabulary = None if tokenizer_json else (locate(VOCAB_JSON), locate(MERGES_TXT))
+    if tokenizer_json is not None:
+        encoder = TokenizersEncoder(require("tokenizers", "text").Tokenizer.from_file(tokenizer_json))
+    elif None not in vocabulary:
+        encoder = TokenizersEncoder(byte_level_bpe.clip_bpe(*byte_level_bpe.read_vocabulary(*vocabulary)))
     else:
         raise FileNotFoundError(
-            f"{folder} holds no tokenizer: expected {TOKENIZER_JSON}, {SPIECE}, or {VOCAB_JSON} and {MERGES_TXT}."
+            f"{where} holds no tokenizer: expected {TOKENIZER_JSON}, {SPIECE}, or {VOCAB_JSON} and {MERGES_TXT}."
         )
     # The ids the tokenizer's own post-processor puts around a text: (start,) end.
     *start, end = encoder.special_ids() or [encoder.token_to_id(_token(config.get("eos_token")))]
@@ -135,7 +139,7 @@ def _encoder(folder, config):
 
 
 def _read_json(path):
-    if not os.path.exists(path):
+    if path is None:
         return {}
     with open(path, encoding="utf-8") as f:
         return json.load(f)
