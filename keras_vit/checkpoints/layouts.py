@@ -20,7 +20,7 @@ import os
 import re
 import typing
 
-from keras_vit.checkpoints import cells, keras_hub_table, special_cases, table, timm_config
+from keras_vit.checkpoints import cells, keras_hub_table, open_clip_table, special_cases, table, timm_config
 
 # HF transformers' ViTConfig names for the spec's fields (``ViTSpec`` field: HF name).
 HF_CONFIG_NAMES = dict(
@@ -143,6 +143,12 @@ class Layout:
         return None, None
 
 
+# The keys of open_clip's text tower and scores, which its image tower leaves unused: a
+# CLIP's at the top level, a CustomTextCLIP's under text.
+_OPEN_CLIP_TEXT = ("text.", "token_embedding.", "positional_embedding", "transformer.", "ln_final.")
+_OPEN_CLIP_TEXT += ("text_projection", "logit_scale", "logit_bias", "attn_mask")
+
+
 def _column(index, resnet=()):
     return [(row[0], row[index]) for row in table.VIT if row[index] is not None] + list(resnet)
 
@@ -167,15 +173,27 @@ LAYOUTS = {
         Layout(
             "timm",
             "patch_embed.proj.weight",
-            ("", "module.", "model."),
+            ("", "module.", "model.", "visual.trunk."),  # open_clip's timm image towers: visual.trunk.
             _column(2, table.RESNET_TIMM),
             "cls_token",
             resampling=("bicubic", True),  # checkpoint_filter_fn
             numerics={"gelu_approximate": False, "layer_norm_epsilon": 1e-6},
             # StdConv2dSame(eps=1e-8) and torch's GroupNorm.
             resnet_numerics={"std_conv_form": "var_eps", "std_conv_epsilon": 1e-8, "group_norm_epsilon": 1e-5},
+            ignorable=_OPEN_CLIP_TEXT,
             prepare=special_cases.timm_prepare,
             file_numerics=_timm_config_numerics,
+        ),
+        # open_clip's own ViT (its CLIP and CustomTextCLIP files), beside its text tower.
+        Layout(
+            "open_clip",
+            "visual.conv1.weight",
+            ("", "module."),
+            open_clip_table.OPEN_CLIP,
+            "visual.class_embedding",
+            resampling=("bicubic", True),  # open_clip's resize_pos_embed
+            numerics={"layer_norm_epsilon": 1e-5},
+            ignorable=_OPEN_CLIP_TEXT,
         ),
         Layout(
             "hf_siglip",

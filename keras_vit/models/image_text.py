@@ -48,6 +48,7 @@ class ImageTextModel(keras.Model):
             self.logit_bias = self.add_weight(
                 shape=(), initializer=keras.initializers.Constant(-10.0), name="logit_bias"
             )
+        self.built = True  # both towers are built models: nothing waits for an input shape
 
     @property
     def preprocessing(self):

@@ -16,6 +16,7 @@ PRESET = "preset"  # a published checkpoint, ``<model>.<tag>``
 HUB = "hub"  # a repository on the Hugging Face hub, timm's or transformers', ``hf-hub:<org>/<name>``
 TIMM_FOLDER = "timm_folder"  # a folder holding a timm repository's files
 TRANSFORMERS_FOLDER = "transformers_folder"  # a folder of a transformers model (``save_pretrained``)
+OPEN_CLIP_FOLDER = "open_clip_folder"  # a folder of open_clip's hub layout (``open_clip_config.json``)
 KERAS_HUB_FOLDER = "keras_hub_folder"  # a folder keras-hub's ``save_to_preset`` wrote
 LOCAL_PRESET = "local_preset"  # a folder written by ``keras_vit.save_preset``
 KERAS_FILE = "keras_file"  # a ``.keras`` model file
@@ -38,7 +39,8 @@ class Weights:
     hub repository (``hub_name``, ``filename``). ``container`` is the local file's format,
     as its first bytes say (``"keras"``, ``"keras_weights"``, ``"npz"``, ...); ``checkpoint``, the
     file as read (``loader.Checkpoint``) where describing it read it already, so that the
-    builder does not read it again."""
+    builder does not read it again. ``fallback``: the hub repository's other weights file,
+    read where it has no ``filename`` (open_clip's pickle, where it has no safetensors)."""
 
     path: str | None = None
     url: str | None = None
@@ -48,11 +50,14 @@ class Weights:
     filename: str | None = None
     container: str | None = None
     checkpoint: object = dataclasses.field(default=None, compare=False, repr=False)  # a reading, not a place
+    fallback: str | None = None
 
     def fetch(self):
         """The local path of the weights file, downloaded (once, into the cache) if need be."""
         if self.path is not None:
             return self.path
+        if self.hub_name is not None and self.fallback is not None:
+            return hub.fetch(self.hub_name, self.filename, missing_ok=True) or hub.fetch(self.hub_name, self.fallback)
         if self.hub_name is not None:
             return hub.fetch(self.hub_name, self.filename)
         return hub.fetch_url(self.url, sha256=self.sha256, size=self.size)  # a hub file: the shared cache
@@ -66,16 +71,24 @@ class TextTower:
     Attributes:
         spec: the text tower's ``TextSpec``.
         rows: the table rows its weights are read by (``checkpoints.table``).
-        tokenizer: where its tokenizer files are: a hub name or a folder.
+        tokenizer: where its tokenizer files are: a hub name or a folder; None: open_clip's
+            built-in CLIP vocabulary.
         scoring: how the pair scores (``ImageTextModel``'s ``"softmax"`` or ``"sigmoid"``).
-        prefix: what the file's keys of the text tower (and of the scale and bias) start with.
+        prefix: what the file's keys of the text tower start with.
+        clean: the clean-up before the tokenizer's own (a name in
+            ``keras_vit.text.cleaning.CLEANUPS``), where the model's library adds one
+            (open_clip's); None: the tokenizer files' own alone.
+        context_length: the ids per text, where the model's config says it rather than
+            the tokenizer's files (open_clip's ``text_cfg``).
     """
 
     spec: TextSpec
     rows: tuple
-    tokenizer: str
+    tokenizer: str | None
     scoring: str
     prefix: str = ""
+    clean: str | None = None
+    context_length: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,4 +127,4 @@ class ModelSource:
     @property
     def holds_architecture(self):
         """Whether the source names its architecture itself (and so takes no ``model_name``)."""
-        return self.kind in (PRESET, HUB, TIMM_FOLDER, TRANSFORMERS_FOLDER, LOCAL_PRESET, KERAS_FILE)
+        return self.kind in (PRESET, HUB, TIMM_FOLDER, TRANSFORMERS_FOLDER, OPEN_CLIP_FOLDER, LOCAL_PRESET, KERAS_FILE)

@@ -2,6 +2,8 @@
 tower as ``builder`` builds it, the text tower read from the same weights file by its table's
 rows, the upstream's tokenizer from the repository's files, and the learned scale and bias."""
 
+import functools
+import importlib.util
 import os
 
 import numpy as np
@@ -14,7 +16,8 @@ from keras_vit.presets import hub
 from keras_vit.sources.description import InvalidModelFileError
 from keras_vit.text.tokenizer import TextTokenizer
 
-# The pair's own weights in the upstreams' files (transformers' and open_clip's alike).
+# The pair's own weights in the upstreams' files (transformers' and open_clip's alike, at the
+# top level whatever the text tower's prefix).
 SCALE_KEY, BIAS_KEY = "logit_scale", "logit_bias"
 
 
@@ -30,19 +33,40 @@ def build_pair(source, image_encoder, *, dtype=None, safe_mode=True):
         assign_rows(tower, text.rows, arrays, text.prefix)
     except ValueError as error:
         raise InvalidModelFileError(f"{path}: its text tower does not load: {error}") from None
-    pair = ImageTextModel(image_encoder, tower, tokenizer(text.tokenizer), text.scoring, dtype=dtype)
+    pair = ImageTextModel(image_encoder, tower, tokenizer(text), text.scoring, dtype=dtype)
     for variable, key in ((pair.logit_scale, SCALE_KEY), (pair.logit_bias, BIAS_KEY)):
         if variable is None:
             continue
-        if text.prefix + key not in arrays:
-            raise InvalidModelFileError(f"{path} has no {text.prefix + key!r}, the pair's learned {key[6:]}.")
-        variable.assign(np.asarray(arrays[text.prefix + key], "float32").reshape(()))
+        if key not in arrays:
+            raise InvalidModelFileError(f"{path} has no {key!r}, the pair's learned {key[6:]}.")
+        variable.assign(np.asarray(arrays[key], "float32").reshape(()))
     return pair
 
 
-def tokenizer(location):
-    """The ``TextTokenizer`` of a repository's files: a folder, or a hub name whose files are
-    fetched (into the shared cache) as the tokenizer asks for them."""
-    if hub.is_hub_name(location):
-        return TextTokenizer.from_files(lambda name: hub.fetch(location, name, missing_ok=True), location)
-    return TextTokenizer.from_folder(os.fspath(location))
+def tokenizer(text):
+    """The ``TextTokenizer`` of a ``TextTower``: its repository's files (a folder, or a hub
+    name whose files are fetched into the shared cache as the tokenizer asks for them), or
+    open_clip's built-in CLIP vocabulary."""
+    options = dict(clean=text.clean, context_length=text.context_length)
+    if text.tokenizer is None:
+        return TextTokenizer.open_clip(builtin_vocabulary(), text.context_length or 77, text.clean or "open_clip")
+    if hub.is_hub_name(text.tokenizer):
+        locate = functools.partial(hub.fetch, text.tokenizer, missing_ok=True)
+        return TextTokenizer.from_files(locate, text.tokenizer, **options)
+    return TextTokenizer.from_folder(text.tokenizer, **options)
+
+
+# open_clip's built-in vocabulary: the file its package ships, where it is installed, else the
+# same merges as OpenAI's CLIP repository on the hub holds them.
+OPEN_CLIP_VOCABULARY = "bpe_simple_vocab_16e6.txt.gz"
+CLIP_MERGES = ("hf-hub:openai/clip-vit-base-patch32", "merges.txt")
+
+
+def builtin_vocabulary():
+    """The path of open_clip's built-in CLIP vocabulary (its merges)."""
+    package = importlib.util.find_spec("open_clip")
+    if package is not None and package.origin:
+        path = os.path.join(os.path.dirname(package.origin), OPEN_CLIP_VOCABULARY)
+        if os.path.isfile(path):
+            return path
+    return hub.fetch(*CLIP_MERGES, hint=" (or install open_clip_torch, which ships the vocabulary)")

@@ -3,26 +3,32 @@ as a folder of its files (what ``save_for_hf`` and ``save_pretrained`` write). I
 ``config.json`` says whose it is (timm's ``architecture``, transformers' ``model_type``) and
 the spec; the weights are its ``model.safetensors``; the pre-processing is timm's
 ``pretrained_cfg`` or transformers' processor file. ``keras_vit.sources.resolver`` names
-these sources ``HUB``, ``TIMM_FOLDER`` and ``TRANSFORMERS_FOLDER``.
+these sources ``HUB``, ``TIMM_FOLDER`` and ``TRANSFORMERS_FOLDER``. A repository of
+open_clip's layout alone (no ``config.json``) is ``open_clip_repository``'s.
 """
 
 import json
 import os
 
 from keras_vit.checkpoints import timm_config, transformers_config, transformers_text
+from keras_vit.checkpoints.open_clip_config import CONFIG_FILE
 from keras_vit.checkpoints.transformers_config import UnsupportedModelTypeError
 from keras_vit.models.mae_spec import MAESpec
 from keras_vit.models.spec import ViTSpec
 from keras_vit.presets import hub, local
 from keras_vit.sources.description import HUB, TIMM_FOLDER, TRANSFORMERS_FOLDER, ModelSource, TextTower, Weights
+from keras_vit.sources.open_clip_repository import is_open_clip_folder, open_clip_source
+from keras_vit.sources.repository_file import repository_file
 
 
 def is_repository_folder(path):
     """Whether ``path`` is a folder of a model as hub repositories hold one: a
-    ``config.json`` naming timm's ``architecture`` or a transformers ``model_type`` (and
-    no keras-vit preset card)."""
+    ``config.json`` naming timm's ``architecture`` or a transformers ``model_type``, or
+    open_clip's ``open_clip_config.json`` (and no keras-vit preset card)."""
     if not os.path.isdir(path) or local.is_preset_folder(path):
         return False
+    if is_open_clip_folder(path):
+        return True
     config = os.path.join(path, "config.json")
     try:
         with open(config, encoding="utf-8") as f:
@@ -41,7 +47,10 @@ def repository_source(given, *, architecture=None, **_):
     timm's architecture to build instead of the one its config names (a timm name whose
     weights are another architecture's repository)."""
     on_hub = hub.is_hub_name(given)
-    with open(_repository_file(given, "config.json"), encoding="utf-8") as f:
+    config = repository_file(given, "config.json", missing_ok=True)
+    if config is None and repository_file(given, CONFIG_FILE, missing_ok=True) is not None:
+        return open_clip_source(given)  # open_clip's layout alone
+    with open(config or repository_file(given, "config.json"), encoding="utf-8") as f:  # none: its error
         config = json.load(f)
     if architecture is not None:
         config = {**config, "architecture": architecture}
@@ -53,7 +62,7 @@ def repository_source(given, *, architecture=None, **_):
     if on_hub:
         weights = Weights(hub_name=given, filename=WEIGHTS_FILE)
     else:
-        weights = Weights(path=_repository_file(given, WEIGHTS_FILE), container="safetensors")
+        weights = Weights(path=repository_file(given, WEIGHTS_FILE), container="safetensors")
     pretraining = text = None
     if "architecture" in config:
         options, _, preprocessing, class_names = timm_config.from_hub_config(config)
@@ -62,7 +71,7 @@ def repository_source(given, *, architecture=None, **_):
         options = transformers_config.spec_options(config)
         if config["model_type"] == "vit_mae":  # its decoder too
             pretraining = MAESpec(**transformers_config.masked_autoencoder_options(config))
-        processor = _repository_file(given, transformers_config.PROCESSOR_FILE, missing_ok=True)
+        processor = repository_file(given, transformers_config.PROCESSOR_FILE, missing_ok=True)
         preprocessing = None
         if processor is not None:
             with open(processor, encoding="utf-8") as f:
@@ -103,13 +112,3 @@ def _transformers_text(given, config):
         tokenizer=given,
         scoring=transformers_text.scoring(model_type),
     )
-
-
-def _repository_file(given, filename, missing_ok=False):
-    """The local path of one file of a hub repository or folder (None if ``missing_ok`` and it has none)."""
-    if hub.is_hub_name(given):
-        return hub.fetch(given, filename, missing_ok=missing_ok)
-    path = os.path.join(given, filename)
-    if os.path.isfile(path) or missing_ok and not os.path.exists(path):
-        return path if os.path.isfile(path) else None
-    raise FileNotFoundError(f"{given}: a model's folder holds config.json and {WEIGHTS_FILE}; {path} is missing.")

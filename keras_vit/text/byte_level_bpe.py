@@ -34,10 +34,11 @@ def byte_alphabet():
 
 
 def open_clip_vocabulary(path):
-    """``(vocab, merges)`` of open_clip's gzipped merges file: the vocabulary open_clip builds
-    from it (the bytes, their word-final forms, each merge's result, then its two special
-    tokens), ids in that order."""
-    with gzip.open(path, "rt", encoding="utf-8") as f:
+    """``(vocab, merges)`` of open_clip's gzipped merges file (or transformers' ``merges.txt``
+    of the same vocabulary): the vocabulary open_clip builds from it (the bytes, their
+    word-final forms, each merge's result, then its two special tokens), ids in that order."""
+    opened = gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")
+    with opened as f:  # its first line is a header, as transformers' merges.txt's
         lines = f.read().split("\n")[1 : _OPEN_CLIP_MERGES + 1]
     merges = [tuple(line.split()) for line in lines]
     alphabet = list(byte_alphabet().values())

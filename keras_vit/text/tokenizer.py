@@ -74,38 +74,39 @@ class TextTokenizer:
         return cls(**{**config, "encoder": encoder_from_config(config["encoder"])})
 
     @classmethod
-    def open_clip(cls, merges_path, context_length=77):
-        """open_clip's CLIP tokenizer (``SimpleTokenizer``) from its merges file: ftfy and
-        HTML clean-up, lower case, padded with 0."""
+    def open_clip(cls, merges_path, context_length=77, clean="open_clip"):
+        """open_clip's CLIP tokenizer (``SimpleTokenizer``) from its merges file (its gzipped
+        one, or a transformers ``merges.txt`` of the same vocabulary): ftfy and HTML
+        clean-up, lower case (``clean``), padded with 0."""
         vocab, merges = byte_level_bpe.open_clip_vocabulary(merges_path)
         encoder = TokenizersEncoder(byte_level_bpe.clip_bpe(vocab, merges, byte_level_bpe.OPEN_CLIP_SPECIALS))
         start, end = (vocab[token] for token in byte_level_bpe.OPEN_CLIP_SPECIALS)
-        return cls(encoder, context_length, start_id=start, end_id=end, pad_id=0, clean="open_clip")
+        return cls(encoder, context_length, start_id=start, end_id=end, pad_id=0, clean=clean)
 
     @classmethod
-    def from_folder(cls, folder):
+    def from_folder(cls, folder, **options):
         """The tokenizer of a transformers repository or ``save_pretrained`` folder:
         SigLIP's ``spiece.model``, a ``tokenizer.json``, or CLIP's ``vocab.json`` and
         ``merges.txt``, with the context length (``model_max_length``), padding and end of
-        text its ``tokenizer_config.json`` names."""
+        text its ``tokenizer_config.json`` names (``options``: ``from_files``')."""
 
         def locate(name):
             path = os.path.join(folder, name)
             return path if os.path.exists(path) else None
 
-        return cls.from_files(locate, folder)
+        return cls.from_files(locate, folder, **options)
 
     @classmethod
-    def from_files(cls, locate, where):
+    def from_files(cls, locate, where, *, clean=None, context_length=None):
         """``from_folder`` of files found by ``locate(name)`` (a local path, or None where
         there is no such file), which may fetch each as it is asked for: only the files the
-        tokenizer needs are. ``where`` names the files' place in messages."""
+        tokenizer needs are. ``where`` names the files' place in messages. ``clean``: a
+        clean-up a model's library applies before the tokenizer's own (open_clip's);
+        ``context_length``: the model's, in place of the files' ``model_max_length``."""
         config = {**_read_json(locate(SPECIAL_TOKENS)), **_read_json(locate(TOKENIZER_CONFIG))}
-        clean = _CANONICAL.get(config.get("tokenizer_class"), "none")
-        if clean != "none" and not config.get("do_lower_case", True):
-            clean = "canonicalize_cased"
+        clean = _clean(clean, config, where)
         encoder, start, end = _encoder(locate, where, config)
-        context_length = config.get("model_max_length")
+        context_length = context_length or config.get("model_max_length")
         if not isinstance(context_length, int) or context_length > 1_000_000:  # transformers' "no limit" is 1e30
             raise ValueError(f"{where}: its {TOKENIZER_CONFIG} gives no model_max_length (the context length).")
         pad = _token(config.get("pad_token") or config.get("eos_token"))
@@ -113,6 +114,17 @@ class TextTokenizer:
         if pad_id is None:
             raise ValueError(f"{where}'s tokenizer has no padding token {pad!r} in its vocabulary.")
         return cls(encoder, context_length, start_id=start, end_id=end, pad_id=pad_id, clean=clean)
+
+
+def _clean(before, config, where):
+    """The clean-up of a tokenizer whose files are ``config``, after the clean-up ``before``
+    (or None): one name of ``CLEANUPS``. A canonical text canonicalised again is the same."""
+    own = _CANONICAL.get(config.get("tokenizer_class"), "none")
+    if own != "none" and not config.get("do_lower_case", True):
+        own = "canonicalize_cased"
+    if before is None or own == "none" or before == own or before == "open_clip_canonicalize" and own == "canonicalize":
+        return before or own
+    raise ValueError(f"{where}: a clean-up {before!r} before the tokenizer's own {own!r} is not built.")
 
 
 def _encoder(locate, where, config):
