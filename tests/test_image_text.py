@@ -7,11 +7,13 @@ the pair's logits within 2e-5 of the upstream's, zero-shot probabilities of raw 
 keras-vit's own pre-processing within 0.02 of the upstream's on its processor's pixels."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import skimage.data
 from helpers import (
+    REPOSITORY,
     assert_close_to_scale,
     pil_processor,
     randomize_torch,
@@ -188,6 +190,46 @@ def test_a_pair_saved_as_a_keras_file_reloads_on_the_next_backend_to_the_same_em
     run_on_next_backend(NEXT_BACKEND, path, photos, texts, "|".join(LABELS), images)
     np.testing.assert_allclose(np.load(texts), to_numpy(pair.encode_texts(LABELS)), atol=1e-6)
     np.testing.assert_allclose(np.load(images), to_numpy(pair.encode_images(np.load(photos))), atol=1e-6)
+
+
+def _gemma_tokenizer(folder):
+    """transformers' Siglip2Tokenizer (Gemma's byte-fallback BPE, lower case) over a vocabulary
+    trained here on the README, with Gemma's special ids first."""
+    import tokenizers
+    from transformers.models.siglip2.tokenization_siglip2 import Siglip2Tokenizer
+
+    trained = tokenizers.Tokenizer(tokenizers.models.BPE(byte_fallback=True, unk_token="<unk>"))
+    trained.normalizer = tokenizers.normalizers.Replace(" ", "\u2581")
+    trained.pre_tokenizer = tokenizers.pre_tokenizers.Split("\u2581", behavior="merged_with_previous")
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=400, special_tokens=specials)
+    trained.train_from_iterator([(REPOSITORY / "README.md").read_text(encoding="utf-8")], trainer)
+    model = json.loads(trained.to_str())["model"]
+    tokenizer = Siglip2Tokenizer(vocab=model["vocab"], merges=[tuple(m) for m in model["merges"]])
+    tokenizer.save_pretrained(str(folder))
+    return tokenizer
+
+
+def test_a_fixed_resolution_siglip2_takes_its_gemma_tokenizer_as_transformers_does(mirror):
+    import torch
+    import transformers
+
+    folder = Path(mirror.root) / "google" / "siglip2-test" / "resolve" / "main"
+    folder.mkdir(parents=True)
+    tokenizer = _gemma_tokenizer(folder)
+    config = transformers.SiglipConfig(vision_config=VISION, text_config=dict(TEXT, vocab_size=len(tokenizer)))
+    model = randomize_torch(transformers.SiglipModel(config).eval(), seed=4, informative=True)
+    model.save_pretrained(str(folder))
+    processor = pil_processor("SiglipImageProcessor")(size={"height": 48, "width": 48}, resample=BICUBIC)
+    processor.save_pretrained(str(folder))
+    pair = keras_vit.load_model("hf-hub:google/siglip2-test")
+    texts = ["A photo of a CAT.", "café\tau  lait", "a long caption " * 30, ""]
+    ids = tokenizer(texts, padding="max_length", max_length=64, truncation=True, return_tensors="pt")["input_ids"]
+    np.testing.assert_array_equal(pair.tokenize(texts), ids.numpy())
+    with torch.no_grad():
+        expected = model.get_text_features(input_ids=ids).pooler_output
+    expected = (expected / expected.norm(dim=-1, keepdim=True)).numpy()
+    assert_close_to_scale(to_numpy(pair.encode_texts(texts)), expected, 2e-5)
 
 
 @pytest.mark.backend_free

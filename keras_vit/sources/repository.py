@@ -104,11 +104,13 @@ def repository_source(given, *, architecture=None, **_):
 
 def _transformers_text(given, config):
     """The text half of a transformers ``clip`` or ``siglip`` repository: its tokenizer files
-    beside the weights."""
-    model_type = config["model_type"]
+    beside the weights, padding to the tower's context (as SigLIP's and SigLIP 2's processors
+    are asked to: ``padding="max_length"``)."""
+    model_type, spec = config["model_type"], transformers_text.text_spec(config)
     return TextTower(
-        spec=transformers_text.text_spec(config),
+        spec=spec,
         rows=tuple(transformers_text.text_rows(model_type)),
         tokenizer=given,
         scoring=transformers_text.scoring(model_type),
+        context_length=spec.context_length,  # the tower's positions: SigLIP 2's files state none
     )

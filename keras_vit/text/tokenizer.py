@@ -20,31 +20,40 @@ TOKENIZER_JSON, VOCAB_JSON, MERGES_TXT, SPIECE = "tokenizer.json", "vocab.json",
 TOKENIZER_CONFIG, SPECIAL_TOKENS = "tokenizer_config.json", "special_tokens_map.json"
 # transformers' tokenizer classes that clean the text in Python first: SigLIP's canonical text.
 _CANONICAL = {"SiglipTokenizer": "canonicalize"}
+# transformers' tokenizer classes that pad on the left unless their config says otherwise.
+_LEFT_PADDED = ("Siglip2Tokenizer",)
+PADDINGS = ("right", "left")
 
 
 class TextTokenizer:
     """Texts to ``(len(texts), context_length)`` int32 ids: ``start_id`` (where the upstream
-    has one), the text's ids, ``end_id``, then ``pad_id`` to the context length. A longer
-    text loses its last ids, never its end of text.
+    has one), the text's ids, ``end_id`` (where it has one), and ``pad_id`` to the context
+    length, after them (or before them: ``padding="left"``). A longer text loses its last
+    ids, never its end of text.
 
     Args:
         encoder: the upstream's tokenizer (``encoders``): cleaned texts to their ids.
         context_length: the ids per text.
-        end_id, pad_id, start_id: the end of text, the padding (open_clip's 0; transformers
-            pads CLIP with its end of text, SigLIP with its ``</s>``), the start of text or None.
+        end_id, pad_id, start_id: the end of text (None: none, as SigLIP 2's Gemma
+            tokenizer), the padding (open_clip's 0; transformers pads CLIP with its end of
+            text, SigLIP with its ``</s>``), the start of text or None.
         clean: the upstream's clean-up before tokenizing, a name in ``cleaning.CLEANUPS``.
+        padding: where the padding goes, ``"right"`` or ``"left"`` (transformers'
+            ``padding_side``).
     """
 
-    def __init__(self, encoder, context_length, *, end_id, pad_id, start_id=None, clean="none"):
+    def __init__(self, encoder, context_length, *, end_id, pad_id, start_id=None, clean="none", padding="right"):
         if clean not in CLEANUPS:
             raise ValueError(f"clean must be one of {sorted(CLEANUPS)}; got {clean!r}.")
-        specials = 1 + (start_id is not None)
+        if padding not in PADDINGS:
+            raise ValueError(f"padding must be one of {PADDINGS}; got {padding!r}.")
+        specials = (end_id is not None) + (start_id is not None)
         if isinstance(context_length, bool) or not isinstance(context_length, int) or context_length <= specials:
             raise ValueError(
                 f"context_length must be an int above {specials} (the start and end of text); got {context_length!r}."
             )
-        self.encoder, self.context_length, self.clean = encoder, context_length, clean
-        self.start_id, self.end_id, self.pad_id = start_id, int(end_id), int(pad_id)
+        self.encoder, self.context_length, self.clean, self.padding = encoder, context_length, clean, padding
+        self.start_id, self.end_id, self.pad_id = start_id, None if end_id is None else int(end_id), int(pad_id)
 
     def __call__(self, texts):
         texts = [texts] if isinstance(texts, str) else list(texts)
@@ -52,11 +61,15 @@ class TextTokenizer:
         if wrong:
             raise TypeError(f"expected texts (str, or a list of them); got {type(wrong[0]).__name__} {wrong[0]!r}.")
         start = [] if self.start_id is None else [self.start_id]
-        room = self.context_length - len(start) - 1
+        end = [] if self.end_id is None else [self.end_id]
+        room = self.context_length - len(start) - len(end)
         ids = np.full((len(texts), self.context_length), self.pad_id, dtype="int32")
         for row, content in zip(ids, self.encoder.encode([CLEANUPS[self.clean](text) for text in texts])):
-            whole = [*start, *content[:room], self.end_id]
-            row[: len(whole)] = whole
+            whole = [*start, *content[:room], *end]
+            if self.padding == "left":
+                row[len(row) - len(whole) :] = whole
+            else:
+                row[: len(whole)] = whole
         return ids
 
     def get_config(self):
@@ -67,6 +80,7 @@ class TextTokenizer:
             "end_id": self.end_id,
             "pad_id": self.pad_id,
             "clean": self.clean,
+            "padding": self.padding,
         }
 
     @classmethod
@@ -113,7 +127,8 @@ class TextTokenizer:
         pad_id = None if pad is None else encoder.token_to_id(pad)
         if pad_id is None:
             raise ValueError(f"{where}'s tokenizer has no padding token {pad!r} in its vocabulary.")
-        return cls(encoder, context_length, start_id=start, end_id=end, pad_id=pad_id, clean=clean)
+        side = config.get("padding_side") or ("left" if config.get("tokenizer_class") in _LEFT_PADDED else "right")
+        return cls(encoder, context_length, start_id=start, end_id=end, pad_id=pad_id, clean=clean, padding=side)
 
 
 def _clean(before, config, where):
@@ -145,8 +160,11 @@ def _encoder(locate, where, config):
         raise FileNotFoundError(
             f"{where} holds no tokenizer: expected {TOKENIZER_JSON}, {SPIECE}, or {VOCAB_JSON} and {MERGES_TXT}."
         )
-    # The ids the tokenizer's own post-processor puts around a text: (start,) end.
-    *start, end = encoder.special_ids() or [encoder.token_to_id(_token(config.get("eos_token")))]
+    # The ids the tokenizer's own post-processor puts around a text: (start,) end, or none.
+    specials = encoder.special_ids()
+    if tokenizer_json is not None and not specials:
+        return encoder, None, None
+    *start, end = specials or [encoder.token_to_id(_token(config.get("eos_token")))]
     return encoder, (start[0] if start else None), end
 
 
