@@ -25,6 +25,7 @@ import shutil
 
 import pytest
 from helpers import documented_commands, once_on, serve_preset, write_photo, write_photos
+from image_text_pairs import serve_pairs
 
 import keras_vit
 
@@ -78,9 +79,9 @@ PROVIDED = {
 
 
 @pytest.fixture
-def reader(tmp_path, monkeypatch, timm):
+def reader(request, tmp_path, monkeypatch, timm):
     """A fresh folder to run a page's commands in, the presets the pages name served small."""
-    from http_server import FileServer, download_env
+    from http_server import FileServer, download_env, hub_env
 
     from keras_vit.presets import catalog
 
@@ -88,6 +89,10 @@ def reader(tmp_path, monkeypatch, timm):
     named.add(PLACEHOLDERS["..."])
     with FileServer(tmp_path / "served") as server:
         download_env(monkeypatch, tmp_path / "home", mirror=server.url)
+        hub_env(monkeypatch, server, tmp_path / "hub-cache")
+        page = request.node.callspec.params.get("page") if hasattr(request.node, "callspec") else None
+        commands = [" ".join(argv) for named, _, argv in documented_commands() if page in (None, named)]
+        serve_pairs(" ".join(commands), tmp_path / "served")  # the image-text pairs the page names
         for name in sorted(named):
             small = dataclasses.replace(
                 catalog.PRESETS[name], image_size=TINY_IMAGE_SIZE, sha256=None, size=None, options=dict(TINY)
@@ -187,7 +192,11 @@ def _classify(folder, argv, printed):
     # The image, then its --top classes, most probable first: rank, probability, name (index).
     if argv[0] == "classify":
         top = int(argv[argv.index("--top") + 1]) if "--top" in argv else 5
-        top = min(top, keras_vit.create_model(argv[1]).spec.num_classes)  # a model of two classes shows two
+        if "--labels" in argv:  # an image-text model: its labels are its classes
+            classes = len(argv[argv.index("--labels") + 1].split(","))
+        else:
+            classes = keras_vit.create_model(argv[1]).spec.num_classes
+        top = min(top, classes)  # a model of two classes shows two
         ranks = re.findall(r"^\s+(\d+)\.\s+[\d.]+%\s+.+ \(\d+\)$", printed, re.M)
         return printed.startswith(argv[2]) and ranks == [str(i) for i in range(1, top + 1)]
 

@@ -35,6 +35,7 @@ from helpers import (
     write_photo,
     write_photos,
 )
+from image_text_pairs import serve_pairs
 
 import keras_vit
 
@@ -215,7 +216,7 @@ PRINT_WITH_COMMENT = re.compile(r"^print\(.*\)\s+(#.*)$", re.M)
 
 
 @pytest.fixture
-def reader(tmp_path, monkeypatch, timm):
+def reader(request, tmp_path, monkeypatch, timm):
     """A fresh folder to run a page's blocks in; the presets and hub names the pages use served
     narrow, the named variants narrow too."""
     from http_server import FileServer, download_env, hub_env
@@ -236,6 +237,8 @@ def reader(tmp_path, monkeypatch, timm):
                 small = dataclasses.replace(preset, sha256=None, size=None, options=options)
                 monkeypatch.setitem(catalog.PRESETS, name, small)
                 serve_preset(small, tmp_path / "served", server.url)
+        page = request.node.callspec.params.get("page") if hasattr(request.node, "callspec") else None
+        serve_pairs(" ".join(source for _, source in _page_blocks().get(page, [])), tmp_path / "served")
         for repo in sorted(set(re.findall(r'"hf-hub:timm/([\w.]+)"', text))):
             architecture, tag = repo.split(".", 1)
             serve_timm_model(timm, server, architecture, tag, **HUB_SIZES.get(architecture, {}))

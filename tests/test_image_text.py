@@ -19,73 +19,18 @@ from helpers import (
     randomize_torch,
     run_on_next_backend,
     to_numpy,
-    train_sentencepiece,
-    write_clip_vocabulary,
     write_photo,
 )
+from image_text_pairs import BICUBIC, TEXT, VISION, write_transformers_pair
 
 import keras_vit
 from keras_vit.images import as_model_input
 
-VISION = dict(
-    hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=48, patch_size=8
-)
-TEXT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
 LABELS = ["a cat", "a cup of coffee", "an astronaut"]
-BICUBIC = 3  # PIL's number for it, as the image processors store it
 
 
 def _photos():
     return [skimage.data.chelsea(), skimage.data.coffee()]
-
-
-def _clip_tokenizer(folder):
-    """transformers' CLIPTokenizer over the real CLIP vocabulary."""
-    from transformers import CLIPTokenizer
-
-    write_clip_vocabulary(folder)
-    return CLIPTokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"), model_max_length=77)
-
-
-def _siglip_tokenizer(folder):
-    """transformers' SiglipTokenizer over a SentencePiece model trained here on the README."""
-    from transformers import SiglipTokenizer
-
-    return SiglipTokenizer(vocab_file=str(train_sentencepiece(folder, 300)))
-
-
-def _upstream(kind, folder):
-    """transformers' pair of ``kind``, its tokenizer and image processor, saved in ``folder``
-    (where the tokenizer's own files are written first)."""
-    import torch
-    import transformers
-
-    if kind == "clip":
-        tokenizer = _clip_tokenizer(folder)
-        config = transformers.CLIPConfig(
-            vision_config=dict(VISION, hidden_act="quick_gelu"),
-            text_config=dict(TEXT, vocab_size=49408),
-            projection_dim=24,
-        )
-        model = transformers.CLIPModel(config)
-        processor = pil_processor("CLIPImageProcessor")(
-            size={"shortest_edge": 48}, crop_size={"height": 48, "width": 48}, resample=BICUBIC
-        )
-    else:
-        tokenizer = _siglip_tokenizer(folder)
-        config = transformers.SiglipConfig(vision_config=VISION, text_config=dict(TEXT, vocab_size=300))
-        model = transformers.SiglipModel(config)
-        processor = pil_processor("SiglipImageProcessor")(size={"height": 48, "width": 48}, resample=BICUBIC)
-    model = randomize_torch(model.eval(), seed=3, informative=True)
-    # Probabilities far from even and from 0 and 1 (random towers' cosines of these photos
-    # and labels: CLIP's 0.24 to 0.48, SigLIP's 0.23 to 0.25), so that 0.02 tells.
-    with torch.no_grad():
-        model.logit_scale.fill_(np.log(10.0 if kind == "clip" else 150.0))
-        if kind == "siglip":
-            model.logit_bias.fill_(-35.5)
-    for part in (model, tokenizer, processor):
-        part.save_pretrained(str(folder))
-    return model, tokenizer, processor
 
 
 @pytest.fixture(scope="module", params=["clip", "siglip"])
@@ -97,7 +42,7 @@ def pairs(request, tmp_path_factory):
     kind, root = request.param, tmp_path_factory.mktemp(request.param)
     folder = root / "served" / f"org/{kind}-pair" / "resolve" / "main"
     folder.mkdir(parents=True)
-    model, tokenizer, processor = _upstream(kind, folder)
+    model, tokenizer, processor = write_transformers_pair(kind, folder)
     with FileServer(root / "served") as server, pytest.MonkeyPatch.context() as patch:
         download_env(patch, root / "home", mirror=server.url)
         hub_env(patch, server, root / "hf-cache")

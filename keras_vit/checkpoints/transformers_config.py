@@ -226,7 +226,7 @@ class ModelType:
 
 MODEL_TYPES = {
     "beit": ModelType(_beit, "BeitModel, BeitForImageClassification"),
-    "clip": ModelType(_clip, "CLIPModel's vision tower and projection"),
+    "clip": ModelType(_clip, "CLIPModel: both towers with load_model, the vision tower and projection alone"),
     "clip_vision_model": ModelType(_clip, "CLIPVisionModel, CLIPVisionModelWithProjection"),
     "data2vec-vision": ModelType(_beit, "Data2VecVisionModel, Data2VecVisionForImageClassification"),
     "deit": ModelType(_deit, "DeiTModel, DeiTForImageClassification, DeiTForImageClassificationWithTeacher"),
@@ -236,7 +236,7 @@ MODEL_TYPES = {
     ),
     "dinov3_vit": ModelType(_dinov3_vit, "DINOv3ViTModel"),
     "ijepa": ModelType(_ijepa, "IJepaModel"),
-    "siglip": ModelType(_siglip, "SiglipModel's vision tower"),
+    "siglip": ModelType(_siglip, "SiglipModel, SigLIP 2 at a fixed resolution: both towers with load_model"),
     "siglip_vision_model": ModelType(_siglip, "SiglipVisionModel"),
     "siglip2_vision_model": ModelType(not_yet="NaFlex's variable patch grids"),
     "vit": ModelType(_vit, "ViTModel, ViTForImageClassification"),

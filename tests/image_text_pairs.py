@@ -1,0 +1,77 @@
+"""Small transformers image-text pairs (``CLIPModel``, ``SiglipModel``) written by
+transformers' own ``save_pretrained`` with their tokenizer and image processor, at the hub's
+paths: what the image-text tests and the documented pages load by hub name."""
+
+import re
+
+import numpy as np
+from helpers import pil_processor, randomize_torch, train_sentencepiece, write_clip_vocabulary
+
+VISION = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=48, patch_size=8
+)
+TEXT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+BICUBIC = 3  # PIL's number for it, as the image processors store it
+
+
+def _clip_tokenizer(folder):
+    """transformers' CLIPTokenizer over the real CLIP vocabulary."""
+    from transformers import CLIPTokenizer
+
+    write_clip_vocabulary(folder)
+    return CLIPTokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"), model_max_length=77)
+
+
+def _siglip_tokenizer(folder):
+    """transformers' SiglipTokenizer over a SentencePiece model trained here on the README."""
+    from transformers import SiglipTokenizer
+
+    return SiglipTokenizer(vocab_file=str(train_sentencepiece(folder, 300)))
+
+
+def write_transformers_pair(kind, folder):
+    """transformers' pair of ``kind`` (``"clip"`` or ``"siglip"``), its tokenizer and image
+    processor, saved in ``folder`` (where the tokenizer's own files are written first);
+    returns ``(model, tokenizer, processor)``."""
+    import torch
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if kind == "clip":
+        tokenizer = _clip_tokenizer(folder)
+        config = transformers.CLIPConfig(
+            vision_config=dict(VISION, hidden_act="quick_gelu"),
+            text_config=dict(TEXT, vocab_size=49408),
+            projection_dim=24,
+        )
+        model = transformers.CLIPModel(config)
+        processor = pil_processor("CLIPImageProcessor")(
+            size={"shortest_edge": 48}, crop_size={"height": 48, "width": 48}, resample=BICUBIC
+        )
+    else:
+        tokenizer = _siglip_tokenizer(folder)
+        config = transformers.SiglipConfig(vision_config=VISION, text_config=dict(TEXT, vocab_size=300))
+        model = transformers.SiglipModel(config)
+        processor = pil_processor("SiglipImageProcessor")(size={"height": 48, "width": 48}, resample=BICUBIC)
+    model = randomize_torch(model.eval(), seed=3, informative=True)
+    # Probabilities far from even and from 0 and 1 (random towers' cosines of these photos
+    # and labels: CLIP's 0.24 to 0.48, SigLIP's 0.23 to 0.25), so that 0.02 tells.
+    with torch.no_grad():
+        model.logit_scale.fill_(np.log(10.0 if kind == "clip" else 150.0))
+        if kind == "siglip":
+            model.logit_bias.fill_(-35.5)
+    for part in (model, tokenizer, processor):
+        part.save_pretrained(str(folder))
+    return model, tokenizer, processor
+
+
+# A page's hub names of image-text pairs: an organisation and a name holding clip or siglip.
+PAIR_NAME = re.compile(r"hf-hub:([\w-]+/[\w.-]*(clip|siglip)[\w.-]*)")
+
+
+def serve_pairs(text, served):
+    """Writes a small pair at the hub's paths under ``served`` for each pair hub name in
+    ``text`` (a page's blocks), of the kind its name says."""
+    for repository, kind in sorted(set(PAIR_NAME.findall(text))):
+        if not repository.startswith("timm/"):
+            write_transformers_pair(kind, served / repository / "resolve" / "main")
