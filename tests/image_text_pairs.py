@@ -2,10 +2,11 @@
 transformers' own ``save_pretrained`` with their tokenizer and image processor, at the hub's
 paths: what the image-text tests and the documented pages load by hub name."""
 
+import json
 import re
 
 import numpy as np
-from helpers import pil_processor, randomize_torch, train_sentencepiece, write_clip_vocabulary
+from helpers import REPOSITORY, pil_processor, randomize_torch, train_sentencepiece, write_clip_vocabulary
 
 VISION = dict(
     hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=48, patch_size=8
@@ -29,8 +30,27 @@ def _siglip_tokenizer(folder):
     return SiglipTokenizer(vocab_file=str(train_sentencepiece(folder, 300)))
 
 
+def _gemma_tokenizer(folder):
+    """transformers' Siglip2Tokenizer (Gemma's byte-fallback BPE, lower case) over a vocabulary
+    trained here on the README, with Gemma's special ids first."""
+    import tokenizers
+    from transformers.models.siglip2.tokenization_siglip2 import Siglip2Tokenizer
+
+    trained = tokenizers.Tokenizer(tokenizers.models.BPE(byte_fallback=True, unk_token="<unk>"))
+    trained.normalizer = tokenizers.normalizers.Replace(" ", "\u2581")
+    trained.pre_tokenizer = tokenizers.pre_tokenizers.Split("\u2581", behavior="merged_with_previous")
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=400, special_tokens=specials)
+    trained.train_from_iterator([(REPOSITORY / "README.md").read_text(encoding="utf-8")], trainer)
+    model = json.loads(trained.to_str())["model"]
+    tokenizer = Siglip2Tokenizer(vocab=model["vocab"], merges=[tuple(m) for m in model["merges"]])
+    tokenizer.save_pretrained(str(folder))
+    return tokenizer
+
+
 def write_transformers_pair(kind, folder):
-    """transformers' pair of ``kind`` (``"clip"`` or ``"siglip"``), its tokenizer and image
+    """transformers' pair of ``kind`` (``"clip"``, ``"siglip"``, or ``"siglip2"``: SigLIP 2 at
+    a fixed resolution, a ``SiglipModel`` with its Gemma tokenizer), its tokenizer and image
     processor, saved in ``folder`` (where the tokenizer's own files are written first);
     returns ``(model, tokenizer, processor)``."""
     import torch
@@ -49,8 +69,8 @@ def write_transformers_pair(kind, folder):
             size={"shortest_edge": 48}, crop_size={"height": 48, "width": 48}, resample=BICUBIC
         )
     else:
-        tokenizer = _siglip_tokenizer(folder)
-        config = transformers.SiglipConfig(vision_config=VISION, text_config=dict(TEXT, vocab_size=300))
+        tokenizer = _siglip_tokenizer(folder) if kind == "siglip" else _gemma_tokenizer(folder)
+        config = transformers.SiglipConfig(vision_config=VISION, text_config=dict(TEXT, vocab_size=len(tokenizer)))
         model = transformers.SiglipModel(config)
         processor = pil_processor("SiglipImageProcessor")(size={"height": 48, "width": 48}, resample=BICUBIC)
     model = randomize_torch(model.eval(), seed=3, informative=True)
@@ -58,7 +78,7 @@ def write_transformers_pair(kind, folder):
     # and labels: CLIP's 0.24 to 0.48, SigLIP's 0.23 to 0.25), so that 0.02 tells.
     with torch.no_grad():
         model.logit_scale.fill_(np.log(10.0 if kind == "clip" else 150.0))
-        if kind == "siglip":
+        if kind != "clip":
             model.logit_bias.fill_(-35.5)
     for part in (model, tokenizer, processor):
         part.save_pretrained(str(folder))

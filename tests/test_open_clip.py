@@ -9,6 +9,7 @@ that would run code is refused before anything runs."""
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -155,6 +156,37 @@ def test_zero_shot_probabilities_of_raw_photos_are_open_clips(pairs):
         else:
             expected = torch.sigmoid(logits + model.logit_bias).numpy()
     np.testing.assert_allclose(pair.classify(_photos(), LABELS), expected, atol=0.02)
+
+
+def test_a_timm_repository_holding_open_clips_files_too_loads_whole(mirror, timm):
+    import torch
+    from timm.models.vision_transformer import _convert_openai_clip
+
+    repository = "timm/vit_base_patch16_clip_quickgelu_224.test"
+    folder = Path(mirror.root) / repository / "resolve" / "main"
+    folder.mkdir(parents=True)
+    model, tokenizer = _upstream("open-clip-native", folder)
+    # timm's own files of the image tower, as timm converts open_clip's for its hub repositories.
+    vision = NATIVE["vision_cfg"]
+    peer = timm.create_model(
+        "vit_base_patch16_clip_quickgelu_224",
+        img_size=vision["image_size"],
+        patch_size=vision["patch_size"],
+        embed_dim=vision["width"],
+        depth=vision["layers"],
+        num_heads=2,
+        num_classes=NATIVE["embed_dim"],
+    )
+    peer.load_state_dict(_convert_openai_clip(model.state_dict(), peer))
+    timm.models.save_for_hf(peer.eval(), str(folder), safe_serialization=True)
+    assert type(keras_vit.create_model(f"hf-hub:{repository}")).__name__ == "VisionTransformer"  # as before
+    pair = keras_vit.load_model(f"hf-hub:{repository}")
+    pixels = _pixels(vision["image_size"]).astype("float32")
+    with torch.no_grad():
+        texts = model.encode_text(tokenizer(HARD), normalize=True).numpy()
+        images = model.encode_image(torch.from_numpy(pixels.transpose(0, 3, 1, 2)), normalize=True).numpy()
+    assert_close_to_scale(to_numpy(pair.encode_texts(HARD)), texts, 2e-5)
+    assert_close_to_scale(to_numpy(pair.encode_images(pixels)), images, 2e-5)
 
 
 # On the next backend: the pair's file read by keras_vit.load_model, its embeddings written.

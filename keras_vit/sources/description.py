@@ -80,6 +80,8 @@ class TextTower:
             (open_clip's); None: the tokenizer files' own alone.
         context_length: the ids per text, where the model's config says it rather than
             the tokenizer's files (open_clip's ``text_cfg``).
+        weights: the file its weights (and the scale and bias) are in, where it is not the
+            image tower's (``Weights``); None: the image tower's.
     """
 
     spec: TextSpec
@@ -89,6 +91,7 @@ class TextTower:
     prefix: str = ""
     clean: str | None = None
     context_length: int | None = None
+    weights: Weights | None = None
 
 
 @dataclasses.dataclass(frozen=True)

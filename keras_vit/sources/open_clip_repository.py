@@ -3,6 +3,7 @@
 folder: both towers from its ``model_cfg`` (``checkpoints.open_clip_config``), the
 pre-processing from its ``preprocess_cfg``, the tokenizer open_clip would use."""
 
+import dataclasses
 import json
 import os
 
@@ -52,13 +53,33 @@ def _text_tower(given, model_cfg):
     )
 
 
-def open_clip_source(given, **_):
-    """The ``ModelSource`` of an open_clip repository (``hf-hub:`` name) or folder."""
-    with open(repository_file(given, CONFIG_FILE), encoding="utf-8") as f:
+def _config(given, path):
+    """``(config, model_cfg)`` of the ``open_clip_config.json`` at ``path``."""
+    with open(path, encoding="utf-8") as f:
         config = json.load(f)
     model_cfg = config.get("model_cfg") if isinstance(config, dict) else None
     if not isinstance(model_cfg, dict) or "embed_dim" not in model_cfg:
         raise ValueError(f"{given}: its {CONFIG_FILE} holds no model_cfg with an embed_dim, as open_clip writes it.")
+    return config, model_cfg
+
+
+def open_clip_text(given):
+    """The text half of a timm repository that holds open_clip's files beside its own (timm's
+    CLIPs: ``hf-hub:timm/vit_base_patch16_clip_224.openai``), read from open_clip's weights
+    file; None where it has none. Offline, a hub repository's config is looked for in the
+    cache alone."""
+    if hub.is_hub_name(given) and hub.is_offline():
+        path = hub.cached(given, CONFIG_FILE)
+    else:
+        path = repository_file(given, CONFIG_FILE, missing_ok=True)
+    if path is None:
+        return None
+    return dataclasses.replace(_text_tower(given, _config(given, path)[1]), weights=_weights(given))
+
+
+def open_clip_source(given, **_):
+    """The ``ModelSource`` of an open_clip repository (``hf-hub:`` name) or folder."""
+    config, model_cfg = _config(given, repository_file(given, CONFIG_FILE))
     spec = ViTSpec.from_config(open_clip_config.image_options(model_cfg))
     text = _text_tower(given, model_cfg)  # what is not built is said before any file is looked for
     on_hub = hub.is_hub_name(given)

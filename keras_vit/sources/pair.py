@@ -23,10 +23,10 @@ SCALE_KEY, BIAS_KEY = "logit_scale", "logit_bias"
 
 def build_pair(source, image_encoder, *, dtype=None, safe_mode=True):
     """The ``ImageTextModel`` of ``source`` around ``image_encoder`` (its image tower, built
-    and loaded); the weights file is read again for the text tower, a pickle as safely as
-    the image tower's (``safe_mode``)."""
+    and loaded); the text tower's weights file (the image tower's, read again, unless the
+    text tower names its own) is read as safely as the image tower's (``safe_mode``)."""
     text = source.text
-    path = source.weights.fetch()
+    path = (text.weights or source.weights).fetch()
     _, arrays = read_arrays(path, safe_mode=safe_mode)
     tower = text_encoder(text.spec, dtype=dtype)
     try:

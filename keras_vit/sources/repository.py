@@ -17,7 +17,7 @@ from keras_vit.models.mae_spec import MAESpec
 from keras_vit.models.spec import ViTSpec
 from keras_vit.presets import hub, local
 from keras_vit.sources.description import HUB, TIMM_FOLDER, TRANSFORMERS_FOLDER, ModelSource, TextTower, Weights
-from keras_vit.sources.open_clip_repository import is_open_clip_folder, open_clip_source
+from keras_vit.sources.open_clip_repository import is_open_clip_folder, open_clip_source, open_clip_text
 from keras_vit.sources.repository_file import repository_file
 
 
@@ -41,11 +41,12 @@ def is_repository_folder(path):
 WEIGHTS_FILE = "model.safetensors"  # what keras-vit reads of a hub repository, beside its config.json
 
 
-def repository_source(given, *, architecture=None, **_):
+def repository_source(given, *, architecture=None, loading=False, **_):
     """A hub repository (``hf-hub:``) or a folder holding its files, timm's or transformers':
     its ``config.json`` says which (an ``architecture``, or a ``model_type``). ``architecture``:
     timm's architecture to build instead of the one its config names (a timm name whose
-    weights are another architecture's repository)."""
+    weights are another architecture's repository). ``loading`` (``load_model``'s): a timm
+    repository's open_clip files are looked for too, for the pair they hold."""
     on_hub = hub.is_hub_name(given)
     config = repository_file(given, "config.json", missing_ok=True)
     if config is None and repository_file(given, CONFIG_FILE, missing_ok=True) is not None:
@@ -67,6 +68,8 @@ def repository_source(given, *, architecture=None, **_):
     if "architecture" in config:
         options, _, preprocessing, class_names = timm_config.from_hub_config(config)
         name, kind = config["architecture"], HUB if on_hub else TIMM_FOLDER
+        if loading:  # what load_model may give whole: open_clip's text tower beside timm's files
+            text = open_clip_text(given)
     elif "model_type" in config:
         options = transformers_config.spec_options(config)
         if config["model_type"] == "vit_mae":  # its decoder too

@@ -136,12 +136,12 @@ def _timm_architecture(name, loading=False, **_):
     return ModelSource(TIMM_ARCHITECTURE, name, name=name, spec=spec)
 
 
-def _timm_tagged(name, **_):
+def _timm_tagged(name, loading=False, **_):
     """timm's ``<architecture>.<tag>``: what its hub name loads (``timm_names``); where the
     repository is another architecture's (timm's QuickGELU CLIPs share their weights with
     the GELU ones), built as the name's architecture."""
     architecture, tag = timm_names.split(name)
-    return repository_source(timm_names.hub_name(architecture, tag), architecture=architecture)
+    return repository_source(timm_names.hub_name(architecture, tag), architecture=architecture, loading=loading)
 
 
 def _default_tagged(architecture):
