@@ -120,7 +120,8 @@ def load_model(
         tower: None (the default): what ``path`` holds, both towers of an image-text
             model (``keras_vit.models.ImageTextModel``: ``classify`` with labels,
             ``encode_texts``, ``encode_images``); ``"image"``: its image tower alone, as
-            ``create_model`` builds it (the projection as its head).
+            ``create_model`` builds it (the projection as its head); ``"pair"``: both towers,
+            and an ``InvalidModelFileError`` for what holds an image model alone.
         **model_options: further ``create_model`` options (by default the model gets the
             numerics the checkpoint's layout was trained with, e.g. the exact GELU for timm
             weights).

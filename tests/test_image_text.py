@@ -14,6 +14,7 @@ import pytest
 import skimage.data
 from helpers import (
     assert_close_to_scale,
+    once_on,
     run_on_next_backend,
     to_numpy,
     write_photo,
@@ -22,6 +23,7 @@ from image_text_pairs import write_transformers_pair
 
 import keras_vit
 from keras_vit.images import as_model_input
+from keras_vit.sources import InvalidModelFileError
 
 LABELS = ["a cat", "a cup of coffee", "an astronaut"]
 
@@ -134,6 +136,15 @@ def test_a_pair_saved_as_a_keras_file_reloads_on_the_next_backend_to_the_same_em
     run_on_next_backend(NEXT_BACKEND, path, photos, texts, "|".join(LABELS), images)
     np.testing.assert_allclose(np.load(texts), to_numpy(pair.encode_texts(LABELS)), atol=1e-6)
     np.testing.assert_allclose(np.load(images), to_numpy(pair.encode_images(np.load(photos))), atol=1e-6)
+
+
+@once_on("torch", "which tower a source gives is the builder's routing, the same on every backend")
+def test_an_image_model_asked_for_its_text_tower_is_one_clear_error(tmp_path):
+    path = str(tmp_path / "classifier.keras")
+    keras_vit.save_model(keras_vit.create_model("vit_ti16", image_size=16, depth=1, num_classes=2), path)
+    assert type(keras_vit.load_model(path)).__name__ == "VisionTransformer"
+    with pytest.raises(InvalidModelFileError, match="holds an image model and no text tower"):
+        keras_vit.load_model(path, tower="pair")
 
 
 @pytest.mark.backend_free

@@ -23,8 +23,9 @@ from keras_vit.models.vit import VisionTransformer
 from keras_vit.sources.description import CHECKPOINT, InvalidModelFileError
 from keras_vit.sources.pair import build_pair
 
-# What of a source to build: its image tower, or what it holds (an image-text source's pair).
-TOWERS = ("image", None)
+# What of a source to build: its image tower, what it holds (an image-text source's pair), or
+# the pair, which a source without a text tower is refused for.
+TOWERS = ("image", None, "pair")
 
 
 def build(
@@ -36,7 +37,8 @@ def build(
         source: a ``ModelSource``.
         tower: ``"image"``: the image tower (an image-text source's too, as a classifier
             whose head is its projection); None: what the source holds, an image-text
-            source's ``ImageTextModel`` (both towers, the tokenizer, the scale and bias).
+            source's ``ImageTextModel`` (both towers, the tokenizer, the scale and bias);
+            ``"pair"``: that, and an ``InvalidModelFileError`` for a source without a text tower.
         image_size, num_classes, dtype, **options: as ``keras_vit.create_model`` takes them
             (``ViTSpec`` fields, the model's ``name``, ``preprocessing``, ``class_names``).
         safe_mode: refuse what could run code while loading (a ``Lambda`` layer, a PyTorch
@@ -53,6 +55,11 @@ def build(
     model = _image_model(source, image_size, num_classes, dtype, safe_mode, strict, options)
     if isinstance(model, ImageTextModel):  # a .keras file of a pair
         return model.image_encoder if tower == "image" else model
+    if tower == "pair" and source.text is None:
+        raise InvalidModelFileError(
+            f"{source.given} holds an image model and no text tower: an image-text model (CLIP, SigLIP) is a "
+            "transformers clip or siglip repository, open_clip's layout, or a .keras file of one."
+        )
     if tower == "image" or source.text is None:
         return model
     return build_pair(source, model, dtype=dtype, safe_mode=safe_mode)
