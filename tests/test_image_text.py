@@ -62,7 +62,7 @@ def test_both_towers_and_the_logits_are_the_upstreams(pairs):
     import torch
 
     kind, model, tokenizer, processor, pair, _ = pairs
-    texts = ["A photo of a CAT.", "coffee, black", "a long caption " * 30]
+    texts = ["A photo of a CAT.", "coffee, black", "café\tau  lait!", "a long caption " * 30]
     ids, pixels = _upstream_ids(kind, tokenizer, texts), _pixels(processor)
     np.testing.assert_array_equal(pair.tokenize(texts), ids.numpy())
     with torch.no_grad():
