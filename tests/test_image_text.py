@@ -175,6 +175,20 @@ def test_labels_and_templates_that_cannot_be_scored_are_refused(pairs, labels, t
         pair.classify(_photos(), labels, templates)
 
 
+@once_on("torch", "where a saved file keeps the vocabulary is Keras' saving, the same on every backend")
+def test_a_saved_pairs_vocabulary_is_an_asset_not_a_string_in_its_config(pairs, tmp_path):
+    import zipfile
+
+    kind, *_, pair, _ = pairs
+    path = str(tmp_path / "pair.keras")
+    keras_vit.save_model(pair, path)
+    with zipfile.ZipFile(path) as saved:
+        config = saved.read("config.json").decode()
+        assets = [name for name in saved.namelist() if name.startswith("assets/")]
+    assert len(config) < 100_000 and "merges" not in config and len(assets) == 1, (len(config), assets)
+    np.testing.assert_array_equal(keras_vit.load_model(path).tokenize(LABELS), pair.tokenize(LABELS))
+
+
 @pytest.fixture
 def saved(pairs, tmp_path):
     """``(the pair's .keras file, a photo's PNG file)``."""

@@ -5,6 +5,7 @@ import keras
 import numpy as np
 
 from keras_vit.images import as_model_input
+from keras_vit.text.encoders import encoder_from_file
 from keras_vit.text.tokenizer import TextTokenizer
 
 # How a pair turns its scaled cosines into probabilities: over the texts (CLIP's softmax), or
@@ -32,6 +33,8 @@ class ImageTextModel(keras.Model):
         scoring: ``"softmax"`` (CLIP's) or ``"sigmoid"`` (SigLIP's).
 
     Call with ``{"images": pixels, "token_ids": ids}`` for the ``(images, texts)`` logits.
+    Saved as a ``.keras`` file, the tokenizer's vocabulary is the file's assets (its
+    ``tokenizer.json`` or ``spiece.model``), its settings the config.
     """
 
     def __init__(self, image_encoder, text_encoder, tokenizer, scoring="softmax", **kwargs):
@@ -92,13 +95,22 @@ class ImageTextModel(keras.Model):
         return keras.ops.convert_to_numpy(scored)
 
     def get_config(self):
+        tokenizer = self.tokenizer.get_config()
+        # The vocabulary is the saved file's assets (save_assets), not a string in its config.
+        tokenizer["encoder"] = {"kind": tokenizer["encoder"]["kind"]}
         return {
             **super().get_config(),
             "image_encoder": keras.saving.serialize_keras_object(self.image_encoder),
             "text_encoder": keras.saving.serialize_keras_object(self.text_encoder),
-            "tokenizer": self.tokenizer.get_config(),
+            "tokenizer": tokenizer,
             "scoring": self.scoring,
         }
+
+    def save_assets(self, dir_path):
+        self.tokenizer.encoder.save_file(dir_path)
+
+    def load_assets(self, dir_path):
+        self.tokenizer.encoder = encoder_from_file(self.tokenizer.encoder.kind, dir_path)
 
     @classmethod
     def from_config(cls, config):

@@ -1,6 +1,7 @@
 """The libraries upstream tokenizer files are written for, behind one small interface: the
 content ids of cleaned texts (no start or end of text: ``TextTokenizer`` adds those), a
-token's id, and a config to save.
+token's id, and a config to save, or a file (``save_file``, ``encoder_from_file``) where a
+model keeps it beside its config (a ``.keras`` file's assets).
 
 ``tokenizers`` reads transformers' ``tokenizer.json`` (and runs CLIP's BPE built from a
 vocabulary, ``byte_level_bpe``); ``sentencepiece`` reads a SentencePiece model
@@ -8,6 +9,7 @@ vocabulary, ``byte_level_bpe``); ``sentencepiece`` reads a SentencePiece model
 """
 
 import base64
+import os
 
 from keras_vit.dependencies import require
 
@@ -31,8 +33,13 @@ class TokenizersEncoder:
     def token_to_id(self, token):
         return self.tokenizer.token_to_id(token)
 
+    kind, filename = "tokenizers", "tokenizer.json"
+
     def get_config(self):
-        return {"kind": "tokenizers", "tokenizer": self.tokenizer.to_str()}
+        return {"kind": self.kind, "tokenizer": self.tokenizer.to_str()}
+
+    def save_file(self, folder):
+        self.tokenizer.save(os.path.join(folder, self.filename))
 
 
 class SentencePieceEncoder:
@@ -49,12 +56,48 @@ class SentencePieceEncoder:
         found = self.processor.piece_to_id(token)
         return None if found == self.processor.unk_id() and token != self.processor.id_to_piece(found) else found
 
+    kind, filename = "sentencepiece", "spiece.model"
+
     def get_config(self):
-        return {"kind": "sentencepiece", "model": base64.b64encode(self.model).decode("ascii")}
+        return {"kind": self.kind, "model": base64.b64encode(self.model).decode("ascii")}
+
+    def save_file(self, folder):
+        with open(os.path.join(folder, self.filename), "wb") as f:
+            f.write(self.model)
+
+
+class SavedEncoder:
+    """An encoder of ``kind`` whose file is still to be read (``encoder_from_file``): what a
+    model's config names until Keras hands it the saved file's assets."""
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise RuntimeError(f"the {self.kind} tokenizer's file is read with the model that saved it (its assets).")
+
+    def get_config(self):
+        return {"kind": self.kind}
+
+
+_ENCODERS = {encoder.kind: encoder for encoder in (TokenizersEncoder, SentencePieceEncoder)}
+
+
+def encoder_from_file(kind, folder):
+    """The encoder of ``kind`` that ``save_file`` wrote into ``folder``."""
+    path = os.path.join(folder, _ENCODERS[kind].filename)
+    if kind == "sentencepiece":
+        with open(path, "rb") as f:
+            return SentencePieceEncoder(f.read())
+    return TokenizersEncoder(require("tokenizers", "text").Tokenizer.from_file(path))
 
 
 def encoder_from_config(config):
-    """The encoder a ``get_config`` describes."""
+    """The encoder a ``get_config`` describes (its kind alone: a ``SavedEncoder``)."""
+    if config.get("kind") in _ENCODERS and len(config) == 1:
+        return SavedEncoder(config["kind"])
     if config["kind"] == "sentencepiece":
         return SentencePieceEncoder(base64.b64decode(config["model"]))
     if config["kind"] == "tokenizers":
