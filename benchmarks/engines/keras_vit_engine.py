@@ -20,7 +20,7 @@ SETTINGS = ("numerics", "fused_attention")
 # (keras_vit.checkpoints.layouts; named here so the parent checks it without Keras).
 NUMERICS = (
     "default", "original", "timm", "hf", "hf_beit", "hf_dinov3", "hf_dinov2", "hf_dinov2_registers", "keras_hub_vit",
-    "keras_hub_dinov2", "keras_hub_dinov3", "keras_hub_siglip", "keras_hub_clip",
+    "keras_hub_dinov2", "keras_hub_dinov3", "keras_hub_siglip", "keras_hub_clip", "open_clip",
 )  # fmt: skip
 # --fused-attention: the values of keras_vit.layers.fused_attention.set_fused_attention.
 FUSED_ATTENTION = {"auto": None, "0": False, "1": True}

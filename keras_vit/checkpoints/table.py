@@ -21,6 +21,9 @@ recognised, how its peer resamples, the numerics it was trained with) is its rec
   ``Dinov2WithRegistersModel`` files (``HF_DINOV2``, rows of their own); ``"hf_dinov3"``:
   its ``DINOv3ViTModel`` (``HF_DINOV3``; rotary embeddings, no position table); ``"hf_clip"``:
   its CLIP vision tower (``HF_CLIP``); ``"hf_siglip"``: its SigLIP vision tower (``HF_SIGLIP``).
+- ``"open_clip"``: open_clip's own ViT in its ``CLIP`` files, rows of their own in
+  ``keras_vit.checkpoints.open_clip_table`` (its timm image towers are the ``"timm"``
+  column's keys under ``visual.trunk.``).
 - ``"keras_hub_vit"`` and keras-hub's DINOv2, DINOv3, SigLIP and CLIP: a keras-hub preset
   folder's variable paths, rows of their own in ``keras_vit.checkpoints.keras_hub_table``.
 - ``"keras"``: keras-vit's own variable paths (a ``.keras`` file), identity.
