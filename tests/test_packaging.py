@@ -155,7 +155,8 @@ def test_the_wheel_installs_with_one_backend_and_works(tmp_path, rng):
     assert os.path.basename(wheel).startswith("keras_vision_transformer-")
     files = zipfile.ZipFile(wheel).namelist()
     data = ["keras_vit/labels/imagenet1k.tsv", "keras_vit/labels/imagenet21k.tsv", "keras_vit/presets/catalog.py"]
-    data += [f"keras_vit/checkpoints/{table}.json" for table in ("timm_architectures", "timm_pretrained")]
+    tables = ("timm_architectures", "timm_pretrained", "open_clip_defaults")
+    data += [f"keras_vit/checkpoints/{table}.json" for table in tables]
     for path in data:
         assert path in files, path
     assert not any(f.startswith(("tests/", "recipes/", "benchmarks/")) for f in files)

@@ -7,6 +7,9 @@ model (``timm_model_name``, as ``timm/ViT-B-16-SigLIP`` has it); the text tower 
 What keras-vit does not build is refused, naming the option.
 """
 
+import json
+import os
+
 from keras_vit.checkpoints import timm_config
 from keras_vit.checkpoints.open_clip_table import open_clip_text_rows
 from keras_vit.checkpoints.timm_pretrained import PRETRAINED
@@ -16,36 +19,11 @@ from keras_vit.models.text_spec import TextSpec
 CONFIG_FILE = "open_clip_config.json"
 # The weights files open_clip reads, in its order of preference: safetensors first.
 WEIGHTS_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
-# open_clip's defaults (CLIPVisionCfg, CLIPTextCfg) of what keras-vit reads.
-_VISION = dict(layers=12, width=768, head_width=64, mlp_ratio=4.0, patch_size=16, image_size=224, pool_type="tok")
-_TEXT = dict(
-    context_length=77,
-    vocab_size=49408,
-    width=512,
-    heads=8,
-    layers=12,
-    mlp_ratio=4.0,
-    pool_type="argmax",
-    eos_id=2,
-    proj_type="linear",
-    proj_bias=False,
-    no_causal_mask=False,
-)
-# Options of open_clip's towers keras-vit does not build, and the value that is their absence.
-_NOT_BUILT = dict(
-    ls_init_value=None,
-    attentional_pool=False,
-    pos_embed_type="learnable",
-    embed_cls=False,
-    hf_model_name=None,
-    qk_norm=False,
-    scaled_cosine_attn=False,
-    scale_heads=False,
-    scale_attn_inner=False,
-    scale_attn=False,
-    scale_fc=False,
-    block_type=None,
-)
+# open_clip's defaults (CLIPVisionCfg, CLIPTextCfg) of what keras-vit reads, and the options
+# of its towers keras-vit does not build with the value that is their absence: data.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "open_clip_defaults.json"), encoding="utf-8") as f:
+    _DEFAULTS = json.load(f)
+_VISION, _TEXT, _NOT_BUILT = _DEFAULTS["vision"], _DEFAULTS["text"], _DEFAULTS["not_built"]
 # text_cfg's pool_type -> TextSpec's pooling: the highest id (OpenAI's end of text), the
 # first end-of-text id, the last position.
 _TEXT_POOLING = {"argmax": "highest_id", "eos": "first_id", "last": "last"}
