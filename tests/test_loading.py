@@ -338,4 +338,6 @@ def test_a_keras_file_an_earlier_version_wrote_loads_and_gives_its_stored_output
     model = keras_vit.load_model(os.path.join(SAVED, f"{name}.keras"))
     stored = np.load(os.path.join(SAVED, f"{name}.npz"))
     assert model.name == name
-    assert_close_to_scale(to_numpy(model.predict_on_batch(stored["images"])), stored["outputs"], 1e-6)
+    # A few float32 ulps of the outputs' scale: a framework's release may sum in another order;
+    # a misread weight, GELU form or norm epsilon moves the outputs more.
+    assert_close_to_scale(to_numpy(model.predict_on_batch(stored["images"])), stored["outputs"], 3e-6)
