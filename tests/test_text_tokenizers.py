@@ -4,12 +4,14 @@ The references are the upstreams' own code: open_clip's ``SimpleTokenizer`` with
 vocabulary its package ships; transformers' ``CLIPTokenizer`` over that vocabulary, its
 folder written by its own ``save_pretrained`` (``tokenizer.json``) or in the OpenAI hub
 repositories' ``vocab.json`` and ``merges.txt`` layout; transformers' ``SiglipTokenizer``
-over a SentencePiece model trained here, offline, on the manual's pages. Tokenizing is Python that no backend
+over a SentencePiece model trained here, offline, on the manual's pages; open_clip's ids again
+from OpenAI's hub repository's ``merges.txt``, where open_clip is not installed. Tokenizing is Python that no backend
 computes: these tests run once (``backend_free``), open_clip's (which returns torch tensors)
 in the torch process.
 """
 
 import json
+import pathlib
 import os
 
 import numpy as np
@@ -104,6 +106,22 @@ def test_open_clips_clip_tokenizer_gives_open_clips_ids(open_clip_tokenizer, mer
     expected = open_clip_tokenizer.SimpleTokenizer()(HARD).numpy()
     np.testing.assert_array_equal(ours(HARD), expected)
     assert ours(HARD).dtype == np.int32 and ours(HARD).shape == (len(HARD), 77)
+
+
+@pytest.mark.backend_free(False)
+@once_on("torch", "open_clip's tokenizer returns torch tensors; the ids are the same Python on every backend")
+def test_without_open_clip_its_vocabulary_is_openai_clips_merges_from_the_hub(open_clip_tokenizer, mirror, monkeypatch):
+    import types
+
+    from keras_vit.sources import pair
+
+    folder = pathlib.Path(mirror.root) / "openai" / "clip-vit-base-patch32" / "resolve" / "main"
+    folder.mkdir(parents=True)
+    write_clip_vocabulary(folder)
+    no_open_clip = types.SimpleNamespace(util=types.SimpleNamespace(find_spec=lambda name: None))
+    monkeypatch.setattr(pair, "importlib", no_open_clip)
+    ours = TextTokenizer.open_clip(pair.builtin_vocabulary())
+    np.testing.assert_array_equal(ours(HARD), open_clip_tokenizer.SimpleTokenizer()(HARD).numpy())
 
 
 @pytest.mark.parametrize("layout", ["tokenizer.json", "vocab.json and merges.txt"])
