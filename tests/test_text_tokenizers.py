@@ -11,8 +11,8 @@ in the torch process.
 """
 
 import json
-import pathlib
 import os
+import pathlib
 
 import numpy as np
 import pytest
