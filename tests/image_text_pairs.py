@@ -48,12 +48,26 @@ def _gemma_tokenizer(folder):
     return tokenizer
 
 
+def informative_scores(model):
+    """Sets a torch pair's scale (and bias, where it has one: SigLIP's) so that its
+    probabilities are far from even and from 0 and 1 (random towers' cosines of the tests'
+    photos and labels: CLIP's 0.24 to 0.48, SigLIP's 0.23 to 0.25), so that 0.02 tells;
+    returns the model."""
+    import torch
+
+    bias = getattr(model, "logit_bias", None)
+    with torch.no_grad():
+        model.logit_scale.fill_(np.log(10.0 if bias is None else 150.0))
+        if bias is not None:
+            bias.fill_(-35.5)
+    return model
+
+
 def write_transformers_pair(kind, folder):
     """transformers' pair of ``kind`` (``"clip"``, ``"siglip"``, or ``"siglip2"``: SigLIP 2 at
     a fixed resolution, a ``SiglipModel`` with its Gemma tokenizer), its tokenizer and image
     processor, saved in ``folder`` (where the tokenizer's own files are written first);
     returns ``(model, tokenizer, processor)``."""
-    import torch
     import transformers
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -73,13 +87,7 @@ def write_transformers_pair(kind, folder):
         config = transformers.SiglipConfig(vision_config=VISION, text_config=dict(TEXT, vocab_size=len(tokenizer)))
         model = transformers.SiglipModel(config)
         processor = pil_processor("SiglipImageProcessor")(size={"height": 48, "width": 48}, resample=BICUBIC)
-    model = randomize_torch(model.eval(), seed=3, informative=True)
-    # Probabilities far from even and from 0 and 1 (random towers' cosines of these photos
-    # and labels: CLIP's 0.24 to 0.48, SigLIP's 0.23 to 0.25), so that 0.02 tells.
-    with torch.no_grad():
-        model.logit_scale.fill_(np.log(10.0 if kind == "clip" else 150.0))
-        if kind != "clip":
-            model.logit_bias.fill_(-35.5)
+    model = informative_scores(randomize_torch(model.eval(), seed=3, informative=True))
     for part in (model, tokenizer, processor):
         part.save_pretrained(str(folder))
     return model, tokenizer, processor

@@ -23,6 +23,7 @@ from helpers import (
     to_numpy,
     train_sentencepiece,
 )
+from image_text_pairs import informative_scores
 
 import keras_vit
 
@@ -70,7 +71,6 @@ def _open_clip():
 def _upstream(name, folder):
     """open_clip's model of ``KINDS[name]`` and its tokenizer, saved in ``folder`` as its hub
     layout: ``open_clip_model.safetensors`` and ``open_clip_config.json``."""
-    import torch
     from safetensors.torch import save_file
 
     open_clip = _open_clip()
@@ -86,11 +86,7 @@ def _upstream(name, folder):
     else:
         model = open_clip.model.CLIP(**config)
         tokenizer = open_clip.tokenizer.SimpleTokenizer(context_length=77)
-    model = randomize_torch(model.eval(), seed=5, informative=True)
-    with torch.no_grad():  # probabilities far from even and from 0 and 1 (see test_image_text)
-        model.logit_scale.fill_(np.log(10.0 if model.logit_bias is None else 150.0))
-        if model.logit_bias is not None:
-            model.logit_bias.fill_(-35.5)
+    model = informative_scores(randomize_torch(model.eval(), seed=5, informative=True))
     model.visual.image_mean, model.visual.image_std = MEAN, STD
     model.visual.preprocess_cfg = {"interpolation": "bicubic", "resize_mode": "shortest"}
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "open_clip_model.safetensors"))

@@ -12,7 +12,7 @@ import os
 
 from keras_vit.checkpoints import timm_config
 from keras_vit.checkpoints.open_clip_table import open_clip_text_rows
-from keras_vit.checkpoints.timm_pretrained import PRETRAINED
+from keras_vit.checkpoints.timm_pretrained import PRETRAINED, default_tag
 from keras_vit.checkpoints.transformers_config import UnsupportedModelTypeError
 from keras_vit.models.text_spec import TextSpec
 
@@ -96,15 +96,19 @@ def _timm_image_options(vision):
         )
     args = dict(timm_config.architecture_args(name), num_classes=0, global_pool=vision.get("timm_pool", "avg"))
     # open_clip passes timm no image size: the trunk has its default tag's (timm's pretrained_cfg).
-    default = next(iter(PRETRAINED.get(name, {}).values()), (None, None, None))[2]
-    return dict(timm_config.spec_options(args), **({"image_size": default} if default else {}))
+    tag = default_tag(name)
+    return dict(timm_config.spec_options(args), **({"image_size": PRETRAINED[name][tag][2]} if tag else {}))
+
+
+def _text_cfg(model_cfg):
+    """``model_cfg``'s ``text_cfg`` over open_clip's defaults."""
+    return {**_TEXT, **(model_cfg.get("text_cfg") or {})}
 
 
 def text_spec(model_cfg):
     """The ``TextSpec`` of ``model_cfg``'s text tower (``text_cfg``, open_clip's ``TextTransformer``)."""
-    text = model_cfg.get("text_cfg") or {}
-    _refuse_unbuilt("text tower", text)
-    text = {**_TEXT, **text}
+    _refuse_unbuilt("text tower", model_cfg.get("text_cfg") or {})
+    text = _text_cfg(model_cfg)
     if text["pool_type"] not in _TEXT_POOLING or text["proj_type"] not in ("linear", "none"):
         raise UnsupportedModelTypeError(
             f"open_clip's text tower with pool_type={text['pool_type']!r}, proj_type={text['proj_type']!r}: "
@@ -131,8 +135,7 @@ def text_spec(model_cfg):
 def text_rows(model_cfg):
     """``(rows, prefix)`` of the text tower's weights: open_clip's ``CLIP`` keeps them at the
     top level, its ``CustomTextCLIP`` (``custom_text``, as SigLIP's) under ``text.``."""
-    text = {**_TEXT, **(model_cfg.get("text_cfg") or {})}
-    return open_clip_text_rows(bool(text["proj_bias"])), "text." if model_cfg.get("custom_text") else ""
+    return open_clip_text_rows(bool(_text_cfg(model_cfg)["proj_bias"])), "text." if model_cfg.get("custom_text") else ""
 
 
 def scoring(model_cfg):
@@ -145,7 +148,7 @@ def tokenizer_options(model_cfg):
     ``HFTokenizer`` where ``text_cfg`` names ``hf_tokenizer_name`` (its ``clean``, by default
     whitespace only), else its ``SimpleTokenizer`` on the built-in CLIP vocabulary (None;
     lower case by default). The clean-up is a name in ``keras_vit.text.cleaning.CLEANUPS``."""
-    text = {**_TEXT, **(model_cfg.get("text_cfg") or {})}
+    text = _text_cfg(model_cfg)
     name = text.get("hf_tokenizer_name") or None
     clean = (text.get("tokenizer_kwargs") or {}).get("clean", "whitespace" if name else "lower")
     return name, f"open_clip_{clean}", int(text["context_length"])

@@ -16,3 +16,12 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "timm_pretrai
         architecture: {tag: tuple(entry) for tag, entry in tags.items()}
         for architecture, tags in json.load(f)["pretrained"].items()
     }
+
+
+def default_tag(architecture):
+    """timm's tag for ``architecture`` with ``pretrained=True`` (its first); None if it has none.
+
+    >>> default_tag("vit_base_patch16_224")
+    'augreg2_in21k_ft_in1k'
+    """
+    return next(iter(PRETRAINED.get(architecture, {})), None)

@@ -31,15 +31,6 @@ def is_tagged(name):
     return split(name) is not None
 
 
-def default_tag(architecture):
-    """timm's tag for ``architecture`` with ``pretrained=True``; None if it has none.
-
-    >>> default_tag("vit_base_patch16_224")
-    'augreg2_in21k_ft_in1k'
-    """
-    return next(iter(PRETRAINED.get(architecture, {})), None)
-
-
 def tag_options(architecture, tag):
     """The spec options timm builds ``architecture`` with for ``tag``, with or without its
     weights: its classes (none: the pooled features, no head) and input size.

@@ -65,8 +65,8 @@ class Weights:
 
 @dataclasses.dataclass(frozen=True)
 class TextTower:
-    """The text half of an image-text source (CLIP, SigLIP), whose weights are in the same
-    file as the image tower's.
+    """The text half of an image-text source (CLIP, SigLIP): its weights are in the image
+    tower's file, unless ``weights`` names another.
 
     Attributes:
         spec: the text tower's ``TextSpec``.

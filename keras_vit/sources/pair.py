@@ -1,6 +1,7 @@
 """The image-text model of a source that holds both towers (``ModelSource.text``): its image
-tower as ``builder`` builds it, the text tower read from the same weights file by its table's
-rows, the upstream's tokenizer from the repository's files, and the learned scale and bias."""
+tower as ``builder`` builds it, the text tower read by its table's rows (from the image
+tower's weights file, or its own), the upstream's tokenizer from the repository's files, and
+the learned scale and bias."""
 
 import functools
 import importlib.util

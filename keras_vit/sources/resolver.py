@@ -24,6 +24,7 @@ from keras_vit.checkpoints import keras_hub_config, timm_config
 from keras_vit.checkpoints.loader import read_checkpoint, trained_numerics
 from keras_vit.checkpoints.readers import sniff_container
 from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
+from keras_vit.checkpoints.timm_pretrained import default_tag
 from keras_vit.models import registry
 from keras_vit.models.spec import ViTSpec
 from keras_vit.models.variants import VARIANTS
@@ -146,7 +147,7 @@ def _timm_tagged(name, loading=False, **_):
 
 def _default_tagged(architecture):
     """``<architecture>.<timm's default tag>`` (``pretrained=True``)."""
-    tag = timm_names.default_tag(architecture)
+    tag = default_tag(architecture)
     if tag is None:
         raise NoWeightsError(
             f"{architecture!r}: timm has no pretrained weights for it. " + _no_weights_message(architecture)

@@ -18,6 +18,8 @@ class TokenizersEncoder:
     """A ``tokenizers.Tokenizer``: its normaliser, pre-tokenizer and model, without its own
     special tokens, truncation or padding."""
 
+    kind, filename = "tokenizers", "tokenizer.json"  # the file: transformers' name for it
+
     def __init__(self, tokenizer):
         tokenizer.no_truncation()
         tokenizer.no_padding()
@@ -33,7 +35,9 @@ class TokenizersEncoder:
     def token_to_id(self, token):
         return self.tokenizer.token_to_id(token)
 
-    kind, filename = "tokenizers", "tokenizer.json"
+    @classmethod
+    def from_file(cls, path):
+        return cls(require("tokenizers", "text").Tokenizer.from_file(path))
 
     def get_config(self):
         return {"kind": self.kind, "tokenizer": self.tokenizer.to_str()}
@@ -44,6 +48,8 @@ class TokenizersEncoder:
 
 class SentencePieceEncoder:
     """A SentencePiece model (its serialised bytes are what is saved)."""
+
+    kind, filename = "sentencepiece", "spiece.model"  # the file: SigLIP's repositories' name for it
 
     def __init__(self, model):
         self.model = bytes(model)
@@ -56,7 +62,10 @@ class SentencePieceEncoder:
         found = self.processor.piece_to_id(token)
         return None if found == self.processor.unk_id() and token != self.processor.id_to_piece(found) else found
 
-    kind, filename = "sentencepiece", "spiece.model"
+    @classmethod
+    def from_file(cls, path):
+        with open(path, "rb") as f:
+            return cls(f.read())
 
     def get_config(self):
         return {"kind": self.kind, "model": base64.b64encode(self.model).decode("ascii")}
@@ -87,11 +96,8 @@ _ENCODERS = {encoder.kind: encoder for encoder in (TokenizersEncoder, SentencePi
 
 def encoder_from_file(kind, folder):
     """The encoder of ``kind`` that ``save_file`` wrote into ``folder``."""
-    path = os.path.join(folder, _ENCODERS[kind].filename)
-    if kind == "sentencepiece":
-        with open(path, "rb") as f:
-            return SentencePieceEncoder(f.read())
-    return TokenizersEncoder(require("tokenizers", "text").Tokenizer.from_file(path))
+    encoder = _ENCODERS[kind]
+    return encoder.from_file(os.path.join(folder, encoder.filename))
 
 
 def encoder_from_config(config):

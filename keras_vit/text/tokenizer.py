@@ -10,13 +10,13 @@ import os
 
 import numpy as np
 
-from keras_vit.dependencies import require
 from keras_vit.text import byte_level_bpe
 from keras_vit.text.cleaning import CLEANUPS
 from keras_vit.text.encoders import SentencePieceEncoder, TokenizersEncoder, encoder_from_config
 
 # transformers' tokenizer files in a repository or a save_pretrained folder.
-TOKENIZER_JSON, VOCAB_JSON, MERGES_TXT, SPIECE = "tokenizer.json", "vocab.json", "merges.txt", "spiece.model"
+TOKENIZER_JSON, SPIECE = TokenizersEncoder.filename, SentencePieceEncoder.filename
+VOCAB_JSON, MERGES_TXT = "vocab.json", "merges.txt"
 TOKENIZER_CONFIG, SPECIAL_TOKENS = "tokenizer_config.json", "special_tokens_map.json"
 # transformers' tokenizer classes that clean the text in Python first: SigLIP's canonical text.
 _CANONICAL = {"SiglipTokenizer": "canonicalize"}
@@ -146,25 +146,21 @@ def _encoder(locate, where, config):
     """``(encoder, start id or None, end id)`` of the tokenizer files ``locate`` finds."""
     spiece = locate(SPIECE) if config.get("tokenizer_class") in _CANONICAL else None
     if spiece is not None:
-        with open(spiece, "rb") as f:
-            encoder = SentencePieceEncoder(f.read())
-        end = encoder.token_to_id(_token(config.get("eos_token")) or "</s>")
-        return encoder, None, end
+        encoder = SentencePieceEncoder.from_file(spiece)
+        return encoder, None, encoder.token_to_id(_token(config.get("eos_token")) or "</s>")
     tokenizer_json = locate(TOKENIZER_JSON)
-    vocabulary = None if tokenizer_json else (locate(VOCAB_JSON), locate(MERGES_TXT))
     if tokenizer_json is not None:
-        encoder = TokenizersEncoder(require("tokenizers", "text").Tokenizer.from_file(tokenizer_json))
-    elif None not in vocabulary:
-        encoder = TokenizersEncoder(byte_level_bpe.clip_bpe(*byte_level_bpe.read_vocabulary(*vocabulary)))
-    else:
+        # The ids its own post-processor puts around a text: (start,) end, or none.
+        encoder = TokenizersEncoder.from_file(tokenizer_json)
+        *start, end = encoder.special_ids() or [None]
+        return encoder, (start[0] if start else None), end
+    vocabulary = locate(VOCAB_JSON), locate(MERGES_TXT)
+    if None in vocabulary:
         raise FileNotFoundError(
             f"{where} holds no tokenizer: expected {TOKENIZER_JSON}, {SPIECE}, or {VOCAB_JSON} and {MERGES_TXT}."
         )
-    # The ids the tokenizer's own post-processor puts around a text: (start,) end, or none.
-    specials = encoder.special_ids()
-    if tokenizer_json is not None and not specials:
-        return encoder, None, None
-    *start, end = specials or [encoder.token_to_id(_token(config.get("eos_token")))]
+    encoder = TokenizersEncoder(byte_level_bpe.clip_bpe(*byte_level_bpe.read_vocabulary(*vocabulary)))
+    *start, end = encoder.special_ids() or [encoder.token_to_id(_token(config.get("eos_token")))]
     return encoder, (start[0] if start else None), end
 
 
