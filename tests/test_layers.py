@@ -127,6 +127,13 @@ def _functional(layer, shape):
     return keras.Model(inputs, layer(inputs))
 
 
+def _declares_output(layer_class):
+    base = keras.layers.Layer
+    return layer_class.compute_output_spec is not base.compute_output_spec or (
+        layer_class.compute_output_shape is not base.compute_output_shape
+    )
+
+
 def _float32(x):
     return to_numpy(keras.ops.cast(x, "float32"))
 
@@ -206,6 +213,12 @@ def test_layer(name, tmp_path, force_inline):
         full = layer(x)
         assert keras.backend.standardize_dtype(inline.dtype) == keras.backend.standardize_dtype(full.dtype)
         np.testing.assert_array_equal(_float32(inline), _float32(full))
+        # Where a layer declares what it returns (its output shape or spec, instead of Keras
+        # tracing its call to build a functional model), that is what it returns.
+        if _declares_output(layer_class):
+            spec = layer.compute_output_spec(keras.KerasTensor(x.shape, dtype="float32"))
+            assert tuple(spec.shape) == tuple(full.shape)
+            assert keras.backend.standardize_dtype(spec.dtype) == keras.backend.standardize_dtype(full.dtype)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

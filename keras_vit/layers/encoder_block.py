@@ -313,6 +313,15 @@ class EncoderBlock(keras.layers.Layer):
             return rematerialised(lambda tokens: self._forward(tokens, False, training, rope), x, generators)
         return self._forward(x, return_attention_scores, training, rope)
 
+    def compute_output_spec(self, x, return_attention_scores=False, training=None, rope=None):
+        # A block keeps its input's shape, in its compute dtype (Keras casts the input to
+        # it): said here, building a functional model does not trace every block's call
+        # (on meta tensors on torch, a graph on TensorFlow, a jaxpr on JAX). The attention
+        # weights' spec, asked for by inspection alone, is still traced.
+        if return_attention_scores:
+            return super().compute_output_spec(x, return_attention_scores=True, training=training, rope=rope)
+        return keras.KerasTensor(x.shape, dtype=self.compute_dtype)
+
     def attend(self, normed, return_attention_scores, training, rope):
         """The attention on ``normed`` tokens: its output rows, and its weights or None."""
         y = call_inline(

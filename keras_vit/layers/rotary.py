@@ -286,10 +286,11 @@ class RotaryEmbedding(keras.layers.Layer):
             return ops.convert_to_tensor(self._fixed)
         return self._table(tuple(ops.shape(patch_map)[1:3]), ops)
 
-    def compute_output_shape(self, tokens_shape, patch_map_shape=None):
+    def compute_output_spec(self, tokens, patch_map=None):
+        # float32 under any policy, as call returns it: the precision the angles need.
         if self.form in LEARNED_FORMS:
-            return (self.depth, 2, tokens_shape[1], self.num_heads, self.head_dim)
-        return (2, tokens_shape[1], self.head_dim)
+            return keras.KerasTensor((self.depth, 2, tokens.shape[1], self.num_heads, self.head_dim), "float32")
+        return keras.KerasTensor((2, tokens.shape[1], self.head_dim), "float32")
 
     def get_config(self):
         return arguments_config(self, super().get_config())
