@@ -31,6 +31,14 @@ def exports(package, defined_in):
     return __getattr__, __dir__
 
 
+def package(name, file):
+    """``(__all__, __getattr__, __dir__)`` of the package ``name`` whose ``__init__`` is at
+    ``file``: the names its ``if typing.TYPE_CHECKING:`` block imports, each imported on
+    first use."""
+    defined_in = declared(file)
+    return (sorted(defined_in), *exports(name, defined_in))
+
+
 def declared(file):
     """``{name: module}``: what the ``if typing.TYPE_CHECKING:`` block of the module at ``file``
     imports, name by name (``from module import name``)."""

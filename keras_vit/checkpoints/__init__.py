@@ -6,12 +6,10 @@ architectures (``timm_config``, read by ``keras-vit presets``) needs no backend.
 
 import typing
 
-from keras_vit.lazy import declared, exports
+from keras_vit.lazy import package
 
 if typing.TYPE_CHECKING:  # the names, as type checkers, the API reference and keras_vit.lazy.declared read them
     from keras_vit.checkpoints.loader import LoadReport, load_weights
     from keras_vit.checkpoints.resample import resample_position_embedding, resize_grid
 
-_DEFINED_IN = declared(__file__)
-__all__ = sorted(_DEFINED_IN)
-__getattr__, __dir__ = exports(__name__, _DEFINED_IN)
+__all__, __getattr__, __dir__ = package(__name__, __file__)

@@ -102,6 +102,23 @@ class Shifted(Source):
         return super().resolve((*indices, *groups[self.count :]))
 
 
+# A torch module's two weights, as a one-column table's two rows (Keras path regex, Source):
+# a norm's ``weight`` and ``bias`` are Keras' gamma and beta, a Linear's and a Conv2d's its
+# kernel (transposed) and bias. ``path`` and ``key``: the module's Keras path and upstream key.
+
+
+def norm_rows(path, key):
+    return [(path + "/gamma", same(key + ".weight")), (path + "/beta", same(key + ".bias"))]
+
+
+def linear_rows(path, key):
+    return [(path + "/kernel", linear(key + ".weight")), (path + "/bias", same(key + ".bias"))]
+
+
+def conv_rows(path, key):
+    return [(path + "/kernel", conv(key + ".weight")), (path + "/bias", same(key + ".bias"))]
+
+
 def heads_in(*keys):
     """Flax attention input kernels ``(width, heads, head_dim)`` -> ``(width, heads * head_dim)``."""
     return Source(keys, lambda *a: np.concatenate([w.reshape(w.shape[0], -1) for w in a], axis=-1))

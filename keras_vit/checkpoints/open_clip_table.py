@@ -9,22 +9,28 @@ out)``), but a text projection with a bias, which is a ``Linear``.
 
 import numpy as np
 
-from keras_vit.checkpoints.cells import BLOCK, TEXT_BLOCK, Source, batched, conv, linear, same
+from keras_vit.checkpoints.cells import (
+    BLOCK,
+    TEXT_BLOCK,
+    Source,
+    batched,
+    conv,
+    linear,
+    linear_rows,
+    norm_rows,
+    same,
+)
 
 
 def _resblocks(block, keras_block):
     """The rows of open_clip's blocks under ``block`` (``{0}`` its index)."""
     return [
-        (keras_block + r"norm([12])/gamma", same(block + "ln_{1}.weight")),
-        (keras_block + r"norm([12])/beta", same(block + "ln_{1}.bias")),
+        *norm_rows(keras_block + r"norm([12])", block + "ln_{1}"),
         (keras_block + r"attention/qkv/kernel", linear(block + "attn.in_proj_weight")),
         (keras_block + r"attention/qkv/bias", same(block + "attn.in_proj_bias")),
-        (keras_block + r"attention/out/kernel", linear(block + "attn.out_proj.weight")),
-        (keras_block + r"attention/out/bias", same(block + "attn.out_proj.bias")),
-        (keras_block + r"mlp/fc1/kernel", linear(block + "mlp.c_fc.weight")),
-        (keras_block + r"mlp/fc1/bias", same(block + "mlp.c_fc.bias")),
-        (keras_block + r"mlp/fc2/kernel", linear(block + "mlp.c_proj.weight")),
-        (keras_block + r"mlp/fc2/bias", same(block + "mlp.c_proj.bias")),
+        *linear_rows(keras_block + r"attention/out", block + "attn.out_proj"),
+        *linear_rows(keras_block + r"mlp/fc1", block + "mlp.c_fc"),
+        *linear_rows(keras_block + r"mlp/fc2", block + "mlp.c_proj"),
     ]
 
 
@@ -40,11 +46,9 @@ OPEN_CLIP = [
     (r"patch_embedding/kernel", conv(_V + "conv1.weight")),
     (r"class_token/token", batched(_V + "class_embedding")),
     (r"position_embedding/embedding", batched(_V + "positional_embedding")),
-    (r"pre_norm/gamma", same(_V + "ln_pre.weight")),
-    (r"pre_norm/beta", same(_V + "ln_pre.bias")),
+    *norm_rows(r"pre_norm", _V + "ln_pre"),
     *_resblocks(_V + "transformer.resblocks.{0}.", BLOCK),
-    (r"encoder_norm/gamma", same(_V + "ln_post.weight")),
-    (r"encoder_norm/beta", same(_V + "ln_post.bias")),
+    *norm_rows(r"encoder_norm", _V + "ln_post"),
     (r"head/kernel", same(_V + "proj")),
     (r"head/bias", _zero_columns(_V + "proj")),
 ]
@@ -55,17 +59,13 @@ def open_clip_text_rows(projection_bias=False):
     ``CustomTextCLIP``: the caller's prefix): the projection a parameter, or a ``Linear``
     with a bias (``proj_bias``)."""
     if projection_bias:
-        projection = [
-            (r"text_projection/kernel", linear("text_projection.weight")),
-            (r"text_projection/bias", same("text_projection.bias")),
-        ]
+        projection = linear_rows(r"text_projection", "text_projection")
     else:
         projection = [(r"text_projection/kernel", same("text_projection"))]
     return [
         (r"text_embedding/token_embedding", same("token_embedding.weight")),
         (r"text_embedding/position_embedding", same("positional_embedding")),
         *_resblocks("transformer.resblocks.{0}.", TEXT_BLOCK),
-        (r"text_norm/gamma", same("ln_final.weight")),
-        (r"text_norm/beta", same("ln_final.bias")),
+        *norm_rows(r"text_norm", "ln_final"),
         *projection,
     ]

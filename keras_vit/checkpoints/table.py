@@ -36,10 +36,13 @@ from keras_vit.checkpoints.cells import (
     batched,
     concat,
     conv,
+    conv_rows,
     heads_in,
     heads_out,
     in_projection,
     linear,
+    linear_rows,
+    norm_rows,
     renamed,
     same,
     zero_bias,
@@ -66,14 +69,11 @@ def _named_blocks(block, norms, qkv, out, layer_scale=None, keras_block=_B):
     LayerScale's name (``{1}`` the branch), if any. The MLP's two layers are ``mlp.fc1`` and
     ``mlp.fc2``. ``keras_block``: the Keras block prefix (a text tower's is ``TEXT_BLOCK``)."""
     rows = [
-        (keras_block + r"norm([12])/gamma", same(block + norms + ".weight")),
-        (keras_block + r"norm([12])/beta", same(block + norms + ".bias")),
+        *norm_rows(keras_block + r"norm([12])", block + norms),
         (keras_block + r"attention/qkv/kernel", linear(*(block + name + ".weight" for name in qkv))),
         (keras_block + r"attention/qkv/bias", concat(*(block + name + ".bias" for name in qkv))),
-        (keras_block + r"attention/out/kernel", linear(block + out + ".weight")),
-        (keras_block + r"attention/out/bias", same(block + out + ".bias")),
-        (keras_block + r"mlp/(fc[12])/kernel", linear(block + "mlp.{1}.weight")),
-        (keras_block + r"mlp/(fc[12])/bias", same(block + "mlp.{1}.bias")),
+        *linear_rows(keras_block + r"attention/out", block + out),
+        *linear_rows(keras_block + r"mlp/(fc[12])", block + "mlp.{1}"),
     ]
     if layer_scale:
         rows.append((keras_block + r"layer_scale([12])/gamma", same(block + layer_scale)))
@@ -216,17 +216,14 @@ VIT += [
 # HF transformers' DINOv2 (Dinov2Model): its own names for the blocks' norms, MLP and LayerScale.
 _D = "encoder.layer.{0}."
 HF_DINOV2 = [
-    (r"patch_embedding/kernel", conv("embeddings.patch_embeddings.projection.weight")),
-    (r"patch_embedding/bias", same("embeddings.patch_embeddings.projection.bias")),
+    *conv_rows(r"patch_embedding", "embeddings.patch_embeddings.projection"),
     (r"class_token/token", same("embeddings.cls_token")),
     (r"position_embedding/embedding", same("embeddings.position_embeddings")),
     *_named_blocks(_D, "norm{1}", [f"attention.attention.{n}" for n in _QKV], "attention.output.dense",
                    layer_scale="layer_scale{1}.lambda1"),  # fmt: skip
-    (r"encoder_norm/gamma", same("layernorm.weight")),
-    (r"encoder_norm/beta", same("layernorm.bias")),
+    *norm_rows(r"encoder_norm", "layernorm"),
     # Dinov2ForImageClassification's linear head, on the class token beside the patches' mean.
-    (r"head/kernel", linear("classifier.weight")),
-    (r"head/bias", same("classifier.bias")),
+    *linear_rows(r"head", "classifier"),
 ]
 
 # HF transformers' BEiT and data2vec-vision beyond the ViT's names: LayerScale.
@@ -237,14 +234,12 @@ HF_BEIT = [(_B + r"layer_scale([12])/gamma", same(_HF + "lambda_{1}"))]
 # projections fc1 and fc2, a gated one's gate and value in one fc1).
 _V = "layer.{0}."  # as the files name them (the module nests them under model.)
 HF_DINOV3 = [
-    (r"patch_embedding/kernel", conv("embeddings.patch_embeddings.weight")),
-    (r"patch_embedding/bias", same("embeddings.patch_embeddings.bias")),
+    *conv_rows(r"patch_embedding", "embeddings.patch_embeddings"),
     (r"class_token/token", same("embeddings.cls_token")),
     (r"register_tokens/tokens", same("embeddings.register_tokens")),
     *_named_blocks(_V, "norm{1}", [f"attention.{n}_proj" for n in "qkv"], "attention.o_proj",
                    layer_scale="layer_scale{1}.lambda1"),  # fmt: skip
-    (r"encoder_norm/gamma", same("norm.weight")),
-    (r"encoder_norm/beta", same("norm.bias")),
+    *norm_rows(r"encoder_norm", "norm"),
 ]
 
 # HF transformers' CLIP vision tower (CLIPVisionModel[WithProjection], CLIPModel's
@@ -256,11 +251,9 @@ HF_CLIP = [
     (r"patch_embedding/kernel", conv("embeddings.patch_embedding.weight")),
     (r"class_token/token", batched("embeddings.class_embedding")),
     (r"position_embedding/embedding", batched("embeddings.position_embedding.weight")),
-    (r"pre_norm/gamma", same("pre_layrnorm.weight")),
-    (r"pre_norm/beta", same("pre_layrnorm.bias")),
+    *norm_rows(r"pre_norm", "pre_layrnorm"),
     *_CLIP_BLOCKS,
-    (r"encoder_norm/gamma", same("post_layernorm.weight")),
-    (r"encoder_norm/beta", same("post_layernorm.bias")),
+    *norm_rows(r"encoder_norm", "post_layernorm"),
     (r"head/kernel", linear("visual_projection.weight")),
     (r"head/bias", zero_bias("visual_projection.weight")),
 ]
@@ -275,37 +268,27 @@ _TEXT_TOWER = [
     *_named_blocks(
         _T + _C, "layer_norm{1}", [f"self_attn.{n}_proj" for n in "qkv"], "self_attn.out_proj", keras_block=TEXT_BLOCK
     ),
-    (r"text_norm/gamma", same(_T + "final_layer_norm.weight")),
-    (r"text_norm/beta", same(_T + "final_layer_norm.bias")),
+    *norm_rows(r"text_norm", _T + "final_layer_norm"),
 ]
 HF_CLIP_TEXT = [*_TEXT_TOWER, (r"text_projection/kernel", linear("text_projection.weight"))]
-HF_SIGLIP_TEXT = [
-    *_TEXT_TOWER,
-    (r"text_projection/kernel", linear(_T + "head.weight")),
-    (r"text_projection/bias", same(_T + "head.bias")),
-]
+HF_SIGLIP_TEXT = [*_TEXT_TOWER, *linear_rows(r"text_projection", _T + "head")]
 
 # HF transformers' SigLIP vision tower (SiglipVisionModel, SiglipModel's vision_model): no
 # class token, attention pooling (its head: a probe, torch's MultiheadAttention, a norm, an MLP).
 _H = "head."
 HF_SIGLIP = [
-    (r"patch_embedding/kernel", conv("embeddings.patch_embedding.weight")),
-    (r"patch_embedding/bias", same("embeddings.patch_embedding.bias")),
+    *conv_rows(r"patch_embedding", "embeddings.patch_embedding"),
     (r"position_embedding/embedding", batched("embeddings.position_embedding.weight")),
     *_CLIP_BLOCKS,
-    (r"encoder_norm/gamma", same("post_layernorm.weight")),
-    (r"encoder_norm/beta", same("post_layernorm.bias")),
+    *norm_rows(r"encoder_norm", "post_layernorm"),
     (r"pooling/latent", same(_H + "probe")),
     (r"pooling/query/kernel", in_projection(_H + "attention.in_proj_weight", "query")),
     (r"pooling/query/bias", in_projection(_H + "attention.in_proj_bias", "query")),
     (r"pooling/key_value/kernel", in_projection(_H + "attention.in_proj_weight", "key_value")),
     (r"pooling/key_value/bias", in_projection(_H + "attention.in_proj_bias", "key_value")),
-    (r"pooling/out/kernel", linear(_H + "attention.out_proj.weight")),
-    (r"pooling/out/bias", same(_H + "attention.out_proj.bias")),
-    (r"pooling/norm/gamma", same(_H + "layernorm.weight")),
-    (r"pooling/norm/beta", same(_H + "layernorm.bias")),
-    (r"pooling/mlp/(fc[12])/kernel", linear(_H + "mlp.{0}.weight")),
-    (r"pooling/mlp/(fc[12])/bias", same(_H + "mlp.{0}.bias")),
+    *linear_rows(r"pooling/out", _H + "attention.out_proj"),
+    *norm_rows(r"pooling/norm", _H + "layernorm"),
+    *linear_rows(r"pooling/mlp/(fc[12])", _H + "mlp.{0}"),
 ]
 
 # The hybrids' BiT ResNet: the npz keeps the ResNet's own names (GroupNorm scale/bias =
@@ -322,13 +305,10 @@ _R = "patch_embed.backbone."  # timm's hybrid ResNetV2
 _RU = _R + "stages.{0}.blocks.{1}."
 RESNET_TIMM = [
     (r"resnet/conv_root/kernel", conv(_R + "stem.conv.weight")),
-    (r"resnet/gn_root/gamma", same(_R + "stem.norm.weight")),
-    (r"resnet/gn_root/beta", same(_R + "stem.norm.bias")),
+    *norm_rows(r"resnet/gn_root", _R + "stem.norm"),
     (_U + r"conv([123])/kernel", conv(_RU + "conv{2}.weight")),
-    (_U + r"gn([123])/gamma", same(_RU + "norm{2}.weight")),
-    (_U + r"gn([123])/beta", same(_RU + "norm{2}.bias")),
+    *norm_rows(_U + r"gn([123])", _RU + "norm{2}"),
     (_U + r"conv_proj/kernel", conv(_RU + "downsample.conv.weight")),
-    (_U + r"gn_proj/gamma", same(_RU + "downsample.norm.weight")),
-    (_U + r"gn_proj/beta", same(_RU + "downsample.norm.bias")),
+    *norm_rows(_U + r"gn_proj", _RU + "downsample.norm"),
 ]
 # fmt: on

@@ -2,7 +2,7 @@
 
 import typing
 
-from keras_vit.lazy import declared, exports
+from keras_vit.lazy import package
 
 if typing.TYPE_CHECKING:  # the names, as type checkers, the API reference and keras_vit.lazy.declared read them
     from keras_vit.evaluation.fewshot import (
@@ -18,6 +18,4 @@ if typing.TYPE_CHECKING:  # the names, as type checkers, the API reference and k
 
 # Imported on first use (``keras_vit.lazy``): ``keras-vit fewshot --help`` reads the probe's
 # defaults alone (``keras_vit.evaluation.fewshot_defaults``), with no backend.
-_DEFINED_IN = declared(__file__)
-__all__ = sorted(_DEFINED_IN)
-__getattr__, __dir__ = exports(__name__, _DEFINED_IN)
+__all__, __getattr__, __dir__ = package(__name__, __file__)

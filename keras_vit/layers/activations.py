@@ -1,4 +1,11 @@
-"""Activations the layers name in their configs: the MLP's GELU forms."""
+"""Activations the layers name in their configs: the MLP's GELU forms.
+
+The three forms part in the third decimal at 1:
+
+>>> import numpy as np
+>>> [round(float(f(np.float32(1.0))), 4) for f in (gelu_tanh, gelu_erf, quick_gelu)]
+[0.8412, 0.8413, 0.8458]
+"""
 
 import keras
 from keras import ops
@@ -23,34 +30,19 @@ def _gelu(x, approximate):
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 def gelu_tanh(x):
-    """GELU's tanh approximation, the form of the original JAX code (flax's ``nn.gelu``).
-
-    >>> import numpy as np
-    >>> round(float(gelu_tanh(np.float32(1.0))), 4)
-    0.8412
-    """
+    """GELU's tanh approximation, the form of the original JAX code (flax's ``nn.gelu``)."""
     return _gelu(x, approximate=True)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 def gelu_erf(x):
-    """The exact GELU, ``x * Phi(x)`` with the normal CDF by erf: timm's and HF's form.
-
-    >>> import numpy as np
-    >>> round(float(gelu_erf(np.float32(1.0))), 4)
-    0.8413
-    """
+    """The exact GELU, ``x * Phi(x)`` with the normal CDF by erf: timm's and HF's form."""
     return _gelu(x, approximate=False)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 def quick_gelu(x):
-    """OpenAI CLIP's sigmoid approximation of GELU, ``x * sigmoid(1.702 x)``.
-
-    >>> import numpy as np
-    >>> round(float(quick_gelu(np.float32(1.0))), 4)
-    0.8458
-    """
+    """OpenAI CLIP's sigmoid approximation of GELU, ``x * sigmoid(1.702 x)``."""
     return x * ops.sigmoid(ops.cast(1.702, x.dtype) * x)
 
 

@@ -5,7 +5,7 @@ The self-supervised models register with Keras where ``keras_vit`` registers its
 
 import typing
 
-from keras_vit.lazy import declared, exports
+from keras_vit.lazy import package
 
 if typing.TYPE_CHECKING:  # the names, as type checkers, the API reference and keras_vit.lazy.declared read them
     from keras_vit.models.image_text import ImageTextModel
@@ -21,6 +21,4 @@ if typing.TYPE_CHECKING:  # the names, as type checkers, the API reference and k
 
 # Imported on first use (``keras_vit.lazy``): the spec and the variants are data that a
 # recipe's flags (a command's ``--help``) read with no backend.
-_DEFINED_IN = declared(__file__)
-__all__ = sorted(_DEFINED_IN)
-__getattr__, __dir__ = exports(__name__, _DEFINED_IN)
+__all__, __getattr__, __dir__ = package(__name__, __file__)

@@ -4,7 +4,7 @@ the optimisers')."""
 
 import typing
 
-from keras_vit.lazy import declared, exports
+from keras_vit.lazy import package
 
 if typing.TYPE_CHECKING:  # the names, as type checkers, the API reference and keras_vit.lazy.declared read them
     from keras_vit.optimizers import WarmupDecay
@@ -14,6 +14,4 @@ if typing.TYPE_CHECKING:  # the names, as type checkers, the API reference and k
 
 # Imported on first use (``keras_vit.lazy``): a recipe's flags (a command's ``--help``) read
 # the config with no backend.
-_DEFINED_IN = declared(__file__)
-__all__ = sorted(_DEFINED_IN)
-__getattr__, __dir__ = exports(__name__, _DEFINED_IN)
+__all__, __getattr__, __dir__ = package(__name__, __file__)
