@@ -107,14 +107,17 @@ def test_l2_is_chosen_on_validation_data():
     assert result.accuracy[2].shape == (3,)
 
 
-def test_callback_logs_beside_the_loss_to_csv_and_tensorboard(digits, tmp_path):
+def test_callback_logs_beside_the_loss_to_csv_and_tensorboard(digits, tmp_path, monkeypatch):
     import tensorflow as tf
 
     model = tiny_model()
     model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    callback = fewshot.FewShotCallback((digits.train.images[:100], digits.train.labels[:100]),
-                                       (digits.validation.images[:40], digits.validation.labels[:40]),
-                                       every=2, shots=(1, 2), seeds=2)  # fmt: skip
+    train = (digits.train.images[:100], digits.train.labels[:100])
+    validation = (digits.validation.images[:40], digits.validation.labels[:40])
+    callback = fewshot.FewShotCallback(train, validation, every=2, shots=(1, 2), seeds=2)
+    # One representation model for the run, its predict compiled once: not one per split and epoch.
+    made, represent = [], fewshot.representation_model
+    monkeypatch.setattr(fewshot, "representation_model", lambda model: made.append(1) or represent(model))
     log = str(tmp_path / "log.csv")
     board = str(tmp_path / "tensorboard")
     x = ImagePreprocessing.from_normalization("vit", 16)(digits.train.images[:64])
@@ -127,6 +130,10 @@ def test_callback_logs_beside_the_loss_to_csv_and_tensorboard(digits, tmp_path):
         assert set(row) >= {"loss", "fewshot_1shot", "fewshot_2shot"}
     assert 0.0 <= float(rows[0]["fewshot_2shot"]) <= 1.0 and 0.0 <= float(rows[1]["fewshot_2shot"]) <= 1.0
     assert 0.0 <= float(rows[2]["fewshot_2shot"]) <= 1.0
+    assert len(made) == 1
+    # The last epoch's figure is the trained weights', as a fresh evaluation finds it.
+    again = fewshot.fewshot_linear_eval(model, train, validation, shots=(1, 2), seeds=2)
+    assert float(rows[2]["fewshot_2shot"]) == pytest.approx(float(again.accuracy[2].mean()), abs=1e-6)
     tags = set()
     for root, _, files in os.walk(board):
         for name in files:

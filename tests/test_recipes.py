@@ -85,6 +85,20 @@ class _Steps(keras.callbacks.Callback):
         self.count += 1
 
 
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow's tf.function traces the step")
+@pytest.mark.parametrize("labels", ["one-hot", "indices"])
+def test_the_train_step_is_traced_once(labels, tmp_path, monkeypatch):
+    # Nothing the step needs is made inside its first trace (the optimizer's slots, the
+    # accuracy's counters), which TensorFlow would then trace again: a trace is a call.
+    from keras_vit.models.vit import VisionTransformer
+
+    calls, step = [], VisionTransformer.train_step
+    monkeypatch.setattr(VisionTransformer, "train_step", lambda model, data: calls.append(1) or step(model, data))
+    mixing = {} if labels == "one-hot" else dict(mixup_alpha=None, label_smoothing=0.0)
+    pretrain(tiny("digits_pretrain", tmp_path, steps_per_epoch=2, batch_size=16, **mixing))
+    assert len(calls) == 1
+
+
 def test_a_share_of_the_labels_trains_on_that_share_of_the_training_split(tmp_path):
     steps = _Steps()
     pretrain(tiny("digits_pretrain", tmp_path, train_fraction=0.1, batch_size=16), callbacks=[steps])

@@ -53,6 +53,12 @@ def extract_features(model, data, batch_size=256, predict=None):
     Returns:
         float32 ``(N, width)`` features and int64 ``(N,)`` labels, in the data's order.
     """
+    return _features(model, representation_model(model), data, batch_size, predict)
+
+
+def _features(model, represent, data, batch_size, predict):
+    """``extract_features`` through ``represent``, ``model``'s representation model: one for
+    every split and epoch, whose compiled predict function is made once."""
     tf = require("tensorflow", "data")
 
     from keras_vit.data.splits import Split
@@ -65,7 +71,6 @@ def extract_features(model, data, batch_size=256, predict=None):
         images, labels = data
         dataset = tf.data.Dataset.from_tensor_slices((np.asarray(images), np.asarray(labels)))
     dataset = dataset.map(lambda image, label: (preprocessing(image), label)).batch(batch_size)
-    represent = representation_model(model)
     predict = predict or (lambda model, images: model.predict_on_batch(images))
     features, labels = [], []
     for images, batch_labels in dataset.as_numpy_iterator():
@@ -250,9 +255,16 @@ def fewshot_linear_eval(model, train, test, shots=DEFAULT_SHOTS, seeds=5, l2=DEF
         >>> sorted(result.accuracy), result.accuracy[5].shape
         ([1, 5], (2,))
     """
+    return _linear_eval(model, None, train, test, shots, seeds, l2, validation, batch_size, predict)
+
+
+def _linear_eval(model, represent, train, test, shots, seeds, l2, validation, batch_size, predict):
+    """``fewshot_linear_eval`` through ``represent`` (None: ``model``'s, made here after the
+    shots are checked)."""
     num_classes = _num_classes(train)
     check_shots(_labels(train), shots, num_classes)
-    features = {name: extract_features(model, data, batch_size, predict) for name, data in
+    represent = representation_model(model) if represent is None else represent
+    features = {name: _features(model, represent, data, batch_size, predict) for name, data in
                 (("train", train), ("test", test), ("validation", validation)) if data is not None}  # fmt: skip
     return fewshot_eval(features["train"], features["test"], num_classes, shots, seeds, l2, features.get("validation"))
 
@@ -300,6 +312,7 @@ class FewShotCallback(keras.callbacks.Callback):
         self.train, self.test = train, test
         self.shots = check_shots(_labels(train), shots, _num_classes(train))
         self.seeds, self.l2, self.batch_size, self.predict = int(seeds), l2, batch_size, predict
+        self._represented = self._represent = None  # the model evaluated, and its representation
 
     def keys(self):
         return [f"fewshot_{k}shot" for k in self.shots]
@@ -310,8 +323,10 @@ class FewShotCallback(keras.callbacks.Callback):
         last = self.params.get("epochs") if self.params else None
         if epoch == 0 or (epoch + 1) % self.every == 0 or epoch + 1 == last:
             model = getattr(self.model, "backbone", self.model)  # a pre-training wrapper's ViT
-            result = fewshot_linear_eval(model, self.train, self.test, self.shots, self.seeds, self.l2,
-                                         batch_size=self.batch_size, predict=self.predict)  # fmt: skip
+            if self._represented is not model:  # one for the run: its predict compiled once
+                self._represented, self._represent = model, representation_model(model)
+            result = _linear_eval(model, self._represent, self.train, self.test, self.shots, self.seeds, self.l2,
+                                  None, self.batch_size, self.predict)  # fmt: skip
             logs.update({key: mean for key, (mean, _) in zip(self.keys(), result.summary().values())})
         else:
             logs.update(dict.fromkeys(self.keys(), float("nan")))

@@ -43,18 +43,31 @@ class Objective:
         if not self.labelled:
             return {}
         # Weighted: the blanks that fill an evaluation's last batch count for nothing.
-        return {"loss": _label_loss(config), "weighted_metrics": ["accuracy"]}
+        return {"loss": _label_loss(config), "weighted_metrics": [_accuracy(config)]}
+
+
+def _one_hot_labels(config):
+    """Whether the pipeline gives one-hot labels (mixed, or smoothed): else class indices."""
+    return mixes_labels(config.mixup_alpha, config.cutmix_factor) or bool(config.label_smoothing)
 
 
 def _label_loss(config):
     # Weighted by the examples' weights (evaluation batches filled with blanks of weight 0);
     # the same mean as Keras' default where there are none.
     reduction = "mean_with_sample_weight"
-    if mixes_labels(config.mixup_alpha, config.cutmix_factor) or config.label_smoothing:
+    if _one_hot_labels(config):
         return keras.losses.CategoricalCrossentropy(
             from_logits=True, label_smoothing=config.label_smoothing, reduction=reduction
         )
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction)
+
+
+def _accuracy(config):
+    # An object, not Keras' "accuracy" string: the string's metric is made (its variables
+    # too) inside the first trace of the train step, which TensorFlow then traces again.
+    if _one_hot_labels(config):
+        return keras.metrics.CategoricalAccuracy(name="accuracy")
+    return keras.metrics.SparseCategoricalAccuracy(name="accuracy")
 
 
 def _classifier(config, spec, dtype, preprocessing, name, class_names, start):

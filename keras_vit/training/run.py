@@ -292,6 +292,9 @@ def _compiled(config, recipe, objective, spec, class_names, start, teacher, tota
         **objective.compile_terms(config),
         jit_compile=_jit_compile(config),
     )
+    # Built here, as Keras builds it on JAX and PyTorch: on TensorFlow outside a strategy,
+    # Keras builds it inside the first trace of the train step, which is then traced again.
+    model.optimizer.build(model.trainable_variables)
     return model
 
 
