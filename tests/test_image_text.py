@@ -114,6 +114,37 @@ def test_templates_are_averaged_per_label_as_open_clip_does(pairs):
     np.testing.assert_allclose(pair.classify(_photos(), LABELS, templates), expected, atol=1e-5)
 
 
+def test_a_zero_shot_classifier_is_a_plain_classifier_that_scores_as_the_pair(pairs, tmp_path):
+    kind, *_, pair, _ = pairs
+    templates = ["a photo of {}.", "a drawing of {}."]
+    classifier = pair.zero_shot_classifier(LABELS, templates)
+    assert type(classifier).__name__ == "VisionTransformer" and list(classifier.class_names) == LABELS
+    assert classifier.spec.outputs_probabilities == kind.startswith("siglip")  # SigLIP's sigmoid, CLIP's logits
+    expected = pair.classify(_photos(), LABELS, templates)
+    np.testing.assert_allclose(classifier.classify(_photos()), expected, atol=1e-5)
+    # Saved, it reloads as any keras-vit classifier, with the same scores and no text tower.
+    path = str(tmp_path / "zero_shot.keras")
+    keras_vit.save_model(classifier, path)
+    again = keras_vit.load_model(path)
+    assert not any(layer.name.startswith("text") for layer in again.layers)
+    np.testing.assert_allclose(again.classify(_photos()), expected, atol=1e-5)
+
+
+@once_on("tensorflow", "an export is written by TensorFlow from every backend")
+def test_a_zero_shot_classifier_exports_to_litert_and_serves_the_pairs_scores(pairs, tmp_path):
+    from keras_vit.export import export_model, load_exported
+
+    kind, *_, pair, _ = pairs
+    classifier = pair.zero_shot_classifier(LABELS)
+    result = export_model(classifier, str(tmp_path / "out"), formats="tflite_float32")
+    with open(result.labels) as f:
+        assert f.read().split("\n")[: len(LABELS)] == LABELS
+    size = classifier.spec.image_size
+    photos = np.stack([np.asarray(photo[: size[0], : size[1]]) for photo in _photos()])
+    served = load_exported(result.paths["tflite_float32"])(photos)["probabilities"]
+    np.testing.assert_allclose(served, pair.classify(list(photos), LABELS), atol=1e-4)
+
+
 # On the next backend: the pair's file read by keras_vit.load_model, its embeddings written.
 NEXT_BACKEND = """
 import sys

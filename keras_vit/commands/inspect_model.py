@@ -119,7 +119,7 @@ def predictions(model, images):
     if not model.spec.include_top:
         return [None] * len(images)
     scores = np.asarray(model.predict(images, verbose=0), dtype="float64")
-    if model.spec.classifier_activation != "softmax":
+    if not model.spec.outputs_probabilities:
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         scores /= scores.sum(axis=-1, keepdims=True)
     names = model.class_names

@@ -76,7 +76,8 @@ def export_model(
     Every export takes raw ``uint8`` images ``(batch, H, W, C)`` (any batch size, the
     model's image size) and does the model's pre-processing inside: its own
     ``model.preprocessing`` (resize, crop, normalise) when it has one, else
-    ``normalization``. It returns ``probabilities`` (softmax), and the SavedModel also
+    ``normalization``. It returns ``probabilities`` (the model's own where it outputs them,
+    a softmax or a sigmoid per class; else a softmax of its logits), and the SavedModel also
     ``top_k_scores`` / ``top_k_indices``, a ``serving_bytes`` signature for encoded
     images of any size (``top_k_names`` too) and a ``serving_preprocessed`` one for
     float32 images already in the model's range. A model with ``class_names`` gets them
@@ -290,19 +291,11 @@ def _holds(path, text):
 
 
 def _outputs_probabilities(model, scores):
-    """Whether the model ends in a softmax (serve as is) or outputs logits (add one)."""
+    """Whether the model outputs probabilities (serve them as they are) or logits (add a softmax)."""
     from keras_vit.models.vit import VisionTransformer
 
     if isinstance(model, VisionTransformer):
-        activation = model.spec.classifier_activation
-        if activation in (None, "linear"):
-            return False
-        if activation == "softmax":
-            return True
-        raise ValueError(
-            f"Expected a classifier that outputs logits (classifier_activation=None) or "
-            f"probabilities ('softmax'); got classifier_activation={activation!r}."
-        )
+        return model.spec.outputs_probabilities
     # Any other model: judged by its outputs.
     return bool(np.all(scores >= 0) and np.allclose(scores.sum(-1), 1.0, atol=1e-4))
 

@@ -131,6 +131,10 @@ def make_layers(spec, dtype_for):
             if spec.representation_size
             else None
         ),
+        embedding=make("embedding", keras.layers.Dense, spec.embedding_size) if spec.embedding_size else None,
+        embedding_norm=(
+            make("embedding_norm", keras.layers.UnitNormalization, axis=-1) if spec.normalize_embedding else None
+        ),
         head=head("head") if spec.include_top else None,
         # DeiT's second head, on the distillation token; the model outputs the two heads'
         # mean (the two tokens' without a top), in the head's dtype.
@@ -298,8 +302,9 @@ def forward(layers, images, norm_after_pool):
     tokens, x = x, layers["pooling"](x)
     if norm_after_pool:
         x = final_norm(layers, x)
-    if layers["pre_logits"] is not None:
-        x = layers["pre_logits"](x)
+    for role in ("pre_logits", "embedding", "embedding_norm"):
+        if layers[role] is not None:
+            x = layers[role](x)
     if layers["head"] is not None:
         x = layers["head"](x)
     if layers["distillation_pooling"] is not None:

@@ -82,17 +82,54 @@ class ImageTextModel(keras.Model):
         images = _normalised(self.image_encoder(inputs["images"]))
         return self.logits(images, _normalised(self.text_encoder(inputs["token_ids"])))
 
-    def classify(self, images, labels, templates=None):
-        """``(images, labels)`` probabilities that each image shows each label: each label
-        written into every template (``"{}"`` its place; default transformers' zero-shot
-        pipeline's, ``DEFAULT_TEMPLATE``), the templates' embeddings averaged per label as
-        open_clip does (normalised, mean, normalised), scored as the pair's ``scoring``."""
+    def label_embeddings(self, labels, templates=None):
+        """``(labels, width)`` normalised text embeddings, one per label: the label written
+        into every template (``"{}"`` its place; default transformers' zero-shot pipeline's,
+        ``DEFAULT_TEMPLATE``), the templates' embeddings averaged as open_clip does
+        (normalised, mean, normalised)."""
         labels, templates = checked_labels(labels, templates)
         texts = self.encode_texts([template.format(label) for label in labels for template in templates])
-        per_label = keras.ops.reshape(texts, (len(labels), len(templates), -1))
-        logits = self.logits(self.encode_images(images), _normalised(keras.ops.mean(per_label, axis=1)))
+        return _normalised(keras.ops.mean(keras.ops.reshape(texts, (len(labels), len(templates), -1)), axis=1))
+
+    def classify(self, images, labels, templates=None):
+        """``(images, labels)`` probabilities that each image shows each label (its
+        ``label_embeddings``), scored as the pair's ``scoring``."""
+        logits = self.logits(self.encode_images(images), self.label_embeddings(labels, templates))
         scored = keras.ops.softmax(logits, axis=-1) if self.scoring == "softmax" else keras.ops.sigmoid(logits)
         return keras.ops.convert_to_numpy(scored)
+
+    def zero_shot_classifier(self, labels, templates=None, name=None):
+        """A ``VisionTransformer`` classifier of ``labels`` that needs no text tower: the image
+        tower, its embedding L2-normalised (``normalize_embedding``; CLIP's projection its
+        ``embedding`` layer), and a head whose kernel is the ``label_embeddings`` times the
+        pair's scale, its bias the pair's bias (SigLIP) or zero. Its class names are the
+        labels; it outputs ``classify``'s logits (CLIP: softmax them) or its sigmoid
+        probabilities (SigLIP, ``classifier_activation="sigmoid"``), and it saves and
+        exports as any keras-vit classifier."""
+        from keras_vit.models.vit import VisionTransformer
+
+        labels, templates = checked_labels(labels, templates)
+        embeddings = keras.ops.convert_to_numpy(self.label_embeddings(labels, templates))
+        tower = self.image_encoder
+        spec = tower.spec.replace(
+            include_top=True,
+            num_classes=len(labels),
+            embedding_size=tower.spec.num_classes if tower.spec.include_top else None,  # its head, the projection
+            normalize_embedding=True,
+            classifier_activation="sigmoid" if self.scoring == "sigmoid" else None,
+        )
+        classifier = VisionTransformer(spec, tower.dtype_policy, tower.preprocessing, class_names=labels,
+                                       name=name or f"{tower.name}_zero_shot")  # fmt: skip
+        for layer in tower.layers:
+            if layer.weights:
+                classifier.get_layer("embedding" if layer.name == "head" else layer.name).set_weights(
+                    layer.get_weights()
+                )
+        scale = np.exp(keras.ops.convert_to_numpy(self.logit_scale))
+        bias = 0.0 if self.logit_bias is None else keras.ops.convert_to_numpy(self.logit_bias)
+        kernel = (scale * embeddings.T).astype("float32")
+        classifier.get_layer("head").set_weights([kernel, np.full(len(labels), bias, "float32")])
+        return classifier
 
     def get_config(self):
         tokenizer = self.tokenizer.get_config()

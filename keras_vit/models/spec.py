@@ -144,9 +144,14 @@ class ViTSpec(FrozenSpec):
             features (or the normalised tokens when ``pooling=None``).
         representation_size: width of the pre-logits layer (Dense + tanh) of the paper's
             pre-training; None for none, as in fine-tuning.
+        embedding_size: width of a projection after the pooling (and pre-logits), before
+            the head: a two-tower model's image embedding (CLIP's projection); None for none.
+        normalize_embedding: L2-normalise the vector the head reads (a zero-shot classifier's
+            cosine scores: ``ImageTextModel.zero_shot_classifier``).
         head_zero_init: zero-initialise the classifier (the original code always does;
             fine-tuning needs it so the new head starts at zero).
-        classifier_activation: activation of the head (None: logits).
+        classifier_activation: activation of the head (None: logits; ``"softmax"`` or
+            ``"sigmoid"``: probabilities, ``outputs_probabilities``).
         dropout_rate: dropout after the embeddings, the attention and in the MLPs.
         attention_dropout_rate: dropout on the attention weights.
         drop_path_rate: stochastic depth, rising linearly from 0 to this at the last block.
@@ -246,6 +251,10 @@ class ViTSpec(FrozenSpec):
     representation_size: int | None = _field(
         None, "width of the pre-logits layer (Dense + tanh) of the paper's pre-training; none: no such layer", TASK
     )
+    embedding_size: int | None = _field(
+        None, "width of a projection before the head (a two-tower model's image embedding); none: no such layer"
+    )
+    normalize_embedding: bool = _field(False, "L2-normalise the vector the head reads (a zero-shot classifier's)")
     head_zero_init: bool = _field(True, "start the classifier at zero (as the original code and fine-tuning do)", TASK)
     classifier_activation: str | None = _field(
         None, "the head's activation, e.g. softmax; none: the model outputs logits", TASK
@@ -308,6 +317,23 @@ class ViTSpec(FrozenSpec):
         """Names of the options of one role (``options()``'s): ``"architecture"``, ``"task"``,
         ``"regularization"`` or ``"training"``."""
         return [name for name, o in cls.options().items() if o.metadata["role"] == role]
+
+    @property
+    def outputs_probabilities(self):
+        """Whether the head's outputs are probabilities (a softmax, or a sigmoid per class, a
+        SigLIP zero-shot classifier's) rather than logits; another activation is refused.
+
+        >>> ViTSpec().outputs_probabilities, ViTSpec(classifier_activation="sigmoid").outputs_probabilities
+        (False, True)
+        """
+        if self.classifier_activation in (None, "linear"):
+            return False
+        if self.classifier_activation in ("softmax", "sigmoid"):
+            return True
+        raise ValueError(
+            "Expected a classifier that outputs logits (classifier_activation=None) or probabilities "
+            f"('softmax' or 'sigmoid'); got classifier_activation={self.classifier_activation!r}."
+        )
 
     @property
     def stride(self):

@@ -114,11 +114,14 @@ def _distillation(spec):
         num_register_tokens=not spec.num_register_tokens,
         norm_after_pool=not spec.norm_after_pool,
         representation_size=spec.representation_size is None,
+        embedding_size=spec.embedding_size is None,
+        normalize_embedding=not spec.normalize_embedding,
     )
     if conflicts:
         raise ValueError(
             "distillation_token=True needs pooling='token' or 'gap', no register tokens, norm_after_pool=False "
-            "and no representation_size (its two heads read the pooled features and the distillation token); got "
+            "and no representation_size or embedding (its two heads read the pooled features and the distillation "
+            "token); got "
             f"{conflicts}."
         )
 

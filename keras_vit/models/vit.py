@@ -173,7 +173,7 @@ class VisionTransformer(keras.Model):
             one = keras.ops.ndim(images) == 3
             batch = self.preprocessing(images[None] if one else images)
         scores = keras.ops.convert_to_numpy(self.predict(batch, batch_size=batch_size, verbose=0)).astype("float32")
-        if self.spec.classifier_activation == "softmax":
+        if self.spec.outputs_probabilities:
             return scores
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         return scores / scores.sum(axis=-1, keepdims=True)
