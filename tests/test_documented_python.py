@@ -19,6 +19,7 @@ first install gets (the export blocks need it too).
 """
 
 import ast
+import csv
 import dataclasses
 import os
 import re
@@ -141,8 +142,20 @@ def _timm_folder(path):
     timm.models.save_for_hf(small_timm_model(timm, architecture), str(path), safe_serialization=True)
 
 
+def _captions(path):
+    """A captions file (columns image and caption) of the photos, two captions for the first."""
+    if not (path.parent / "photos").exists():
+        _photos(path.parent / "photos")
+    photos = sorted((path.parent / "photos").rglob("*.jpg"))
+    rows = [("image", "caption")] + [(p.relative_to(path.parent), f"photo number {i}") for i, p in enumerate(photos)]
+    rows.append((photos[0].relative_to(path.parent), "the first photo"))
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+
+
 PROVIDED = {
     "photos/": _photos,
+    "captions.csv": _captions,
     "photo.jpg": write_photo,
     "saved_models/run/model.keras": _digits_model,
     "saved_models/finetune-vit_s16-photos/model.keras": _trained_model,

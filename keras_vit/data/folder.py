@@ -44,6 +44,18 @@ def _list_classes(root, class_names=None):
     return paths, np.asarray(labels, dtype=np.int32), tuple(class_names)
 
 
+def labelled_files(root):
+    """``(paths, labels, class_names)`` of every image under ``root/<class>/`` (sorted class
+    names, their indices the labels): what an evaluation without training reads whole.
+    Raises ValueError for a path that is not a folder or a folder without images."""
+    if not isinstance(root, (str, os.PathLike)) or not os.path.isdir(root):
+        raise ValueError(f"Expected an existing folder of images; got {root!r}, which is not a folder.")
+    paths, labels, class_names = _list_classes(os.fspath(root))
+    if not paths:
+        raise _no_images_error(os.fspath(root))
+    return paths, labels, class_names
+
+
 def _no_images_error(root):
     looked_for = ", ".join(IMAGE_EXTENSIONS)
     top_level = [f for f in os.listdir(root) if f.lower().endswith(IMAGE_EXTENSIONS)]

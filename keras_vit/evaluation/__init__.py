@@ -1,4 +1,5 @@
-"""Evaluating a ViT's representation: the paper's few-shot linear evaluation."""
+"""Evaluating a ViT's representation: the paper's few-shot linear evaluation; an image-text
+model's zero-shot accuracy and retrieval recall."""
 
 import typing
 
@@ -14,6 +15,13 @@ if typing.TYPE_CHECKING:  # the names, as type checkers, the API reference and k
         fewshot_linear_eval,
         representation_model,
         sample_shots,
+    )
+    from keras_vit.evaluation.zero_shot import (
+        TEMPLATE_SETS,
+        read_captions,
+        retrieval_recall,
+        template_set,
+        zero_shot_accuracy,
     )
 
 # Imported on first use (``keras_vit.lazy``): ``keras-vit fewshot --help`` reads the probe's
