@@ -84,6 +84,7 @@ def clip(tmp_path_factory):
     return keras_vit.load_model(str(folder))
 
 
+@pytest.mark.slow  # the pair's fixture
 def test_a_folders_accuracy_is_what_the_pairs_classify_ranks(clip, tmp_path):
     paths = write_photos(tmp_path / "photos")  # four photos in each of folders a and b
     names = ["a photo of a space scene", "a photo of a grey object"]
@@ -94,6 +95,7 @@ def test_a_folders_accuracy_is_what_the_pairs_classify_ranks(clip, tmp_path):
     assert result == pytest.approx({"acc1": correct.mean(), "mean_per_class_recall": correct.mean()})
 
 
+@pytest.mark.slow  # the pair's fixture
 def test_a_captions_files_recall_is_what_the_pairs_scores_rank(clip, tmp_path):
     paths = write_photos(tmp_path)[:4]
     captions = [["a photo", "an image"], ["a cat"], ["a rocket", "a launch", "smoke"], ["coffee"]]
