@@ -33,15 +33,21 @@ def _images(rng):
     return rng.uniform(-1, 1, (3, 32, 32, 3)).astype("float32")
 
 
-def test_int8_changes_the_dense_layers_and_stays_close(rng):
+def test_int8_changes_the_dense_layers_and_stays_close(rng, monkeypatch):
+    import gc
+
     x = _images(rng)
     options = dict(VIT)
     model = keras_vit.create_model(options.pop("name"), **options)
     reference = to_numpy(model(x))
+    collections = []
+    monkeypatch.setattr(gc, "collect", lambda generation=2: collections.append(generation) or 0)
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         model.quantize("int8")
     assert not [str(w.message) for w in said if "quantize" in str(w.message)]  # nothing from Keras on the terminal
+    # One garbage collection, not one for each float kernel let go (each walks the process).
+    assert len(collections) == 1
     modes = {layer.path: layer.quantization_mode for layer in model._flatten_layers() if layer.quantization_mode}
     assert "block_0/attention/qkv" in modes and "head" in modes and set(modes.values()) == {"int8"}
     quantized = to_numpy(model(x))

@@ -1,5 +1,7 @@
 """The Vision Transformer as a functional Keras model (plain and hybrid ResNet+ViT)."""
 
+import contextlib
+import gc
 import types
 import warnings
 
@@ -129,7 +131,7 @@ class VisionTransformer(keras.Model):
         """Keras' ``Model.quantize`` (``"int8"``, ``"float8"``, ``"int4"``): the dense
         projections and the head quantized. The layers with nothing to quantize (the input,
         norms, tokens, pooling) are passed over quietly: Keras warns once for each."""
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _one_collection():
             warnings.filterwarnings(
                 "ignore", message=r"Layer \w+ does not have a `quantize` method", category=UserWarning
             )
@@ -323,6 +325,21 @@ class _CallWith(keras.layers.Layer):
         # rope: an encoder block's rotary table, a tensor kept apart from the Python flags.
         flags = {k: v for k, v in flags.items() if k not in self.call_kwargs}
         return self.layer(x, **self.call_kwargs, **flags, **({} if rope is None else {"rope": rope}))
+
+
+@contextlib.contextmanager
+def _one_collection():
+    """One garbage collection at the end instead of one per dropped variable: Keras' layers
+    collect each time they let go of a variable (``Layer.__delattr__``), quantizing lets go of
+    every float kernel, and each collection walks every object the process holds. The
+    interpreter's own collections run as ever; an explicit one elsewhere waits until the end."""
+    collect = gc.collect
+    gc.collect = lambda generation=2: 0
+    try:
+        yield
+    finally:
+        gc.collect = collect
+        collect()
 
 
 def resized_preprocessing(preprocessing, image_size):
