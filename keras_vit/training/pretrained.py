@@ -227,11 +227,13 @@ def start_checks(model, pretrained, images):
       model's features agrees with its own top-1 on this fraction of the images.
     """
     to_numpy = keras.ops.convert_to_numpy
-    checks = {"head_max_abs_output": float(np.abs(to_numpy(model.predict(images, verbose=0))).max())}
+    # The new model's outputs and features in one pass (one predict function to compile).
+    both = keras.Model(model.input, [model.output, model.feature_model().output])
+    outputs, new = (to_numpy(x) for x in both.predict(images, verbose=0))
+    checks = {"head_max_abs_output": float(np.abs(outputs).max())}
     size = tuple(pretrained.spec.image_size)
     small = to_numpy(keras.ops.image.resize(images, size, interpolation="bilinear", antialias=True))
     old = to_numpy(pretrained.feature_model().predict(small, verbose=0))
-    new = to_numpy(model.feature_model().predict(images, verbose=0))
     checks["feature_cosine_similarity"] = float(_cosine(old, new).mean())
     checks["feature_cosine_other_images"] = float(_cosine(old, np.roll(old, 1, axis=0)).mean())
     top = [layer for layer in pretrained.layers if layer.name in ("pre_logits", "head")]
