@@ -44,15 +44,21 @@ def _list_classes(root, class_names=None):
     return paths, np.asarray(labels, dtype=np.int32), tuple(class_names)
 
 
+def _folder(path):
+    """``path`` as a string, or a ValueError where it is not an existing folder."""
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
+        raise ValueError(f"Expected an existing folder of images; got {path!r}, which is not a folder.")
+    return os.fspath(path)
+
+
 def labelled_files(root):
     """``(paths, labels, class_names)`` of every image under ``root/<class>/`` (sorted class
     names, their indices the labels): what an evaluation without training reads whole.
     Raises ValueError for a path that is not a folder or a folder without images."""
-    if not isinstance(root, (str, os.PathLike)) or not os.path.isdir(root):
-        raise ValueError(f"Expected an existing folder of images; got {root!r}, which is not a folder.")
-    paths, labels, class_names = _list_classes(os.fspath(root))
+    root = _folder(root)
+    paths, labels, class_names = _list_classes(root)
     if not paths:
-        raise _no_images_error(os.fspath(root))
+        raise _no_images_error(root)
     return paths, labels, class_names
 
 
@@ -208,9 +214,7 @@ def load_image_folder(path, validation_fraction=0.1, test_fraction=0.2, seed=0):
         >>> splits.info.class_names, splits.train.num_examples, splits.test.num_examples
         (('cat', 'dog'), 6, 2)
     """
-    if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
-        raise ValueError(f"Expected an existing folder of images; got {path!r}, which is not a folder.")
-    root = os.fspath(path)
+    root = _folder(path)
     subfolders = _subfolders(root)
     presplit = "train" in subfolders and all(s in _SPLIT_FOLDERS for s in subfolders)
 

@@ -325,8 +325,18 @@ class FewShotCallback(keras.callbacks.Callback):
             model = getattr(self.model, "backbone", self.model)  # a pre-training wrapper's ViT
             if self._represented is not model:  # one for the run: its predict compiled once
                 self._represented, self._represent = model, representation_model(model)
-            result = _linear_eval(model, self._represent, self.train, self.test, self.shots, self.seeds, self.l2,
-                                  None, self.batch_size, self.predict)  # fmt: skip
+            result = _linear_eval(
+                model,
+                self._represent,
+                self.train,
+                self.test,
+                self.shots,
+                self.seeds,
+                self.l2,
+                validation=None,
+                batch_size=self.batch_size,
+                predict=self.predict,
+            )
             logs.update({key: mean for key, (mean, _) in zip(self.keys(), result.summary().values())})
         else:
             logs.update(dict.fromkeys(self.keys(), float("nan")))

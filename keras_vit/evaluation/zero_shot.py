@@ -8,6 +8,7 @@ import csv
 import os
 import runpy
 
+import keras
 import numpy as np
 
 # open_clip's template sets by name (its ``zero_shot_metadata``: OpenAI's 80 ImageNet
@@ -39,18 +40,12 @@ def template_set(templates):
     return [template("{}") for template in metadata[TEMPLATE_SETS[templates]]]
 
 
-def _batches(images, batch_size):
-    for start in range(0, len(images), batch_size):
-        yield images[start : start + batch_size]
-
-
-def _image_embeddings(model, images, batch_size):
-    """``(N, width)`` normalised embeddings of ``images`` (a list of what ``classify`` takes,
-    or a uint8 ``(N, H, W, 3)`` array), a batch at a time."""
-    import keras
-
-    images = list(images) if not isinstance(images, np.ndarray) else images
-    parts = [keras.ops.convert_to_numpy(model.encode_images(batch)) for batch in _batches(images, batch_size)]
+def _embedded(encode, items, batch_size):
+    """``(N, width)`` float32 embeddings of ``items`` by ``encode`` (a model's
+    ``encode_images`` or ``encode_texts``), a batch at a time: images as a list of what
+    ``classify`` takes or a uint8 ``(N, H, W, 3)`` array, texts as a list of strings."""
+    items = items if isinstance(items, np.ndarray) else list(items)
+    parts = [keras.ops.convert_to_numpy(encode(items[i : i + batch_size])) for i in range(0, len(items), batch_size)]
     return np.concatenate(parts).astype("float32")
 
 
@@ -88,11 +83,9 @@ def zero_shot_accuracy(model, data, class_names=None, templates=None, top_k=(1, 
         raise ValueError(f"Expected images and one label each; got {len(images)} images and {len(labels)} labels.")
     if labels.min() < 0 or labels.max() >= len(class_names):
         raise ValueError(f"Expected labels from 0 to {len(class_names) - 1} (one per class name); got {labels.max()}.")
-    import keras
-
     embeddings = model.label_embeddings(list(class_names), template_set(templates))
     texts = keras.ops.convert_to_numpy(embeddings).astype("float32")
-    scores = _image_embeddings(model, images, batch_size) @ texts.T
+    scores = _embedded(model.encode_images, images, batch_size) @ texts.T
     ranked = np.argsort(-scores, axis=-1, kind="stable")
     result = {f"acc{k}": float((ranked[:, :k] == labels[:, None]).any(axis=-1).mean()) for k in top_k}
     correct = ranked[:, 0] == labels
@@ -148,8 +141,6 @@ def retrieval_recall(model, images, captions, ks=(1, 5, 10), batch_size=32):
     Returns:
         ``{"image_retrieval_recall@1": ..., "text_retrieval_recall@1": ..., ...}``.
     """
-    import keras
-
     captions = [[c] if isinstance(c, str) else list(c) for c in captions]
     if len(captions) != len(images) or not all(captions):
         raise ValueError(
@@ -158,10 +149,7 @@ def retrieval_recall(model, images, captions, ks=(1, 5, 10), batch_size=32):
         )
     texts = [c for per_image in captions for c in per_image]
     owner = np.repeat(np.arange(len(captions)), [len(c) for c in captions])
-    text_embeddings = np.concatenate(
-        [keras.ops.convert_to_numpy(model.encode_texts(batch)) for batch in _batches(texts, batch_size)]
-    )
-    scores = text_embeddings @ _image_embeddings(model, images, batch_size).T  # (captions, images)
+    scores = _embedded(model.encode_texts, texts, batch_size) @ _embedded(model.encode_images, images, batch_size).T
     positive = owner[:, None] == np.arange(len(captions))[None, :]
     return {
         name: value

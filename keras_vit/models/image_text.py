@@ -118,8 +118,8 @@ class ImageTextModel(keras.Model):
             normalize_embedding=True,
             classifier_activation="sigmoid" if self.scoring == "sigmoid" else None,
         )
-        classifier = VisionTransformer(spec, tower.dtype_policy, tower.preprocessing, class_names=labels,
-                                       name=name or f"{tower.name}_zero_shot")  # fmt: skip
+        name = name or f"{tower.name}_zero_shot"
+        classifier = VisionTransformer(spec, tower.dtype_policy, tower.preprocessing, class_names=labels, name=name)
         for layer in tower.layers:
             if layer.weights:
                 classifier.get_layer("embedding" if layer.name == "head" else layer.name).set_weights(
