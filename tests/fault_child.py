@@ -1,7 +1,8 @@
 """The child process of tests/test_faults.py: writes a good file, then writes it again and
 is killed, or runs out of disk space, while doing so.
 
-    python tests/fault_child.py SCENARIO FOLDER [kill | full]
+    python tests/fault_child.py SCENARIO FOLDER kill
+    python tests/fault_child.py SCENARIO[,SCENARIO...] FOLDER full
 
 Each scenario first writes its file once, completely (the previous good file), and prints
 ``GOOD <fingerprint>`` (the SHA-256 of its bytes; of every file, for a folder). Then:
@@ -13,7 +14,9 @@ Each scenario first writes its file once, completely (the previous good file), a
   FOLDER when the parent runs us in our own mount namespace with ``KERAS_VIT_TEST_TMPFS=1``,
   else a file size limit), and the child prints ``ERROR <type> <message>`` and
   ``AFTER <fingerprint> LOADS <bool> LEFTOVERS <count>``, then exits (the file system
-  goes with it, so the checks are made here).
+  goes with it, so the checks are made here). Several scenarios run one after another, each
+  in FOLDER/<scenario> on a file system of its own, each line after the scenario's name:
+  a child's start-up costs more than a scenario.
 """
 
 import hashlib
@@ -133,20 +136,12 @@ def fit(model, epochs, callbacks, initial_epoch=0):
               callbacks=callbacks, verbose=0)  # fmt: skip
 
 
-def main(scenario, folder, mode):
-    global IMAGES
-    import numpy as np
-
+def run_scenario(scenario, folder, mode, say):
+    from keras_vit.export import export_model
     from keras_vit.training.checkpointing import BestModel, RunBackup
-
-    IMAGES = np.zeros((4, 16, 16, 3), "uint8")
 
     if mode == "full" and os.environ.get("KERAS_VIT_TEST_TMPFS"):
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", folder], check=True)
-    from keras_vit.export import export_model
-
-    if scenario not in SCENARIOS:
-        raise SystemExit(f"unknown scenario {scenario!r}; expected one of {', '.join(SCENARIOS)}")
     target, watched = os.path.join(folder, SCENARIOS[scenario][0]).rstrip("/"), SCENARIOS[scenario][1]
     # The previous good file.
     model = tiny_model()
@@ -156,7 +151,7 @@ def main(scenario, folder, mode):
         fit(model, 1, [BestModel(target, monitor="accuracy")])
     else:
         export_model(model, folder, formats="tflite_float32", verification_images=IMAGES)
-    print("GOOD", fingerprint(target), flush=True)
+    say("GOOD", fingerprint(target))
 
     # The second write: killed, or out of space.
     if mode == "kill":
@@ -171,10 +166,29 @@ def main(scenario, folder, mode):
         else:
             export_model(model, folder, formats="tflite_float32", verification_images=IMAGES, overwrite=True)
     except Exception as error:  # what the user would see
-        print("ERROR", type(error).__name__, str(error).replace("\n", " "), flush=True)
+        say("ERROR", type(error).__name__, str(error).replace("\n", " "))
     resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     leftovers = [n for _, _, ns in os.walk(folder) for n in ns if ".tmp-" in n or ".old-" in n]
-    print("AFTER", fingerprint(target), "LOADS", loads(scenario, target), "LEFTOVERS", len(leftovers), flush=True)
+    say("AFTER", fingerprint(target), "LOADS", loads(scenario, target), "LEFTOVERS", len(leftovers))
+
+
+def main(scenarios, folder, mode):
+    global IMAGES
+    import numpy as np
+
+    IMAGES = np.zeros((4, 16, 16, 3), "uint8")
+    scenarios = scenarios.split(",")
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown or (mode == "kill" and len(scenarios) > 1):
+        raise SystemExit(
+            f"expected one scenario to kill or several to fill, of {', '.join(SCENARIOS)}; got {scenarios}"
+        )
+    if len(scenarios) == 1:
+        run_scenario(scenarios[0], folder, mode, lambda *words: print(*words, flush=True))
+        return
+    for scenario in scenarios:
+        os.makedirs(os.path.join(folder, scenario))
+        run_scenario(scenario, os.path.join(folder, scenario), mode, lambda *words: print(scenario, *words, flush=True))
 
 
 if __name__ == "__main__":

@@ -95,21 +95,38 @@ def own_mount_namespace():
         return False
 
 
-@SAME_WRITES
-@pytest.mark.parametrize("scenario", ["backup_weights", "best_model", "export"])
-def test_a_full_disk_is_a_clear_error_and_the_previous_file_stays_whole(scenario, tmp_path):
-    command, env = [sys.executable, CHILD, scenario, str(tmp_path), "full"], child_env()
+FULL_DISK = ("backup_weights", "best_model", "export")
+
+
+@pytest.fixture(scope="module")
+def full_disks(tmp_path_factory):
+    """What one child said of each ``FULL_DISK`` scenario (its lines, by their first word),
+    each run on a disk of its own, and the folder of each; with the child's whole output."""
+    folder = tmp_path_factory.mktemp("full")
+    command, env = [sys.executable, CHILD, ",".join(FULL_DISK), str(folder), "full"], child_env()
     if own_mount_namespace():
         command = ["unshare", "--user", "--map-root-user", "--mount", *command]
         env["KERAS_VIT_TEST_TMPFS"] = "1"
-    out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in out.stdout.splitlines() if " " in line}
-    assert {"GOOD", "ERROR", "AFTER"} <= set(lines), out.stderr[-3000:]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    said = {scenario: {} for scenario in FULL_DISK}
+    for line in out.stdout.splitlines():
+        scenario, word, rest = (line.split(" ", 2) + ["", ""])[:3]
+        if scenario in said:
+            said[scenario][word] = rest
+    return said, folder, f"{out.stdout}\n{out.stderr[-3000:]}"
+
+
+@SAME_WRITES
+@pytest.mark.slow  # the module fixture's child
+@pytest.mark.parametrize("scenario", FULL_DISK)
+def test_a_full_disk_is_a_clear_error_and_the_previous_file_stays_whole(scenario, full_disks):
+    said, folder, output = full_disks
+    lines = said[scenario]
+    assert {"GOOD", "ERROR", "AFTER"} <= set(lines), output
     reason = "No space left on device" if own_mount_namespace() else "File too large"
-    said = f"{out.stdout}\n{out.stderr[-3000:]}"
-    assert lines["ERROR"].startswith(f"DiskFullError [Errno 28] Could not write {tmp_path}"), said
-    assert reason in lines["ERROR"] and "Nothing was half-written" in lines["ERROR"], said
-    assert lines["AFTER"] == f"{lines['GOOD']} LOADS True LEFTOVERS 0", said
+    assert lines["ERROR"].startswith(f"DiskFullError [Errno 28] Could not write {folder / scenario}"), output
+    assert reason in lines["ERROR"] and "Nothing was half-written" in lines["ERROR"], output
+    assert lines["AFTER"] == f"{lines['GOOD']} LOADS True LEFTOVERS 0", output
 
 
 # Pre-training on the embedded digits, a step counter written after every step.

@@ -32,13 +32,14 @@ def _photos():
     return [skimage.data.chelsea(), skimage.data.coffee()]
 
 
-@pytest.fixture(scope="module", params=["clip", "siglip", "siglip2"])
-def pairs(request, tmp_path_factory):
+KINDS = ("clip", "siglip", "siglip2")
+
+
+def _load_pair(kind, root):
     """``(kind, transformers' model, tokenizer, processor, keras-vit's pair, the saved folder)``:
     the pair as ``keras_vit.load_model`` loads the folder by hub name, through a loopback hub."""
     from http_server import FileServer, download_env, hub_env
 
-    kind, root = request.param, tmp_path_factory.mktemp(request.param)
     folder = root / "served" / f"org/{kind}-pair" / "resolve" / "main"
     folder.mkdir(parents=True)
     model, tokenizer, processor = write_transformers_pair(kind, folder)
@@ -47,6 +48,24 @@ def pairs(request, tmp_path_factory):
         hub_env(patch, server, root / "hf-cache")
         pair = keras_vit.load_model(f"hf-hub:org/{kind}-pair")
     return kind, model, tokenizer, processor, pair, folder
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    """Each kind's pair, loaded once a module, for the tests of one kind and those of all three."""
+    made = {}
+
+    def pair_of(kind):
+        if kind not in made:
+            made[kind] = _load_pair(kind, tmp_path_factory.mktemp(kind))
+        return made[kind]
+
+    return pair_of
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def pairs(request, loaded):
+    return loaded(request.param)
 
 
 def _upstream_ids(kind, tokenizer, texts):
@@ -148,28 +167,34 @@ def test_a_zero_shot_classifier_exports_to_litert_and_serves_the_pairs_scores(pa
     np.testing.assert_allclose(served, pair.classify(list(photos), LABELS), atol=1e-4)
 
 
-# On the next backend: the pair's file read by keras_vit.load_model, its embeddings written.
+# On the next backend: each pair's file read by keras_vit.load_model, its embeddings written
+# (one child for the three kinds: a child's start-up is most of its cost).
 NEXT_BACKEND = """
 import sys
 import keras, numpy as np
 import keras_vit
 
-pair = keras_vit.load_model(sys.argv[1])
-np.save(sys.argv[3], keras.ops.convert_to_numpy(pair.encode_texts(sys.argv[4].split("|"))))
-np.save(sys.argv[5], keras.ops.convert_to_numpy(pair.encode_images(np.load(sys.argv[2]))))
+photos, texts = np.load(sys.argv[1]), sys.argv[2].split("|")
+for folder in sys.argv[3:]:
+    pair = keras_vit.load_model(f"{folder}/pair.keras")
+    np.save(f"{folder}/texts.npy", keras.ops.convert_to_numpy(pair.encode_texts(texts)))
+    np.save(f"{folder}/images.npy", keras.ops.convert_to_numpy(pair.encode_images(photos)))
 """
 
 
 @pytest.mark.slow  # a child process on the next backend
-def test_a_pair_saved_as_a_keras_file_reloads_on_the_next_backend_to_the_same_embeddings(pairs, tmp_path):
-    kind, *_, pair, _ = pairs
-    path, photos = tmp_path / "pair.keras", tmp_path / "photos.npy"
-    pair.save(path)
+def test_pairs_saved_as_keras_files_reload_on_the_next_backend_to_the_same_embeddings(loaded, tmp_path):
+    photos = tmp_path / "photos.npy"
     np.save(photos, np.stack([np.asarray(skimage.data.chelsea()[:200, :200])] * 2))
-    texts, images = tmp_path / "texts.npy", tmp_path / "images.npy"
-    run_on_next_backend(NEXT_BACKEND, path, photos, texts, "|".join(LABELS), images)
-    np.testing.assert_allclose(np.load(texts), to_numpy(pair.encode_texts(LABELS)), atol=1e-6)
-    np.testing.assert_allclose(np.load(images), to_numpy(pair.encode_images(np.load(photos))), atol=1e-6)
+    for kind in KINDS:
+        (tmp_path / kind).mkdir()
+        loaded(kind)[4].save(tmp_path / kind / "pair.keras")
+    run_on_next_backend(NEXT_BACKEND, photos, "|".join(LABELS), *(tmp_path / kind for kind in KINDS))
+    for kind in KINDS:
+        pair = loaded(kind)[4]
+        texts, images = np.load(tmp_path / kind / "texts.npy"), np.load(tmp_path / kind / "images.npy")
+        np.testing.assert_allclose(texts, to_numpy(pair.encode_texts(LABELS)), atol=1e-6, err_msg=kind)
+        np.testing.assert_allclose(images, to_numpy(pair.encode_images(np.load(photos))), atol=1e-6, err_msg=kind)
 
 
 @once_on("torch", "which tower a source gives is the builder's routing, the same on every backend")
