@@ -66,8 +66,20 @@ def _preset_folder(path):
     keras_vit.save_preset(_small_model(num_classes=2, class_names=["daisy", "rose"], preprocessing=preprocessing), path)
 
 
+def _captions_file(path):
+    """A captions file as ``keras-vit evaluate --captions`` reads it: two captions for each of
+    four photos written beside it."""
+    photos = write_photos(path.parent / "captioned")[:4]
+    rows = [
+        f"{p.relative_to(path.parent)},a photo {i}\n{p.relative_to(path.parent)},image {i}"
+        for i, p in enumerate(photos)
+    ]
+    path.write_text("image,caption\n" + "\n".join(rows) + "\n")
+
+
 # What a page's command names, put there before the command if no command before it wrote it.
 PROVIDED = {
+    "captions.csv": _captions_file,
     "photos/": lambda folder: write_photos(folder, mirrored=True),
     "photo.jpg": write_photo,
     "model.keras": _model_file,

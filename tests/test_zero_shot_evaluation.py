@@ -1,9 +1,14 @@
 """Zero-shot evaluation of an image-text model (``keras_vit.evaluation.zero_shot``): the
 metrics' rules on a stand-in model whose embeddings are chosen by hand (clip_benchmark's
 accuracy and retrieval recall), and a transformers CLIP pair on every backend, its folder of
-photos and its captions file read and ranked as the pair's own scores rank them."""
+photos and its captions file read and ranked as the pair's own scores rank them. The
+``keras-vit evaluate`` command runs in this process: its flags reach the functions (a
+stand-in model records what it is asked), its numbers are theirs on the CLIP pair, and bad
+input is one line and exit status 2 before any model loads."""
 
 import csv
+import json
+import os
 
 import numpy as np
 import pytest
@@ -78,10 +83,15 @@ def test_open_clips_template_sets_by_name_and_what_cannot_be_evaluated_is_refuse
 
 
 @pytest.fixture(scope="module")
-def clip(tmp_path_factory):
+def clip_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("clip")
     write_transformers_pair("clip", folder)
-    return keras_vit.load_model(str(folder))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def clip(clip_folder):
+    return keras_vit.load_model(str(clip_folder))
 
 
 @pytest.mark.slow  # the pair's fixture
@@ -95,14 +105,22 @@ def test_a_folders_accuracy_is_what_the_pairs_classify_ranks(clip, tmp_path):
     assert result == pytest.approx({"acc1": correct.mean(), "mean_per_class_recall": correct.mean()})
 
 
+CAPTIONS = [["a photo", "an image"], ["a cat"], ["a rocket", "a launch", "smoke"], ["coffee"]]
+
+
+def _write_captions(folder, paths, captions=CAPTIONS):
+    with open(folder / "captions.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["image", "caption"])
+        writer.writerows([(path.relative_to(folder), c) for path, per in zip(paths, captions) for c in per])
+    return folder / "captions.csv"
+
+
 @pytest.mark.slow  # the pair's fixture
 def test_a_captions_files_recall_is_what_the_pairs_scores_rank(clip, tmp_path):
     paths = write_photos(tmp_path)[:4]
-    captions = [["a photo", "an image"], ["a cat"], ["a rocket", "a launch", "smoke"], ["coffee"]]
-    with open(tmp_path / "captions.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["image", "caption"])
-        writer.writerows([(path.relative_to(tmp_path), c) for path, per in zip(paths, captions) for c in per])
+    captions = CAPTIONS
+    _write_captions(tmp_path, paths)
     images, read = read_captions(tmp_path / "captions.csv")
     assert images == [str(p) for p in paths] and read == captions
     result = retrieval_recall(clip, images, read, ks=(1, 2))
@@ -116,3 +134,131 @@ def test_a_captions_files_recall_is_what_the_pairs_scores_rank(clip, tmp_path):
         best_texts = np.argsort(-scores, axis=-1)[:, :k]
         hits = [(owner[best_texts[i]] == i).any() for i in range(4)]
         assert result[f"text_retrieval_recall@{k}"] == pytest.approx(np.mean(hits))
+
+
+def _evaluate(capsys, *argv):
+    """``keras-vit evaluate ARGV`` in this process: its exit status, stdout and stderr."""
+    from keras_vit.commands import main
+
+    try:
+        status = main(["evaluate", *map(str, argv)])
+    except SystemExit as stop:  # bad input: commands.bad_input's exit
+        status = stop.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+class _Recorder(_StandIn):
+    """A stand-in loaded by name: an image's embedding by its file's name, the labels and
+    templates it is asked to embed recorded."""
+
+    def __init__(self, images, texts=None):
+        super().__init__(np.zeros((0, 2)), texts)
+        self.by_name, self.asked = images, []
+
+    def encode_images(self, batch):
+        return np.asarray([self.by_name[os.path.basename(str(path))] for path in batch], "float32")
+
+    def label_embeddings(self, names, templates=None):
+        self.asked.append((list(names), templates))
+        return np.eye(2, dtype="float32")[: len(names)]
+
+
+@RULES
+def test_the_evaluate_commands_flags_reach_the_metrics(tmp_path, capsys, monkeypatch):
+    import keras_vit.factory
+
+    paths = write_photos(tmp_path / "photos")  # four photos in each of folders a and b
+    # Every photo of folder a scores class 0 ("b"'s text) first but one: acc1 1/8, acc2 1.
+    embeddings = {p.name: [0.0, 1.0] if p.parent.name == "b" else [1.0, 0.0] for p in paths}
+    embeddings[paths[1].name] = [0.0, 1.0]
+    model = _Recorder(embeddings, {c: [1.0, 0.0] for per in CAPTIONS for c in per})
+    loaded = []
+    monkeypatch.setattr(keras_vit.factory, "load_model", lambda name, **kw: loaded.append((name, kw)) or model)
+    (tmp_path / "names.txt").write_text("class a\nclass b\n")
+    flags = ["--class-names", tmp_path / "names.txt", "--templates", "simple_imagenet", "--top-k", "1,2"]
+    status, out, _ = _evaluate(capsys, "pair", "--images", tmp_path / "photos", *flags, "--json", tmp_path / "acc.json")
+    assert status == 0 and loaded == [("pair", {"tower": "pair"})]
+    assert model.asked == [(["class a", "class b"], template_set("simple_imagenet"))]
+    expected = zero_shot_accuracy(model, tmp_path / "photos", tmp_path / "names.txt", "simple_imagenet", (1, 2))
+    assert json.loads((tmp_path / "acc.json").read_text()) == expected and set(expected) == {
+        "acc1",
+        "acc2",
+        "mean_per_class_recall",
+    }
+    assert out.splitlines() == [f"{k:<28} {v:.4f}" for k, v in expected.items()]
+    # Templates as written, and the folders' names as the classes' texts.
+    _evaluate(capsys, "pair", "--images", tmp_path / "photos", "--templates", "a {}.", "an {} photo.")
+    assert model.asked[-1] == (["a", "b"], ["a {}.", "an {} photo."])
+    captions = _write_captions(tmp_path / "photos", paths[:4])
+    status, out, _ = _evaluate(
+        capsys, "pair", "--captions", captions, "--recall-at", "2", "--json", tmp_path / "r.json"
+    )
+    expected = retrieval_recall(model, *read_captions(captions), ks=(2,))
+    assert status == 0 and json.loads((tmp_path / "r.json").read_text()) == expected
+    assert list(expected) == ["image_retrieval_recall@2", "text_retrieval_recall@2"]
+
+
+@RULES
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (["--images", "{tmp}/flat"], "No images found in folder"),
+        (["--images", "{tmp}/missing"], "missing"),
+        (
+            ["--images", "{tmp}/photos", "--class-names", "{tmp}/three.txt"],
+            "Expected 2 class names, one per subfolder; got 3",
+        ),
+        (
+            ["--images", "{tmp}/photos", "--templates", "imagenet"],
+            "one of ['openai_imagenet', 'simple_imagenet']; got 'imagenet'",
+        ),
+        (
+            ["--captions", "{tmp}/photos/captions.csv", "--templates", "a {}."],
+            "--class-names and --templates go with --images",
+        ),
+        (["--captions", "{tmp}/nothing.csv"], "nothing.csv"),
+        (["--images", "{tmp}/photos", "--json", "{tmp}"], "it is a folder"),
+        (["--images", "{tmp}/photos", "--top-k", "0"], "expected comma-separated whole numbers of 1 or more; got '0'"),
+        (["--images", "{tmp}/photos", "--captions", "x.csv"], "not allowed with argument"),
+        (["--images", "{tmp}/photos", "--batch-size", "0"], "--batch-size must be at least 1; got 0"),
+    ],
+)
+def test_what_the_evaluate_command_cannot_evaluate_is_one_line_before_any_model_loads(
+    flags, expected, tmp_path, capsys, monkeypatch
+):
+    import keras_vit.factory
+
+    monkeypatch.setattr(keras_vit.factory, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
+    paths = write_photos(tmp_path / "photos")
+    _write_captions(tmp_path / "photos", paths[:4])
+    (tmp_path / "flat").mkdir()
+    (tmp_path / "three.txt").write_text("x\ny\nz\n")
+    status, _, err = _evaluate(capsys, "pair", *(flag.replace("{tmp}", str(tmp_path)) for flag in flags))
+    assert status == 2 and expected in err and len(err.strip().splitlines()) == 1, err
+
+
+@RULES
+def test_the_evaluate_command_refuses_an_image_model_in_one_line(tmp_path, capsys):
+    path = tmp_path / "classifier.keras"
+    keras_vit.save_model(keras_vit.create_model("vit_ti16", image_size=16, depth=1, num_classes=2), path)
+    write_photos(tmp_path / "photos")
+    status, _, err = _evaluate(capsys, path, "--images", tmp_path / "photos")
+    assert status == 2 and "holds an image model and no text tower" in err and len(err.strip().splitlines()) == 1
+
+
+@RULES
+@pytest.mark.slow  # the pair's fixture
+def test_the_evaluate_commands_numbers_are_the_functions_on_a_clip_pair(clip_folder, clip, tmp_path, capsys):
+    paths = write_photos(tmp_path / "photos")
+    status, _, _ = _evaluate(
+        capsys, clip_folder, "--images", tmp_path / "photos", "--top-k", "1", "--json", tmp_path / "a.json"
+    )
+    assert status == 0 and json.loads((tmp_path / "a.json").read_text()) == pytest.approx(
+        zero_shot_accuracy(clip, tmp_path / "photos", top_k=(1,))
+    )
+    captions = _write_captions(tmp_path / "photos", paths[:4])
+    status, _, _ = _evaluate(capsys, clip_folder, "--captions", captions, "--json", tmp_path / "r.json")
+    assert status == 0 and json.loads((tmp_path / "r.json").read_text()) == pytest.approx(
+        retrieval_recall(clip, *read_captions(captions))
+    )

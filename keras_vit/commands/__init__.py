@@ -38,6 +38,7 @@ COMMANDS = {
     "classify": ("classify", "classify image files with a model file or a pretrained preset"),
     "export": ("export", "export for serving: SavedModel, LiteRT, ONNX, .pt2, each verified"),
     "fewshot": ("fewshot", "few-shot linear evaluation of a model's representation"),
+    "evaluate": ("evaluate", "an image-text model's zero-shot accuracy on a folder, or its retrieval recall"),
     "inspect": ("inspect_model", "the paper's figures: attention rollout and distance, position similarity"),
     "presets": ("presets", "the pretrained presets as a table, or one preset's card"),
 }

@@ -78,7 +78,7 @@ def zero_shot_accuracy(model, data, class_names=None, templates=None, top_k=(1, 
         images, labels = data
         names = None
     labels = np.asarray(labels, dtype="int64")
-    class_names = _class_names(class_names, names)
+    class_names = class_names_from(class_names, names)
     if len(images) != len(labels) or not len(labels):
         raise ValueError(f"Expected images and one label each; got {len(images)} images and {len(labels)} labels.")
     if labels.min() < 0 or labels.max() >= len(class_names):
@@ -93,7 +93,9 @@ def zero_shot_accuracy(model, data, class_names=None, templates=None, top_k=(1, 
     return result
 
 
-def _class_names(class_names, names):
+def class_names_from(class_names, names):
+    """Each class's text, in index order: ``class_names`` (a list, or a text file with one a
+    line), else ``names`` (a folder's subfolders); as many as ``names`` where both are given."""
     if class_names is None:
         if names is None:
             raise ValueError("class_names is needed with (images, labels): the text of each class, in index order.")
