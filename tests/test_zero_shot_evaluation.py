@@ -218,6 +218,7 @@ def test_the_evaluate_commands_flags_reach_the_metrics(tmp_path, capsys, monkeyp
             "--class-names and --templates go with --images",
         ),
         (["--captions", "{tmp}/nothing.csv"], "nothing.csv"),
+        (["--captions", "{tmp}/gone.csv"], "gone.csv' names images that are not files beside it: 'photos/b/gone.jpg'."),
         (["--images", "{tmp}/photos", "--json", "{tmp}"], "it is a folder"),
         (["--images", "{tmp}/photos", "--top-k", "0"], "expected comma-separated whole numbers of 1 or more; got '0'"),
         (["--images", "{tmp}/photos", "--captions", "x.csv"], "not allowed with argument"),
@@ -234,6 +235,7 @@ def test_what_the_evaluate_command_cannot_evaluate_is_one_line_before_any_model_
     _write_captions(tmp_path / "photos", paths[:4])
     (tmp_path / "flat").mkdir()
     (tmp_path / "three.txt").write_text("x\ny\nz\n")
+    (tmp_path / "gone.csv").write_text("image,caption\nphotos/b/astronaut.jpg,a\nphotos/b/gone.jpg,b\n")
     status, _, err = _evaluate(capsys, "pair", *(flag.replace("{tmp}", str(tmp_path)) for flag in flags))
     assert status == 2 and expected in err and len(err.strip().splitlines()) == 1, err
 
@@ -262,3 +264,22 @@ def test_the_evaluate_commands_numbers_are_the_functions_on_a_clip_pair(clip_fol
     assert status == 0 and json.loads((tmp_path / "r.json").read_text()) == pytest.approx(
         retrieval_recall(clip, *read_captions(captions))
     )
+
+
+@RULES
+@pytest.mark.slow  # the pair's fixture
+def test_recall_is_open_clips_on_the_same_embeddings(clip, tmp_path):
+    import torch
+    import torchvision_stub
+
+    torchvision_stub.install()  # open_clip_train imports torchvision
+    from open_clip_train.train import get_clip_metrics
+
+    paths = write_photos(tmp_path)  # eight photos, a caption each (open_clip's metric takes one)
+    captions = ["an astronaut", "a cat", "coffee", "a rocket", "stained cells", "colours", "a man", "coins"]
+    ours = retrieval_recall(clip, paths, captions, ks=(1, 5, 10))
+    images, texts = to_numpy(clip.encode_images(paths)), to_numpy(clip.encode_texts(captions))
+    theirs = get_clip_metrics(torch.from_numpy(images), torch.from_numpy(texts), logit_scale=1.0)
+    for k in (1, 5, 10):
+        assert ours[f"text_retrieval_recall@{k}"] == pytest.approx(theirs[f"image_to_text_R@{k}"])
+        assert ours[f"image_retrieval_recall@{k}"] == pytest.approx(theirs[f"text_to_image_R@{k}"])

@@ -112,7 +112,8 @@ def class_names_from(class_names, names):
 def read_captions(path):
     """``(images, captions)`` of a captions file: a CSV with an ``image`` column (a path,
     relative to the file's folder) and a ``caption`` column, a row per caption, several
-    rows for an image with several captions; the images in their first row's order."""
+    rows for an image with several captions; the images in their first row's order. A
+    ``ValueError`` for other columns, no rows, or an image that is not there."""
     folder = os.path.dirname(os.path.abspath(path))
     captions = {}
     with open(path, encoding="utf-8", newline="") as f:
@@ -123,6 +124,11 @@ def read_captions(path):
             captions.setdefault(os.path.join(folder, row["image"]), []).append(row["caption"])
     if not captions:
         raise ValueError(f"Expected at least one caption; {path!r} has none.")
+    missing = [image for image in captions if not os.path.isfile(image)]
+    if missing:
+        shown = ", ".join(repr(os.path.relpath(image, folder)) for image in missing[:3])
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise ValueError(f"{path!r} names images that are not files beside it: {shown}{more}.")
     return list(captions), list(captions.values())
 
 

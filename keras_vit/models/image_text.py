@@ -170,6 +170,11 @@ def checked_labels(labels, templates=None):
     empty = [repr(label) for label in labels if not isinstance(label, str) or not label.strip()]
     if empty:
         raise ValueError(f"every label must be a non-empty string; got {', '.join(empty)}.")
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise ValueError(
+            f"each label must be given once (a class each); got {', '.join(map(repr, repeated))} twice or more."
+        )
     wrong = [repr(t) for t in templates if not isinstance(t, str) or t.count("{}") != 1]
     if not templates or wrong:
         raise ValueError(f"each template must hold one '{{}}' where the label goes; got {', '.join(wrong) or 'none'}.")
