@@ -9,6 +9,7 @@ that would run code is refused before anything runs."""
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +55,16 @@ TIMM_TOWER = dict(
     ),
 )
 KINDS = {"open-clip-native": NATIVE, "open-clip-siglip": TIMM_TOWER}
+# Perception Encoder core as open_clip's PE-Core-T-16-384 config has it (timm's tower, whose own
+# head of embed_dim outputs is the projection: no timm_proj; a context of 32), the text tower
+# narrower and shallower.
+PE_CORE = dict(
+    embed_dim=48,
+    custom_text=True,
+    vision_cfg=dict(image_size=384, timm_model_name="vit_pe_core_tiny_patch16_384", timm_model_pretrained=False,
+                    timm_pool="map", timm_proj=None),
+    text_cfg=dict(context_length=32, vocab_size=49408, width=32, heads=2, layers=2),
+)  # fmt: skip
 LABELS = ["a cat", "a cup of coffee", "an astronaut"]
 HARD = ["A photo of a CAT.", "café\tau  lait", "snake_case &amp; Co.", "a long caption " * 30, ""]
 MEAN, STD = (0.48, 0.45, 0.40), (0.27, 0.26, 0.28)
@@ -68,24 +79,27 @@ def _open_clip():
     return open_clip
 
 
-def _upstream(name, folder):
-    """open_clip's model of ``KINDS[name]`` and its tokenizer, saved in ``folder`` as its hub
-    layout: ``open_clip_model.safetensors`` and ``open_clip_config.json``."""
+def _upstream(config, folder):
+    """open_clip's model of ``config`` (one of ``KINDS``, or ``PE_CORE``) and its tokenizer,
+    saved in ``folder`` as its hub layout: ``open_clip_model.safetensors`` and
+    ``open_clip_config.json``."""
     from safetensors.torch import save_file
 
     open_clip = _open_clip()
     from open_clip.push_to_hf_hub import save_config_for_hf
 
-    config = KINDS[name]
-    if config.get("custom_text"):
+    context = config["text_cfg"]["context_length"]
+    if config["text_cfg"].get("hf_tokenizer_name"):
         from transformers import SiglipTokenizer
 
         SiglipTokenizer(vocab_file=str(train_sentencepiece(folder, 300))).save_pretrained(str(folder))
+        tokenizer = open_clip.tokenizer.HFTokenizer(str(folder), context_length=context, clean="canonicalize")
+    else:
+        tokenizer = open_clip.tokenizer.SimpleTokenizer(context_length=context)
+    if config.get("custom_text"):
         model = open_clip.model.CustomTextCLIP(**{k: v for k, v in config.items() if k != "custom_text"})
-        tokenizer = open_clip.tokenizer.HFTokenizer(str(folder), context_length=64, clean="canonicalize")
     else:
         model = open_clip.model.CLIP(**config)
-        tokenizer = open_clip.tokenizer.SimpleTokenizer(context_length=77)
     model = informative_scores(randomize_torch(model.eval(), seed=5, informative=True))
     model.visual.image_mean, model.visual.image_std = MEAN, STD
     model.visual.preprocess_cfg = {"interpolation": "bicubic", "resize_mode": "shortest"}
@@ -102,7 +116,7 @@ def pairs(request, tmp_path_factory):
     name, root = request.param, tmp_path_factory.mktemp(request.param)
     folder = root / "served" / "org" / name / "resolve" / "main"
     folder.mkdir(parents=True)
-    model, tokenizer = _upstream(name, folder)
+    model, tokenizer = _upstream(KINDS[name], folder)
     with FileServer(root / "served") as server, pytest.MonkeyPatch.context() as patch:
         download_env(patch, root / "home", mirror=server.url)
         hub_env(patch, server, root / "hf-cache")
@@ -161,7 +175,7 @@ def test_a_timm_repository_holding_open_clips_files_too_loads_whole(mirror, timm
     repository = "timm/vit_base_patch16_clip_quickgelu_224.test"
     folder = Path(mirror.root) / repository / "resolve" / "main"
     folder.mkdir(parents=True)
-    model, tokenizer = _upstream("open-clip-native", folder)
+    model, tokenizer = _upstream(NATIVE, folder)
     # timm's own files of the image tower, as timm converts open_clip's for its hub repositories.
     vision = NATIVE["vision_cfg"]
     peer = timm.create_model(
@@ -181,6 +195,28 @@ def test_a_timm_repository_holding_open_clips_files_too_loads_whole(mirror, timm
     with torch.no_grad():
         texts = model.encode_text(tokenizer(HARD), normalize=True).numpy()
         images = model.encode_image(torch.from_numpy(pixels.transpose(0, 3, 1, 2)), normalize=True).numpy()
+    assert_close_to_scale(to_numpy(pair.encode_texts(HARD)), texts, 2e-5)
+    assert_close_to_scale(to_numpy(pair.encode_images(pixels)), images, 2e-5)
+
+
+# Its layers compute on every backend in test_family (PE-Core's timm tower) and
+# test_text_tower; what is new here is which of open_clip's options makes which tower.
+@once_on("torch", "which towers open_clip's config makes is the reader's; their layers run on every backend elsewhere")
+def test_a_perception_encoder_core_pair_is_open_clips(tmp_path):
+    import torch
+
+    model, tokenizer = _upstream(PE_CORE, tmp_path)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        pair = keras_vit.load_model(str(tmp_path))
+    # The tower's numerics are its timm architecture's, which open_clip's config names.
+    assert not [w for w in said if "was trained with" in str(w.message)], [str(w.message) for w in said]
+    np.testing.assert_array_equal(pair.tokenize(HARD), tokenizer(HARD).numpy())  # 32 ids
+    pixels = _pixels(384).astype("float32")
+    with torch.no_grad():
+        texts = model.encode_text(tokenizer(HARD), normalize=True).numpy()
+        images = model.encode_image(torch.from_numpy(pixels.transpose(0, 3, 1, 2)), normalize=True).numpy()
+    assert images.shape == (2, PE_CORE["embed_dim"])  # timm's own head, the projection
     assert_close_to_scale(to_numpy(pair.encode_texts(HARD)), texts, 2e-5)
     assert_close_to_scale(to_numpy(pair.encode_images(pixels)), images, 2e-5)
 

@@ -8,7 +8,7 @@ attention over every token, its last position and head with a bias, its tanh GEL
 
 import numpy as np
 import pytest
-from helpers import randomize_torch, to_numpy
+from helpers import once_on, randomize_torch, to_numpy
 
 from keras_vit.checkpoints.table import HF_CLIP_TEXT, HF_SIGLIP_TEXT
 from keras_vit.checkpoints.tower_weights import assign_rows
@@ -141,3 +141,14 @@ def test_a_text_tower_saved_as_a_keras_file_reloads_to_the_same_embeddings(upstr
     attention = type(reloaded.get_layer("text_block_0").attention).__name__
     assert attention == ("MultiHeadSelfAttention" if kind == "siglip" else "CausalAttention")
     assert reloaded.get_layer("text_pooling").get_config()["end_id"] == KINDS[kind][1].get("end_id")
+
+
+@once_on("torch", "the towers' widths are compared before anything computes")
+def test_towers_whose_embeddings_differ_in_width_are_no_pair():
+    import keras_vit
+    from keras_vit.models import ImageTextModel
+
+    image = keras_vit.create_model("vit_ti16", image_size=16, depth=1, num_classes=PROJECTION + 1)
+    text = text_encoder(TextSpec(**TOWER, projection_dim=PROJECTION))
+    with pytest.raises(ValueError, match=f"of one width.*got {PROJECTION + 1} for the images and {PROJECTION} for"):
+        ImageTextModel(image, text, tokenizer=None)

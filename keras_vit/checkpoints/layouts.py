@@ -46,34 +46,42 @@ def spec_options_from_hf_config(hf):
 
 def _hf_config_numerics(path):
     """HF files sit beside a ``config.json`` that states the numerics they were trained with."""
-    config_json = os.path.join(os.path.dirname(path), "config.json")
-    if not os.path.isfile(config_json):
+    config = _json_beside(os.path.dirname(path), "config.json")
+    if config is None:
         return {}
-    with open(config_json) as f:
-        options = spec_options_from_hf_config({"hidden_act": "gelu", **json.load(f)})
+    options = spec_options_from_hf_config({"hidden_act": "gelu", **config})
     return {k: v for k, v in options.items() if k in ("gelu_approximate", "layer_norm_epsilon")}
 
 
 def _timm_config_numerics(path):
-    """A timm hub folder's ``config.json`` names its architecture, whose numerics are known."""
-    config_json = os.path.join(os.path.dirname(path), "config.json")
-    if not os.path.isfile(config_json):
+    """A timm hub folder's ``config.json`` names its architecture, whose numerics are known;
+    so does an open_clip repository's ``open_clip_config.json`` for its timm image tower."""
+    folder = os.path.dirname(path)
+    config = _json_beside(folder, "config.json")
+    if config is None:
+        vision = ((_json_beside(folder, "open_clip_config.json") or {}).get("model_cfg") or {}).get("vision_cfg")
+        config = {"architecture": vision["timm_model_name"]} if (vision or {}).get("timm_model_name") else None
+    if config is None:
         return {}
     try:
-        with open(config_json) as f:
-            options = timm_config.from_hub_config(json.load(f))[0]
+        options = timm_config.from_hub_config(config)[0]
     except ValueError:  # not timm's, or an architecture keras-vit does not build
         return {}
     return {k: options[k] for k in ("gelu_approximate", "layer_norm_epsilon", "mlp_activation")}
 
 
+def _json_beside(folder, name):
+    """The JSON file ``name`` in ``folder``, or None where there is none."""
+    path = os.path.join(folder, name)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 def _hf_grid(path):
     """An HF checkpoint's patch grid, from the ``config.json`` beside it."""
-    config_json = os.path.join(os.path.dirname(path), "config.json")
-    if not os.path.isfile(config_json):
-        return None
-    with open(config_json) as f:
-        config = json.load(f)
+    config = _json_beside(os.path.dirname(path), "config.json") or {}
     if "image_size" not in config or "patch_size" not in config:
         return None
     sides = config["image_size"] if isinstance(config["image_size"], (list, tuple)) else [config["image_size"]] * 2

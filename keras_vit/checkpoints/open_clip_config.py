@@ -60,7 +60,7 @@ def image_options(model_cfg):
     embedding (open_clip's ``proj``, here the head without a bias)."""
     vision = model_cfg.get("vision_cfg") or {}
     if vision.get("timm_model_name"):
-        return _timm_image_options(vision)
+        return _timm_image_options(vision, int(model_cfg["embed_dim"]))
     _refuse_unbuilt("vision tower", vision)
     vision = {**_VISION, **vision}
     if vision["pool_type"] != "tok" or vision.get("final_ln_after_pool"):
@@ -85,16 +85,22 @@ def image_options(model_cfg):
     )
 
 
-def _timm_image_options(vision):
+def _timm_image_options(vision, embed_dim):
     """A timm image tower (``timm_model_name``): timm's architecture with open_clip's pooling
-    and no classifier (``timm_proj: none``; a projection after it is not built yet)."""
+    and, as open_clip's ``TimmModel`` makes it, no classifier (``timm_proj: "none"``: the
+    pooled features are the embedding) or timm's own head of ``embed_dim`` outputs as the
+    projection (no ``timm_proj``, as Perception Encoder's); a projection after the trunk
+    (``"linear"``, ``"mlp"``) is not built yet."""
     name, projection = vision["timm_model_name"], vision.get("timm_proj", "linear")
     if projection not in ("none", None, ""):
         raise UnsupportedModelTypeError(
             f"open_clip's timm image tower {name!r} with timm_proj={projection!r}: keras-vit builds timm towers "
-            "whose pooled features are the embedding (timm_proj 'none')."
+            "whose pooled features or own head are the embedding (timm_proj 'none', or none)."
         )
-    args = dict(timm_config.architecture_args(name), num_classes=0, global_pool=vision.get("timm_pool", "avg"))
+    num_classes = 0 if projection == "none" else embed_dim
+    args = dict(
+        timm_config.architecture_args(name), num_classes=num_classes, global_pool=vision.get("timm_pool", "avg")
+    )
     # open_clip passes timm no image size: the trunk has its default tag's (timm's pretrained_cfg).
     tag = default_tag(name)
     return dict(timm_config.spec_options(args), **({"image_size": PRETRAINED[name][tag][2]} if tag else {}))

@@ -41,6 +41,12 @@ class ImageTextModel(keras.Model):
         super().__init__(**kwargs)
         if scoring not in SCORINGS:
             raise ValueError(f"scoring must be one of {SCORINGS}; got {scoring!r}.")
+        widths = image_encoder.output_shape[-1], text_encoder.output_shape[-1]
+        if widths[0] != widths[1]:
+            raise ValueError(
+                f"The towers' embeddings must be of one width to be compared; got {widths[0]} for the images "
+                f"and {widths[1]} for the texts."
+            )
         self.image_encoder, self.text_encoder, self.tokenizer = image_encoder, text_encoder, tokenizer
         self.scoring = scoring
         # As the upstreams start them: CLIP at log(1 / 0.07), SigLIP at log(10) and -10.
