@@ -231,3 +231,65 @@ def test_a_keras_hub_model_keras_vit_does_not_build_is_one_clear_error(tmp_path)
         match="a keras-hub SwinBackbone; keras-vit builds CLIPBackbone, CLIPVisionEncoder",
     ):
         keras_vit.load_model(str(tmp_path / "renamed"))
+
+
+# A pair folder: the backbone and its preprocessor (tokenizer and image converter), as
+# keras-hub's CLIP and SigLIP presets hold them.
+TEXT_STREAM_SCALE = 1e-3
+TEXTS = ["A photo of a CAT.", "CAFÉ Über", "snake_case &amp; Co.", "café\tau  lait", "a long caption " * 30, ""]
+
+
+def _clip_tokenizer():
+    """keras-hub's CLIPTokenizer of CLIP's real vocabulary (open_clip's merges file, its two
+    special tokens as keras-hub names them)."""
+    from keras_vit.sources.pair import builtin_vocabulary
+    from keras_vit.text import byte_level_bpe
+
+    vocab, merges = byte_level_bpe.open_clip_vocabulary(builtin_vocabulary())
+    names = dict(zip(byte_level_bpe.OPEN_CLIP_SPECIALS, byte_level_bpe.HF_SPECIALS))
+    vocab = {names.get(token, token): i for token, i in vocab.items()}
+    return keras_hub.models.CLIPTokenizer(vocabulary=vocab, merges=[" ".join(m) for m in merges]), len(vocab)
+
+
+def pair_folder(family, folder):
+    """A random keras-hub ``CLIPBackbone`` or ``SigLIPBackbone`` with its preprocessor, saved
+    in ``folder``; the reloaded backbone and preprocessor (what keras-hub computes)."""
+    from helpers import train_sentencepiece
+
+    folder.mkdir()
+    if family == "CLIP":
+        tokenizer, vocabulary = _clip_tokenizer()
+    else:
+        tokenizer, vocabulary = keras_hub.models.SigLIPTokenizer(proto=str(train_sentencepiece(folder, 300))), 300
+    encoder = getattr(keras_hub.models, f"{family}VisionEncoder")(**TOWER)
+    text = getattr(keras_hub.models, f"{family}TextEncoder")(**dict(TEXT, vocabulary_size=vocabulary))
+    extra = dict(projection_dim=8) if family == "CLIP" else {}
+    backbone = randomized(getattr(keras_hub.models, f"{family}Backbone")(encoder, text, **extra))
+    # The text tower's residual stream small (its embeddings and each block's outputs), so
+    # that the final norm's epsilon shows past the bound (keras-hub's CLIP: 1e-6, not 1e-5).
+    for variable in text.weights:
+        if variable.path.endswith("embeddings") or "attention_output/" in variable.path or "2/" in variable.path:
+            variable.assign(variable * TEXT_STREAM_SCALE)
+    backbone.save_to_preset(str(folder))
+    converter = getattr(keras_hub.layers, f"{family}ImageConverter")(image_size=(48, 48), scale=1 / 127.5, offset=-1.0)
+    getattr(keras_hub.models, f"{family}Preprocessor")(tokenizer, converter).save_to_preset(str(folder))
+    reloaded = getattr(keras_hub.models, f"{family}Preprocessor").from_preset(str(folder))
+    return keras_hub.models.Backbone.from_preset(str(folder)), reloaded
+
+
+@pytest.mark.parametrize("family", ["CLIP", "SigLIP"])
+def test_a_keras_hub_clip_or_siglip_preset_loads_whole_at_keras_hubs_embeddings_and_ids(tmp_path, family):
+    theirs, preprocessor = pair_folder(family, tmp_path / "pair")
+    pair = keras_vit.load_model(str(tmp_path / "pair"))
+    assert type(pair).__name__ == "ImageTextModel"
+    assert type(keras_vit.create_model(str(tmp_path / "pair"))).__name__ == "VisionTransformer"  # as before
+    photos = np.zeros((len(TEXTS), 48, 48, 3), "float32")
+    ids = to_numpy(preprocessor({"prompts": TEXTS, "images": photos})["token_ids"])
+    np.testing.assert_array_equal(pair.tokenize(TEXTS), ids)
+    assert_close_to_scale(to_numpy(pair.text_encoder(ids)), to_numpy(theirs.get_text_embeddings(ids)), RTOL)
+    x = images()
+    assert_close_to_scale(to_numpy(pair.image_encoder(x)), to_numpy(theirs.get_vision_embeddings(x)), RTOL)
+    head = theirs.clip_head if family == "CLIP" else theirs.siglip_head
+    scores = [pair.logit_scale] + ([pair.logit_bias] if family == "SigLIP" else [])
+    expected = [head.logit_scale] + ([head.logit_bias] if family == "SigLIP" else [])
+    np.testing.assert_array_equal([to_numpy(s) for s in scores], [to_numpy(s) for s in expected])

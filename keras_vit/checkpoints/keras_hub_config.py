@@ -7,7 +7,7 @@ preset may hold its image converter alone (``image_converter.json``). ``BACKBONE
 backbone class keras-vit builds to the function that reads its arguments: ``ViTBackbone``
 (and its ``ViTImageClassifier``), ``DINOV2Backbone``, ``DINOV3Backbone``, and the vision
 towers of SigLIP and CLIP (``SigLIPBackbone``, ``CLIPBackbone``, or their vision encoders
-saved alone; the text tower is not read). The weights are read by keras-hub itself
+saved alone; their text towers are ``keras_hub_text``'s). The weights are read by keras-hub itself
 (``read_weights``), by their variable paths, which the ``keras_hub_*`` tables of
 ``table.py`` map.
 """
@@ -15,6 +15,7 @@ saved alone; the text tower is not read). The weights are read by keras-hub itse
 import json
 import os
 
+from keras_vit.checkpoints import special_cases
 from keras_vit.checkpoints.dinov3_options import dinov3_options
 
 CONFIG_FILE, TASK_FILE, PREPROCESSOR_FILE = "config.json", "task.json", "preprocessor.json"
@@ -304,16 +305,22 @@ def read_weights(folder):
     loader = keras_hub.models.Backbone if task is None else keras.saving.get_registered_object(task["registered_name"])
     model = loader.from_preset(folder)
     backbone = getattr(model, "backbone", model)
-    # SigLIP's and CLIP's backbones hold a vision and a text encoder: keras-vit reads the first.
+    # SigLIP's and CLIP's backbones hold a vision and a text encoder, whose paths may be the
+    # same: the text encoder's go under "text/" (keras_hub_text.TEXT_PREFIX).
     vision = getattr(backbone, "vision_encoder", backbone)
     text = getattr(backbone, "text_encoder", None)
-    left_out = {variable.path for variable in text.weights} if text is not None else set()
-    # Some backbones (DINOv2's, DINOv3's, the vision encoders) name their layers after
-    # themselves: paths without it.
-    return {
+    text_weights = {id(variable) for variable in text.weights} if text is not None else set()
+    # Some backbones (DINOv2's, DINOv3's, the encoders) name their layers after themselves:
+    # paths without it.
+    arrays = {
         variable.path.removeprefix(f"{backbone.name}_").removeprefix(f"{vision.name}_"): keras.ops.convert_to_numpy(
             variable
         )
         for variable in model.weights
-        if variable.path not in left_out
+        if id(variable) not in text_weights
     }
+    if text is not None:
+        own = {v.path.removeprefix(f"{text.name}_"): keras.ops.convert_to_numpy(v) for v in text.weights}
+        own = special_cases.keras_hub_positions_prepare(None, own)  # SigLIP's position_ids pick its table's rows
+        arrays.update({f"text/{path}": value for path, value in own.items()})
+    return arrays

@@ -6,7 +6,18 @@ over keras-vit's path, then the cell (``keras_vit.checkpoints.cells``); ``layout
 the layouts that read them.
 """
 
-from keras_vit.checkpoints.cells import BLOCK, Shifted, batched, concat, heads_in, heads_out, joined, same, zero_bias
+from keras_vit.checkpoints.cells import (
+    BLOCK,
+    TEXT_BLOCK,
+    Shifted,
+    batched,
+    concat,
+    heads_in,
+    heads_out,
+    joined,
+    same,
+    zero_bias,
+)
 
 _B = BLOCK
 _QKV = ("query", "key", "value")  # Keras MultiHeadAttention's projections
@@ -70,13 +81,14 @@ KERAS_HUB_DINOV3 = [
 _KV = "encoder_block_{0}/"
 
 
-def _keras_hub_attention(attention):
-    """A block's Keras ``MultiHeadAttention`` at ``attention`` (a path prefix with ``{0}``)."""
+def _keras_hub_attention(attention, block=_B):
+    """A block's Keras ``MultiHeadAttention`` at ``attention`` (a path prefix with ``{0}``);
+    ``block``: the keras-vit block's path (a text tower's is ``TEXT_BLOCK``)."""
     return [
-        (_B + r"attention/qkv/kernel", heads_in(*(attention + f"{n}/kernel" for n in _QKV))),
-        (_B + r"attention/qkv/bias", concat(*(attention + f"{n}/bias" for n in _QKV))),
-        (_B + r"attention/out/kernel", heads_out(attention + "attention_output/kernel")),
-        (_B + r"attention/out/bias", same(attention + "attention_output/bias")),
+        (block + r"attention/qkv/kernel", heads_in(*(attention + f"{n}/kernel" for n in _QKV))),
+        (block + r"attention/qkv/bias", concat(*(attention + f"{n}/bias" for n in _QKV))),
+        (block + r"attention/out/kernel", heads_out(attention + "attention_output/kernel")),
+        (block + r"attention/out/bias", same(attention + "attention_output/bias")),
     ]
 
 
@@ -110,5 +122,29 @@ KERAS_HUB_CLIP = [
     # The CLIPBackbone's projection (a Dense without a bias, its kernel (in, out)) as the head.
     (r"head/kernel", same("vision_projection/kernel")),
     (r"head/bias", zero_bias("vision_projection/kernel", axis=-1)),
+]
+
+# keras-hub's CLIPTextEncoder and SigLIPTextEncoder in their backbones (keras_hub_config.read_weights
+# puts their weights under "text/"); the projection is the CLIPBackbone's, SigLIP's the encoder's head.
+_KT = "text/encoder_block_{0}/"
+_KH_TEXT_EMBEDDING = [
+    (r"text_embedding/token_embedding", same("text/embedding/token_embedding/embeddings")),
+    (r"text_embedding/position_embedding", same("text/embedding/position_embedding/embeddings")),
+]
+KERAS_HUB_CLIP_TEXT = [
+    *_KH_TEXT_EMBEDDING,
+    (TEXT_BLOCK + r"norm([12])/(gamma|beta)", same(_KT + "layer_norm_{1}/{2}")),
+    *_keras_hub_attention(_KT + "attention/", TEXT_BLOCK),
+    (TEXT_BLOCK + r"mlp/fc([12])/(kernel|bias)", same(_KT + "dense_{1}/{2}")),
+    (r"text_norm/(gamma|beta)", same("text/layer_norm/{0}")),
+    (r"text_projection/kernel", same("text_projection/kernel")),
+]
+KERAS_HUB_SIGLIP_TEXT = [
+    *_KH_TEXT_EMBEDDING,
+    (TEXT_BLOCK + r"norm([12])/(gamma|beta)", same(_KT + "layer_norm{1}/{2}")),
+    *_keras_hub_attention(_KT + "self_attn/", TEXT_BLOCK),
+    (TEXT_BLOCK + r"mlp/(fc[12])/(kernel|bias)", same(_KT + "mlp/{1}/{2}")),
+    (r"text_norm/(gamma|beta)", same("text/post_layer_norm/{0}")),
+    (r"text_projection/(kernel|bias)", same("text/head/{0}")),
 ]
 # fmt: on

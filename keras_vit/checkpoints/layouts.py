@@ -313,7 +313,7 @@ LAYOUTS = {
             prepare=special_cases.keras_hub_registers_prepare,
         ),
         # keras-hub's SigLIP and CLIP vision towers (keras_hub_config.read_weights): of a
-        # two-tower backbone, the similarity head and the text projection go unused.
+        # two-tower backbone, the text tower, its projection and the similarity head go unused.
         Layout(
             "keras_hub_siglip",
             "head/attention/query/kernel",
@@ -322,7 +322,7 @@ LAYOUTS = {
             "embedding/class_embedding",  # none: SigLIP has no class token
             resampling=("bicubic", False),
             numerics={"layer_norm_epsilon": 1e-6},  # its final norm's, fixed
-            ignorable=("embedding/position_ids", "siglip_head/"),
+            ignorable=("embedding/position_ids", "siglip_head/", "text/"),
             prepare=special_cases.keras_hub_siglip_prepare,
         ),
         Layout(
@@ -333,7 +333,7 @@ LAYOUTS = {
             "embedding/class_embedding",
             resampling=("bicubic", False),
             numerics={"layer_norm_epsilon": 1e-5},  # fixed in its layers
-            ignorable=("embedding/position_ids", "text_projection/", "clip_head/"),
+            ignorable=("embedding/position_ids", "text_projection/", "clip_head/", "text/"),
             prepare=special_cases.keras_hub_positions_prepare,
         ),
         # keras-hub's ViT preset folders (keras_hub_config.read_weights).

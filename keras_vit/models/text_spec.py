@@ -30,6 +30,9 @@ class TextSpec(FrozenSpec):
     projection_dim: int | None = option(512, "the projection's width; none: the pooled vector as it is")
     projection_bias: bool = option(False, "a bias in the projection (SigLIP's head has one, CLIP's none)")
     layer_norm_epsilon: float = option(1e-5, "the norms' epsilon")
+    final_norm_epsilon: float | None = option(
+        None, "the final norm's epsilon where it is not the blocks' (keras-hub's CLIP: 1e-6); none: the same"
+    )
     mlp_activation: str = option("quick_gelu", "the MLP's activation: gelu, quick_gelu (OpenAI CLIP's) or silu")
     gelu_approximate: bool = option(False, "gelu in its tanh form (SigLIP's), not the exact one")
 

@@ -43,7 +43,8 @@ def text_encoder(spec, dtype=None, name="text_encoder"):
     )
     for index in range(spec.depth):
         x = text_block(spec, index, dtype)(x)
-    x = make_norm("layernorm", spec.layer_norm_epsilon, name="text_norm", dtype=dtype)(x)
+    epsilon = spec.layer_norm_epsilon if spec.final_norm_epsilon is None else spec.final_norm_epsilon
+    x = make_norm("layernorm", epsilon, name="text_norm", dtype=dtype)(x)
     x = EndOfTextPooling(spec.pooling, spec.end_id, name="text_pooling", dtype=dtype)(x, token_ids)
     if spec.projection_dim is not None:
         x = Dense(spec.projection_dim, use_bias=spec.projection_bias, name="text_projection", dtype=dtype)(x)

@@ -73,6 +73,9 @@ class TextTower:
         rows: the table rows its weights are read by (``checkpoints.table``).
         tokenizer: where its tokenizer files are: a hub name or a folder; None: open_clip's
             built-in CLIP vocabulary.
+        tokenizer_files: whose layout those files are in: ``"transformers"`` (a repository's
+            or ``save_pretrained``'s) or ``"keras_hub"`` (a preset folder's ``tokenizer.json``
+            and assets).
         scoring: how the pair scores (``ImageTextModel``'s ``"softmax"`` or ``"sigmoid"``).
         prefix: what the file's keys of the text tower start with.
         clean: the clean-up before the tokenizer's own (a name in
@@ -82,6 +85,8 @@ class TextTower:
             the tokenizer's files (open_clip's ``text_cfg``).
         weights: the file its weights (and the scale and bias) are in, where it is not the
             image tower's (``Weights``); None: the image tower's.
+        head_prefix: what the keys of the pair's scale and bias start with (keras-hub's
+            ``clip_head/``); the upstreams' files have them at the top.
     """
 
     spec: TextSpec
@@ -92,6 +97,8 @@ class TextTower:
     clean: str | None = None
     context_length: int | None = None
     weights: Weights | None = None
+    tokenizer_files: str = "transformers"
+    head_prefix: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

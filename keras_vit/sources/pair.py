@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 
+from keras_vit.checkpoints import keras_hub_config, keras_hub_text
 from keras_vit.checkpoints.readers import read_arrays
 from keras_vit.checkpoints.tower_weights import assign_rows
 from keras_vit.models.image_text import ImageTextModel
@@ -28,18 +29,22 @@ def build_pair(source, image_encoder, *, dtype=None, safe_mode=True):
     text tower names its own) is read as safely as the image tower's (``safe_mode``)."""
     text = source.text
     path = (text.weights or source.weights).fetch()
-    _, arrays = read_arrays(path, safe_mode=safe_mode)
+    if keras_hub_config.is_preset_folder(path):
+        arrays = keras_hub_config.read_weights(path)
+    else:
+        _, arrays = read_arrays(path, safe_mode=safe_mode)
     tower = text_encoder(text.spec, dtype=dtype)
     try:
         assign_rows(tower, text.rows, arrays, text.prefix)
     except ValueError as error:
         raise InvalidModelFileError(f"{path}: its text tower does not load: {error}") from None
     pair = ImageTextModel(image_encoder, tower, tokenizer(text), text.scoring, dtype=dtype)
-    for variable, key in ((pair.logit_scale, SCALE_KEY), (pair.logit_bias, BIAS_KEY)):
+    for variable, name in ((pair.logit_scale, SCALE_KEY), (pair.logit_bias, BIAS_KEY)):
         if variable is None:
             continue
+        key = text.head_prefix + name
         if key not in arrays:
-            raise InvalidModelFileError(f"{path} has no {key!r}, the pair's learned {key[6:]}.")
+            raise InvalidModelFileError(f"{path} has no {key!r}, the pair's learned {name[6:]}.")
         variable.assign(np.asarray(arrays[key], "float32").reshape(()))
     return pair
 
@@ -49,6 +54,8 @@ def tokenizer(text):
     name whose files are fetched into the shared cache as the tokenizer asks for them), or
     open_clip's built-in CLIP vocabulary."""
     options = dict(clean=text.clean, context_length=text.context_length)
+    if text.tokenizer_files == "keras_hub":
+        return keras_hub_text.tokenizer(text.tokenizer)
     if text.tokenizer is None:
         return TextTokenizer.open_clip(builtin_vocabulary(), text.context_length or 77, text.clean or "open_clip")
     if hub.is_hub_name(text.tokenizer):

@@ -20,7 +20,7 @@ import dataclasses
 import difflib
 import os
 
-from keras_vit.checkpoints import keras_hub_config, timm_config
+from keras_vit.checkpoints import keras_hub_config, keras_hub_text, timm_config
 from keras_vit.checkpoints.loader import read_checkpoint, trained_numerics
 from keras_vit.checkpoints.readers import sniff_container
 from keras_vit.checkpoints.timm_architectures import ARCHITECTURES
@@ -43,6 +43,7 @@ from keras_vit.sources.description import (
     InvalidModelFileError,
     ModelSource,
     NoWeightsError,
+    TextTower,
     Weights,
 )
 from keras_vit.sources.repository import is_repository_folder, repository_source
@@ -196,6 +197,10 @@ def _keras_hub_folder(folder, **_):
     weights keras-hub loads from it, its image converter as the pre-processing."""
     options, preprocessing = keras_hub_config.from_preset_folder(folder)
     spec = ViTSpec.from_config(options)
+    text = None
+    if keras_hub_text.has_pair(folder):
+        text_spec, rows, scoring, head = keras_hub_text.pair_parts(folder)
+        text = TextTower(text_spec, tuple(rows), folder, scoring, tokenizer_files="keras_hub", head_prefix=head)
     return ModelSource(
         KERAS_HUB_FOLDER,
         folder,
@@ -204,6 +209,7 @@ def _keras_hub_folder(folder, **_):
         weights=Weights(path=folder, container="keras_hub"),
         preprocessing=preprocessing,
         num_classes=spec.num_classes if spec.include_top else None,
+        text=text,
     )
 
 

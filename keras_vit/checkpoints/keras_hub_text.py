@@ -1,0 +1,124 @@
+"""keras-hub's text towers: the ``CLIPTextEncoder`` and ``SigLIPTextEncoder`` of a preset
+folder's ``CLIPBackbone`` or ``SigLIPBackbone`` as ``TextSpec``s, the rows their weights are
+read by, how the pair scores, and the tokenizer its ``tokenizer.json`` and assets describe.
+
+A folder holds a pair when its backbone has both towers and it holds the tokenizer
+(``tokenizer.json``, as keras-hub's presets and a saved preprocessor write it); a backbone
+saved alone is its image tower, as before.
+"""
+
+import json
+import os
+
+from keras_vit.checkpoints.keras_hub_config import CONFIG_FILE, PREPROCESSOR_FILE, UnsupportedKerasHubModelError
+from keras_vit.checkpoints.keras_hub_table import KERAS_HUB_CLIP_TEXT, KERAS_HUB_SIGLIP_TEXT
+from keras_vit.models.text_spec import TextSpec
+
+TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_ASSETS = os.path.join("assets", "tokenizer")
+# The keys the text weights and the pair's scale and bias have in keras_hub_config.read_weights.
+TEXT_PREFIX = "text/"
+# Each backbone: its text encoder's class, the rows, how the pair scores, the head's name.
+_PAIRS = {
+    "CLIPBackbone": ("CLIPTextEncoder", KERAS_HUB_CLIP_TEXT, "softmax", "clip_head/"),
+    "SigLIPBackbone": ("SigLIPTextEncoder", KERAS_HUB_SIGLIP_TEXT, "sigmoid", "siglip_head/"),
+}
+# keras-hub's MLP activations of a text encoder as TextSpec options.
+_ACTIVATIONS = {
+    "quick_gelu": dict(mlp_activation="quick_gelu"),
+    "gelu": dict(mlp_activation="gelu", gelu_approximate=False),
+    "gelu_approximate": dict(mlp_activation="gelu", gelu_approximate=True),
+}
+
+
+def _read(folder, name):
+    path = os.path.join(folder, name)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _backbone(folder):
+    config = _read(folder, CONFIG_FILE) or {}
+    return str(config.get("registered_name", "")).removeprefix("keras_hub>"), config.get("config", {})
+
+
+def has_pair(folder):
+    """Whether a keras-hub preset folder holds both towers of a pair and their tokenizer."""
+    name, _ = _backbone(folder)
+    return name in _PAIRS and os.path.isfile(os.path.join(folder, TOKENIZER_FILE))
+
+
+def pair_parts(folder):
+    """``(TextSpec, rows, scoring, head prefix)`` of a pair folder's text tower (``has_pair``)."""
+    name, config = _backbone(folder)
+    encoder_class, rows, scoring, head = _PAIRS[name]
+    encoder = config.get("text_encoder") or {}
+    if str(encoder.get("registered_name", "")).removeprefix("keras_hub>") != encoder_class:
+        raise UnsupportedKerasHubModelError(f"{folder}: a {name} whose text encoder is not a {encoder_class}.")
+    text = encoder["config"]
+    if text["embedding_dim"] != text["hidden_dim"]:
+        raise UnsupportedKerasHubModelError(
+            f"a {encoder_class} with embedding_dim {text['embedding_dim']} and hidden_dim {text['hidden_dim']}: "
+            "keras-vit builds them equal."
+        )
+    act = text.get("intermediate_activation", "quick_gelu" if name == "CLIPBackbone" else "gelu_approximate")
+    if act not in _ACTIVATIONS:
+        raise UnsupportedKerasHubModelError(
+            f"a {encoder_class} with intermediate_activation={act!r}: keras-vit builds {sorted(_ACTIVATIONS)}."
+        )
+    options = dict(
+        vocabulary_size=int(text["vocabulary_size"]),
+        context_length=int(text.get("max_sequence_length", 77 if name == "CLIPBackbone" else 64)),
+        hidden_size=int(text["hidden_dim"]),
+        depth=int(text["num_layers"]),
+        num_heads=int(text["num_heads"]),
+        mlp_dim=int(text["intermediate_dim"]),
+        **_ACTIVATIONS[act],
+    )
+    if name == "CLIPBackbone":
+        # keras-hub's CLIP: the blocks' norms at 1e-5, the final one at 1e-6 (fixed in its layers).
+        numerics = dict(layer_norm_epsilon=1e-5, final_norm_epsilon=1e-6)
+        spec = TextSpec(**options, **numerics, pooling="highest_id", projection_dim=int(config["projection_dim"]))
+    else:
+        spec = TextSpec(
+            **options,
+            causal=False,
+            pooling="last",
+            projection_dim=int(text.get("projection_dim") or text["hidden_dim"]),
+            projection_bias=True,
+            layer_norm_epsilon=float(text.get("layer_norm_epsilon", 1e-6)),
+        )
+    return spec, rows, scoring, head
+
+
+def tokenizer(folder):
+    """The ``TextTokenizer`` of a pair folder, as keras-hub's preprocessor tokenizes: CLIP's
+    byte-level BPE (``vocabulary.json``, ``merges.txt``) lower-cased, between its start and
+    end of text, padded with 0 (or the end of text: ``pad_with_end_token``); SigLIP's
+    SentencePiece model (``vocabulary.spm``) on the canonical text, its end of text after,
+    padded with it too; to the preprocessor's ``sequence_length``."""
+    from keras_vit.text import byte_level_bpe
+    from keras_vit.text.encoders import SentencePieceEncoder, TokenizersEncoder
+    from keras_vit.text.tokenizer import TextTokenizer
+
+    name, _ = _backbone(folder)
+    settings = (_read(folder, TOKENIZER_FILE) or {}).get("config", {})
+    preprocessor = (_read(folder, PREPROCESSOR_FILE) or {}).get("config", {})
+    assets = os.path.join(folder, TOKENIZER_ASSETS)
+    if name == "CLIPBackbone":
+        vocab, merges = byte_level_bpe.read_vocabulary(
+            os.path.join(assets, "vocabulary.json"), os.path.join(assets, "merges.txt")
+        )
+        start, end = (vocab[token] for token in byte_level_bpe.HF_SPECIALS)
+        encoder = TokenizersEncoder(byte_level_bpe.clip_bpe(vocab, merges))
+        pad = end if settings.get("pad_with_end_token") else 0
+        context = int(preprocessor.get("sequence_length") or 77)
+        return TextTokenizer(encoder, context, start_id=start, end_id=end, pad_id=pad)
+    with open(os.path.join(assets, "vocabulary.spm"), "rb") as f:
+        encoder = SentencePieceEncoder(f.read())
+    end = encoder.token_to_id("</s>")
+    clean = "canonicalize" if preprocessor.get("canonicalize_text", True) else "none"
+    context = int(preprocessor.get("sequence_length") or 64)
+    return TextTokenizer(encoder, context, end_id=end, pad_id=end, clean=clean)  # keras-hub pads SigLIP with </s>
