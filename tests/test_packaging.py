@@ -60,11 +60,13 @@ BAD_VALUES = {
     "classify": ["model.keras", "photo.jpg", "--top", "x"],
     "export": ["model.keras", "--output", "out", "--top-k", "x"],
     "fewshot": ["model.keras", "--shots", "1,x"],
+    "evaluate": ["clip.keras", "--images", "photos", "--top-k", "1,x"],
     "inspect": ["model.keras", "--head-fusion", "median"],
     "presets": ["no_such_preset*"],
 }
 POSITIONALS = {"classify": ["model.keras", "photo.jpg"], "export": ["model.keras", "--output", "out"],
-               "fewshot": ["model.keras"], "inspect": ["model.keras"]}  # fmt: skip
+               "fewshot": ["model.keras"], "inspect": ["model.keras"],
+               "evaluate": ["clip.keras", "--images", "photos"]}  # fmt: skip
 
 
 def _status(argv):
