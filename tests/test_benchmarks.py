@@ -364,3 +364,45 @@ def test_remat_quick_mode_measures_a_step_with_and_without(tmp_path, capsys):
         written = list(csv.DictReader(f))
     assert [(r["backend"], r["remat"]) for r in written] == [(BACKEND, "False"), (BACKEND, "True")]
     assert "time on/off" in capsys.readouterr().out
+
+
+@pytest.fixture
+def image_text_speed():
+    return _import_benchmark("image_text_speed")
+
+
+@once_on("torch", "the benchmark runs a process per framework; the PyTorch peers are in torch's")
+def test_image_text_quick_mode_measures_keras_vit_beside_open_clip_and_transformers(image_text_speed, tmp_path):
+    engines = ["keras-vit:torch", "open_clip", "transformers"]
+    rows = image_text_speed.main(["--quick", "--engines", ",".join(engines), "--csv", str(tmp_path / "it.csv")])
+    expected = itertools.product(image_text_speed.PAIRS, image_text_speed.TASKS, engines)
+    assert sorted((r["pair"], r["task"], r["engine"]) for r in rows) == sorted(expected)
+    for row in rows:
+        assert "error" not in row and row["items_per_s"] > 0, row
+        batch = image_text_speed.TASKS[row["task"]][1]
+        assert row["items_per_s"] == pytest.approx(batch / row["seconds"])
+        if row["engine"] == "keras-vit:torch":  # the median of the rounds' ratios to each peer
+            for peer in image_text_speed.PEERS:
+                theirs = next(
+                    r for r in rows if (r["pair"], r["task"], r["engine"]) == (row["pair"], row["task"], peer)
+                )
+                per_round = [t / m for m, t in zip(row["rounds"], theirs["rounds"])]
+                assert min(per_round) <= row[f"vs_{peer}"] <= max(per_round)
+    with open(tmp_path / "it.csv") as f:
+        assert len(list(csv.DictReader(f))) == len(rows)
+
+
+@once_on("torch", "which sizes the towers have is the readers' arithmetic, on any backend")
+def test_image_text_benchmark_towers_have_the_peers_sizes(image_text_speed):
+    import transformers
+
+    for pair in image_text_speed.PAIRS:
+        config = image_text_speed._config(pair, quick=True)
+        image, text = image_text_speed.keras_towers(config)
+        model_class = transformers.CLIPModel if pair.startswith("clip") else transformers.SiglipModel
+        theirs = model_class(config)
+        vision = sum(p.numel() for n, p in theirs.named_parameters() if n.startswith(("vision_model.", "visual_")))
+        if pair.startswith("clip"):  # keras-vit's head keeps a bias, zeros where CLIP's projection has none
+            vision += config.projection_dim
+        words = sum(p.numel() for n, p in theirs.named_parameters() if n.startswith(("text_model.", "text_projection")))
+        assert (image.count_params(), text.count_params()) == (vision, words), pair
