@@ -5,9 +5,11 @@ Rows: each pair (``clip_b16``: OpenAI CLIP ViT-B/16's towers; ``siglip_b16``: Si
 B/16 at 224) and task (``images_b8``: the image tower on 8 pre-processed images;
 ``texts_b32``: the text tower on 32 texts' ids, the context's length) and engine:
 
-    keras-vit:<backend>   the pair's towers on tensorflow, jax or torch, each through the
-                          compiled path users call (``predict_on_batch``: XLA on JAX and
-                          TensorFlow, eager without autograd on PyTorch)
+    keras-vit:<backend>   the pair's towers on tensorflow, jax or torch, each through
+                          ``predict_on_batch`` (XLA on JAX and TensorFlow, eager without
+                          autograd on PyTorch)
+    keras-vit:torch-compiled   the towers on torch through ``keras_vit.compile_for_inference``
+                          (one exported graph each, compiled by Inductor)
     open_clip             open_clip's ``encode_image`` / ``encode_text`` (PyTorch, eager)
     transformers          ``CLIPModel`` / ``SiglipModel``'s ``get_image_features`` /
                           ``get_text_features`` (PyTorch, eager, SDPA attention)
@@ -43,6 +45,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CSV = os.path.join(ROOT, "saved_models", "benchmarks", "image_text_speed.csv")
 RECORDS = os.path.join(ROOT, "docs", "benchmarks")
 KERAS_ENGINES = {f"keras-vit:{backend}": backend for backend in ("tensorflow", "jax", "torch")}
+KERAS_ENGINES["keras-vit:torch-compiled"] = "torch"  # compile_for_inference: torch.export, then Inductor
 PEERS = ("open_clip", "transformers")  # PyTorch's, in the torch process
 ENGINES = (*KERAS_ENGINES, *PEERS)
 TASKS = {"images_b8": ("images", 8), "texts_b32": ("texts", 32)}
@@ -96,13 +99,20 @@ def _inputs(config, task, batch):
     return rng.integers(0, text.vocab_size, (batch, text.max_position_embeddings)).astype("int32")
 
 
-def _keras_steps(config, tasks):
-    """``{task: step}`` of keras-vit's towers on this process's backend."""
-    image, text = keras_towers(config)
+def _keras_steps(config, tasks, compiled=False):
+    """``{task: step}`` of keras-vit's towers on this process's backend (``compiled``: through
+    ``compile_for_inference``, on torch)."""
+    towers = dict(zip(("images", "texts"), keras_towers(config)))
     steps = {}
     for name, (task, batch) in tasks.items():
-        tower, x = (image, _inputs(config, task, batch)) if task == "images" else (text, _inputs(config, task, batch))
-        steps[name] = lambda tower=tower, x=x: _blocked(tower.predict_on_batch(x))
+        x, tower = _inputs(config, task, batch), towers[task]
+        if compiled:
+            from keras_vit import compile_for_inference
+
+            run = compile_for_inference(tower)
+            steps[name] = lambda run=run, x=x: run(x)
+        else:
+            steps[name] = lambda tower=tower, x=x: _blocked(tower.predict_on_batch(x))
     return steps
 
 
@@ -187,8 +197,11 @@ def child(engines, pairs, tasks, repeats, min_seconds, quick):
         config = _config(pair, quick)
         steps = {}
         for engine in engines:
-            for task, step in (_keras_steps(config, chosen) if engine in KERAS_ENGINES else
-                               _torch_steps(engine, pair, config, chosen)).items():  # fmt: skip
+            if engine in KERAS_ENGINES:
+                made = _keras_steps(config, chosen, compiled=engine.endswith("compiled"))
+            else:
+                made = _torch_steps(engine, pair, config, chosen)
+            for task, step in made.items():
                 step()  # warm-up: tracing, compiling
                 steps[(engine, task)] = step
         for task, (kind, batch) in chosen.items():
@@ -210,7 +223,7 @@ def _ratios(rows):
     their spread)."""
     by = {(r["pair"], r["task"], r["engine"]): r for r in rows if "error" not in r}
     for row in rows:
-        if "error" in row or row["engine"] != "keras-vit:torch":
+        if "error" in row or KERAS_ENGINES.get(row["engine"]) != "torch":
             continue  # only engines of one process compare: the peers are PyTorch's
         spreads = []
         for peer in PEERS:

@@ -84,15 +84,19 @@ def _serving_outputs(torch, scores, outputs_probabilities, top_k):
     return outputs
 
 
-def _image_shape(model):
-    """``(height, width, channels)`` the graph is traced for: the input's, or a
-    dynamic-size model's stored size."""
+def _example_shape(model):
+    """One example's shape the graph is traced for: an image's ``(height, width, channels)``
+    (a dynamic-size model's stored size), or another input's fixed shape (a text tower's
+    ``(context_length,)`` ids)."""
     shape = model.input_shape
-    if isinstance(shape, list) or len(shape) != 4:
-        raise ValueError(f"Expected a model with one image input (batch, height, width, channels); got {shape}.")
     spec = getattr(model, "spec", None)
-    if getattr(spec, "dynamic_image_size", False):
+    if not isinstance(shape, list) and len(shape) == 4 and getattr(spec, "dynamic_image_size", False):
         shape = (shape[0], *spec.image_size, shape[3])
+    if isinstance(shape, list) or len(shape) < 2 or None in shape[1:]:
+        raise ValueError(
+            f"Expected a model with one input of fixed shape but the batch (an image's (batch, height, width, "
+            f"channels), a text's (batch, length)); got {shape}."
+        )
     return tuple(int(s) for s in shape[1:])
 
 
@@ -130,7 +134,8 @@ def export_program(model, training=False):
     outputs equal the model's.
 
     Args:
-        model: a built Keras model with one image input, on the torch backend.
+        model: a built Keras model with one input (images, or a text tower's ids), on the
+            torch backend.
         training: trace ``model(images, training=True)``: a differentiable graph for a
             compiled train step of your own (see the example). Keras' dropout draws its
             mask from a generator seeded by a tensor's value, which ``torch.export``
@@ -155,7 +160,7 @@ def export_program(model, training=False):
     import torch
 
     require_torch_backend("export_program")
-    height, width, channels = _image_shape(model)
+    shape = _example_shape(model)
     if training:
         random = _random_layers(model)
         if random:
@@ -165,9 +170,7 @@ def export_program(model, training=False):
                 f"{', '.join(random)}. Build it with dropout_rate=0, attention_dropout_rate=0, drop_path_rate=0."
             )
     dtype = keras.backend.standardize_dtype(model.inputs[0].dtype)
-    example = torch.zeros(
-        (EXAMPLE_BATCH, height, width, channels), dtype=getattr(torch, dtype), device=weights_device(model)
-    )
+    example = torch.zeros((EXAMPLE_BATCH, *shape), dtype=getattr(torch, dtype), device=weights_device(model))
     module = module_class()(model, training)
     if training:
         return export_graph(module, example)
@@ -229,7 +232,8 @@ class CompiledInference:
 
     Attributes:
         program: the ``torch.export.ExportedProgram`` it compiles (``export_program``'s).
-        image_shape: the ``(height, width, channels)`` it takes.
+        input_shape: one example's shape it takes (an image's ``(height, width, channels)``,
+            a text tower's ``(context_length,)``).
         gelus_rewritten: how many tanh GELUs the compiled graph computes in the sigmoid
             form (``rewrite_tanh_gelu``).
     """
@@ -238,7 +242,7 @@ class CompiledInference:
         import torch
 
         self.program = export_program(model)
-        self.image_shape = _image_shape(model)
+        self.input_shape = _example_shape(model)
         self._dtype = getattr(torch, keras.backend.standardize_dtype(model.inputs[0].dtype))
         self._device = weights_device(model)
         graph = self.program.module()
@@ -247,20 +251,20 @@ class CompiledInference:
         self.gelus_rewritten = rewrite_tanh_gelu(graph) if tanh_gelu_as_sigmoid else 0
         self._graph = torch.compile(graph, mode=mode, options=options)
 
-    def __call__(self, images):
+    def __call__(self, inputs):
         import torch
 
-        shape = tuple(images.shape)
-        if len(shape) != 4 or shape[1:] != self.image_shape:
+        shape = tuple(inputs.shape)
+        if shape[1:] != self.input_shape:
             raise ValueError(
-                f"Expected images of shape (batch, {', '.join(map(str, self.image_shape))}) (the shape compiled "
+                f"Expected inputs of shape (batch, {', '.join(map(str, self.input_shape))}) (the shape compiled "
                 f"for); got shape {shape}."
             )
-        if not isinstance(images, torch.Tensor):
-            images = torch.from_numpy(np.asarray(images))
-        images = images.to(device=self._device, dtype=self._dtype)
+        if not isinstance(inputs, torch.Tensor):
+            inputs = torch.from_numpy(np.asarray(inputs))
+        inputs = inputs.to(device=self._device, dtype=self._dtype)
         with torch.no_grad():
-            return self._graph(images)
+            return self._graph(inputs)
 
 
 def compile_for_inference(model, mode=None, options=None, *, tanh_gelu_as_sigmoid=None):
@@ -283,7 +287,7 @@ def compile_for_inference(model, mode=None, options=None, *, tanh_gelu_as_sigmoi
     (compile the new one).
 
     Args:
-        model: a built Keras model with one image input (a keras-vit model, or any
+        model: a built Keras model with one input (a keras-vit model or text tower, or any
             Keras model torch.export can trace), on the torch backend.
         mode, options: passed to ``torch.compile`` (default: its defaults).
         tanh_gelu_as_sigmoid: compute the tanh GELU as ``x * sigmoid(2 z)``
@@ -293,7 +297,8 @@ def compile_for_inference(model, mode=None, options=None, *, tanh_gelu_as_sigmoi
 
     Returns:
         A ``CompiledInference``: call it with images ``(batch, height, width, channels)``
-        (a numpy array or torch tensor, as the model takes them) for a torch tensor of the
+        (or a text tower's ids, ``(batch, length)``; a numpy array or torch tensor, as the
+        model takes them) for a torch tensor of the
         model's outputs, computed without autograd.
 
     Raises:

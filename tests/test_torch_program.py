@@ -57,8 +57,22 @@ def test_compiled_inference_equals_the_model_at_any_batch_size_and_follows_its_w
     head.bias.assign(to_numpy(head.bias) + 1.0)
     images = torch.from_numpy(_images(rng, 2))
     np.testing.assert_allclose(to_numpy(predict(images)), to_numpy(model(images, training=False)), atol=TOLERANCE)
-    with pytest.raises(ValueError, match=r"Expected images of shape \(batch, 32, 32, 3\).*got shape \(2, 16, 16, 3\)"):
+    with pytest.raises(ValueError, match=r"Expected inputs of shape \(batch, 32, 32, 3\).*got shape \(2, 16, 16, 3\)"):
         predict(np.zeros((2, 16, 16, 3), "float32"))
+
+
+@torch_only
+def test_a_text_tower_compiles_for_inference_to_its_embeddings(rng):
+    from keras_vit.models.text_spec import TextSpec
+    from keras_vit.models.text_tower import text_encoder
+
+    spec = TextSpec(vocabulary_size=50, context_length=8, hidden_size=16, depth=1, num_heads=2, mlp_dim=32)
+    tower = text_encoder(spec.replace(projection_dim=12))
+    predict = keras_vit.compile_for_inference(tower)
+    ids = rng.integers(0, 50, (3, 8)).astype("int32")
+    np.testing.assert_allclose(to_numpy(predict(ids)), to_numpy(tower(ids)), atol=TOLERANCE)
+    with pytest.raises(ValueError, match=r"Expected inputs of shape \(batch, 8\).*got shape \(3, 9\)"):
+        predict(np.zeros((3, 9), "int32"))
 
 
 @torch_only
