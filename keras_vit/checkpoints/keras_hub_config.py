@@ -226,7 +226,8 @@ BACKBONES = {
 }
 
 
-def _read_json(folder, filename):
+def read_json(folder, filename):
+    """The JSON file ``filename`` of a preset folder, or None where it is missing or not JSON."""
     path = os.path.join(folder, filename)
     if not os.path.isfile(path):
         return None
@@ -240,13 +241,13 @@ def _read_json(folder, filename):
 def from_preset_folder(folder):
     """``(ViTSpec options, ImagePreprocessing arguments but the size, or None)`` of a keras-hub
     preset folder (the converter resizes to the backbone's size)."""
-    config = _read_json(folder, CONFIG_FILE)
+    config = read_json(folder, CONFIG_FILE)
     name = str(config.get("registered_name", "")).removeprefix("keras_hub>")
     if name not in BACKBONES:
         raise UnsupportedKerasHubModelError(
             f"{folder}: a keras-hub {name}; keras-vit builds {', '.join(sorted(BACKBONES))}."
         )
-    task = _read_json(folder, TASK_FILE)
+    task = read_json(folder, TASK_FILE)
     options = BACKBONES[name](config["config"], None if task is None else task["config"])
     return options, _preprocessing(_converter(folder))
 
@@ -259,8 +260,8 @@ def _per_channel(value, default):
 def _converter(folder):
     """The arguments of a folder's image converter: its preprocessor's (a task's, SigLIP's and
     CLIP's with their tokenizer), else one saved alone; ``{}`` where it has none."""
-    preprocessor = _read_json(folder, PREPROCESSOR_FILE) or {}
-    converter = preprocessor.get("config", {}).get("image_converter") or _read_json(folder, CONVERTER_FILE) or {}
+    preprocessor = read_json(folder, PREPROCESSOR_FILE) or {}
+    converter = preprocessor.get("config", {}).get("image_converter") or read_json(folder, CONVERTER_FILE) or {}
     return converter.get("config", {})
 
 
@@ -283,7 +284,7 @@ def _preprocessing(converter):
 
 def is_preset_folder(path):
     """Whether ``path`` is a folder keras-hub's ``save_to_preset`` wrote."""
-    config = _read_json(path, CONFIG_FILE) if os.path.isdir(path) else None
+    config = read_json(path, CONFIG_FILE) if os.path.isdir(path) else None
     return is_keras_hub_config(config) and os.path.isfile(os.path.join(path, WEIGHTS_FILE))
 
 
@@ -300,7 +301,7 @@ def read_weights(folder):
         ) from error
     import keras
 
-    task = _read_json(folder, TASK_FILE)
+    task = read_json(folder, TASK_FILE)
     # The task's own class loads it (keras-hub's Task refuses to guess one); else the backbone.
     loader = keras_hub.models.Backbone if task is None else keras.saving.get_registered_object(task["registered_name"])
     model = loader.from_preset(folder)

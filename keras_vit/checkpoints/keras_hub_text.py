@@ -7,10 +7,14 @@ A folder holds a pair when its backbone has both towers and it holds the tokeniz
 saved alone is its image tower, as before.
 """
 
-import json
 import os
 
-from keras_vit.checkpoints.keras_hub_config import CONFIG_FILE, PREPROCESSOR_FILE, UnsupportedKerasHubModelError
+from keras_vit.checkpoints.keras_hub_config import (
+    CONFIG_FILE,
+    PREPROCESSOR_FILE,
+    UnsupportedKerasHubModelError,
+    read_json,
+)
 from keras_vit.checkpoints.keras_hub_table import KERAS_HUB_CLIP_TEXT, KERAS_HUB_SIGLIP_TEXT
 from keras_vit.models.text_spec import TextSpec
 
@@ -31,16 +35,8 @@ _ACTIVATIONS = {
 }
 
 
-def _read(folder, name):
-    path = os.path.join(folder, name)
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def _backbone(folder):
-    config = _read(folder, CONFIG_FILE) or {}
+    config = read_json(folder, CONFIG_FILE) or {}
     return str(config.get("registered_name", "")).removeprefix("keras_hub>"), config.get("config", {})
 
 
@@ -104,8 +100,8 @@ def tokenizer(folder):
     from keras_vit.text.tokenizer import TextTokenizer
 
     name, _ = _backbone(folder)
-    settings = (_read(folder, TOKENIZER_FILE) or {}).get("config", {})
-    preprocessor = (_read(folder, PREPROCESSOR_FILE) or {}).get("config", {})
+    settings = (read_json(folder, TOKENIZER_FILE) or {}).get("config", {})
+    preprocessor = (read_json(folder, PREPROCESSOR_FILE) or {}).get("config", {})
     assets = os.path.join(folder, TOKENIZER_ASSETS)
     if name == "CLIPBackbone":
         vocab, merges = byte_level_bpe.read_vocabulary(
