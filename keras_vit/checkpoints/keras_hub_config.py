@@ -17,6 +17,7 @@ import os
 
 from keras_vit.checkpoints import special_cases
 from keras_vit.checkpoints.dinov3_options import dinov3_options
+from keras_vit.checkpoints.keras_hub_table import TEXT_PREFIX
 
 CONFIG_FILE, TASK_FILE, PREPROCESSOR_FILE = "config.json", "task.json", "preprocessor.json"
 CONVERTER_FILE = "image_converter.json"  # a preprocessor's converter, saved beside it or alone
@@ -135,10 +136,11 @@ def _dinov3(config, task):
     )
 
 
-# keras-hub's MLP activations (a Keras name, or keras-hub's own) as keras-vit's options.
-_ACTIVATIONS = {
-    "gelu_approximate": dict(gelu_approximate=True),  # keras-hub's: Keras' gelu in its tanh form
-    "gelu": dict(gelu_approximate=False),  # Keras' gelu is the exact erf form unless told
+# keras-hub's MLP activations (a Keras name, or keras-hub's own) as keras-vit's options, for the
+# image towers' ViTSpec and the text towers' TextSpec (keras_hub_text) alike.
+ACTIVATIONS = {
+    "gelu_approximate": dict(mlp_activation="gelu", gelu_approximate=True),  # keras-hub's: Keras' gelu in its tanh form
+    "gelu": dict(mlp_activation="gelu", gelu_approximate=False),  # Keras' gelu is the exact erf form unless told
     "quick_gelu": dict(mlp_activation="quick_gelu"),  # CLIP's layers' own, x * sigmoid(1.702 x)
 }
 
@@ -150,7 +152,7 @@ def _activation(name, config, default, built):
         raise UnsupportedKerasHubModelError(
             f"a {name} with intermediate_activation={act!r}: keras-vit builds {', '.join(map(repr, built))}."
         )
-    return _ACTIVATIONS[act]
+    return ACTIVATIONS[act]
 
 
 def _vision_encoder(config, expected):
@@ -307,7 +309,7 @@ def read_weights(folder):
     model = loader.from_preset(folder)
     backbone = getattr(model, "backbone", model)
     # SigLIP's and CLIP's backbones hold a vision and a text encoder, whose paths may be the
-    # same: the text encoder's go under "text/" (keras_hub_text.TEXT_PREFIX).
+    # same: the text encoder's go under TEXT_PREFIX.
     vision = getattr(backbone, "vision_encoder", backbone)
     text = getattr(backbone, "text_encoder", None)
     text_weights = {id(variable) for variable in text.weights} if text is not None else set()
@@ -323,5 +325,5 @@ def read_weights(folder):
     if text is not None:
         own = {v.path.removeprefix(f"{text.name}_"): keras.ops.convert_to_numpy(v) for v in text.weights}
         own = special_cases.keras_hub_positions_prepare(None, own)  # SigLIP's position_ids pick its table's rows
-        arrays.update({f"text/{path}": value for path, value in own.items()})
+        arrays.update({TEXT_PREFIX + path: value for path, value in own.items()})
     return arrays

@@ -21,6 +21,9 @@ from keras_vit.checkpoints.cells import (
 
 _B = BLOCK
 _QKV = ("query", "key", "value")  # Keras MultiHeadAttention's projections
+# What a two-tower backbone's text encoder's weights start with in keras_hub_config.read_weights
+# (its paths may be the vision encoder's own).
+TEXT_PREFIX = "text/"
 
 # fmt: off
 # keras-hub's ViTBackbone and ViTImageClassifier (a preset folder's variables, by path): Keras'
@@ -125,18 +128,19 @@ KERAS_HUB_CLIP = [
 ]
 
 # keras-hub's CLIPTextEncoder and SigLIPTextEncoder in their backbones (keras_hub_config.read_weights
-# puts their weights under "text/"); the projection is the CLIPBackbone's, SigLIP's the encoder's head.
-_KT = "text/encoder_block_{0}/"
+# puts their weights under TEXT_PREFIX); the projection is the CLIPBackbone's, SigLIP's the encoder's head.
+_T = TEXT_PREFIX
+_KT = _T + "encoder_block_{0}/"
 _KH_TEXT_EMBEDDING = [
-    (r"text_embedding/token_embedding", same("text/embedding/token_embedding/embeddings")),
-    (r"text_embedding/position_embedding", same("text/embedding/position_embedding/embeddings")),
+    (r"text_embedding/token_embedding", same(_T + "embedding/token_embedding/embeddings")),
+    (r"text_embedding/position_embedding", same(_T + "embedding/position_embedding/embeddings")),
 ]
 KERAS_HUB_CLIP_TEXT = [
     *_KH_TEXT_EMBEDDING,
     (TEXT_BLOCK + r"norm([12])/(gamma|beta)", same(_KT + "layer_norm_{1}/{2}")),
     *_keras_hub_attention(_KT + "attention/", TEXT_BLOCK),
     (TEXT_BLOCK + r"mlp/fc([12])/(kernel|bias)", same(_KT + "dense_{1}/{2}")),
-    (r"text_norm/(gamma|beta)", same("text/layer_norm/{0}")),
+    (r"text_norm/(gamma|beta)", same(_T + "layer_norm/{0}")),
     (r"text_projection/kernel", same("text_projection/kernel")),
 ]
 KERAS_HUB_SIGLIP_TEXT = [
@@ -144,7 +148,7 @@ KERAS_HUB_SIGLIP_TEXT = [
     (TEXT_BLOCK + r"norm([12])/(gamma|beta)", same(_KT + "layer_norm{1}/{2}")),
     *_keras_hub_attention(_KT + "self_attn/", TEXT_BLOCK),
     (TEXT_BLOCK + r"mlp/(fc[12])/(kernel|bias)", same(_KT + "mlp/{1}/{2}")),
-    (r"text_norm/(gamma|beta)", same("text/post_layer_norm/{0}")),
-    (r"text_projection/(kernel|bias)", same("text/head/{0}")),
+    (r"text_norm/(gamma|beta)", same(_T + "post_layer_norm/{0}")),
+    (r"text_projection/(kernel|bias)", same(_T + "head/{0}")),
 ]
 # fmt: on

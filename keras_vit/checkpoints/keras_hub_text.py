@@ -8,8 +8,10 @@ saved alone is its image tower, as before.
 """
 
 import os
+import typing
 
 from keras_vit.checkpoints.keras_hub_config import (
+    ACTIVATIONS,
     CONFIG_FILE,
     PREPROCESSOR_FILE,
     UnsupportedKerasHubModelError,
@@ -20,18 +22,26 @@ from keras_vit.models.text_spec import TextSpec
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_ASSETS = os.path.join("assets", "tokenizer")
-# The keys the text weights and the pair's scale and bias have in keras_hub_config.read_weights.
-TEXT_PREFIX = "text/"
-# Each backbone: its text encoder's class, the rows, how the pair scores, the head's name.
+
+
+class _Pair(typing.NamedTuple):
+    """A two-tower backbone's text side: its text encoder's class, the rows, how the pair
+    scores, the head's key prefix, and keras-hub's defaults for what a saved config leaves
+    out (the context, the MLP's activation)."""
+
+    encoder: str
+    rows: list
+    scoring: str
+    head: str
+    context: int
+    activation: str
+
+
 _PAIRS = {
-    "CLIPBackbone": ("CLIPTextEncoder", KERAS_HUB_CLIP_TEXT, "softmax", "clip_head/"),
-    "SigLIPBackbone": ("SigLIPTextEncoder", KERAS_HUB_SIGLIP_TEXT, "sigmoid", "siglip_head/"),
-}
-# keras-hub's MLP activations of a text encoder as TextSpec options.
-_ACTIVATIONS = {
-    "quick_gelu": dict(mlp_activation="quick_gelu"),
-    "gelu": dict(mlp_activation="gelu", gelu_approximate=False),
-    "gelu_approximate": dict(mlp_activation="gelu", gelu_approximate=True),
+    "CLIPBackbone": _Pair("CLIPTextEncoder", KERAS_HUB_CLIP_TEXT, "softmax", "clip_head/", 77, "quick_gelu"),
+    "SigLIPBackbone": _Pair(
+        "SigLIPTextEncoder", KERAS_HUB_SIGLIP_TEXT, "sigmoid", "siglip_head/", 64, "gelu_approximate"
+    ),
 }
 
 
@@ -49,7 +59,8 @@ def has_pair(folder):
 def pair_parts(folder):
     """``(TextSpec, rows, scoring, head prefix)`` of a pair folder's text tower (``has_pair``)."""
     name, config = _backbone(folder)
-    encoder_class, rows, scoring, head = _PAIRS[name]
+    pair = _PAIRS[name]
+    encoder_class = pair.encoder
     encoder = config.get("text_encoder") or {}
     if str(encoder.get("registered_name", "")).removeprefix("keras_hub>") != encoder_class:
         raise UnsupportedKerasHubModelError(f"{folder}: a {name} whose text encoder is not a {encoder_class}.")
@@ -59,19 +70,19 @@ def pair_parts(folder):
             f"a {encoder_class} with embedding_dim {text['embedding_dim']} and hidden_dim {text['hidden_dim']}: "
             "keras-vit builds them equal."
         )
-    act = text.get("intermediate_activation", "quick_gelu" if name == "CLIPBackbone" else "gelu_approximate")
-    if act not in _ACTIVATIONS:
+    act = text.get("intermediate_activation", pair.activation)
+    if act not in ACTIVATIONS:
         raise UnsupportedKerasHubModelError(
-            f"a {encoder_class} with intermediate_activation={act!r}: keras-vit builds {sorted(_ACTIVATIONS)}."
+            f"a {encoder_class} with intermediate_activation={act!r}: keras-vit builds {sorted(ACTIVATIONS)}."
         )
     options = dict(
         vocabulary_size=int(text["vocabulary_size"]),
-        context_length=int(text.get("max_sequence_length", 77 if name == "CLIPBackbone" else 64)),
+        context_length=int(text.get("max_sequence_length", pair.context)),
         hidden_size=int(text["hidden_dim"]),
         depth=int(text["num_layers"]),
         num_heads=int(text["num_heads"]),
         mlp_dim=int(text["intermediate_dim"]),
-        **_ACTIVATIONS[act],
+        **ACTIVATIONS[act],
     )
     if name == "CLIPBackbone":
         # keras-hub's CLIP: the blocks' norms at 1e-5, the final one at 1e-6 (fixed in its layers).
@@ -86,7 +97,7 @@ def pair_parts(folder):
             projection_bias=True,
             layer_norm_epsilon=float(text.get("layer_norm_epsilon", 1e-6)),
         )
-    return spec, rows, scoring, head
+    return spec, pair.rows, pair.scoring, pair.head
 
 
 def tokenizer(folder):
@@ -102,6 +113,7 @@ def tokenizer(folder):
     name, _ = _backbone(folder)
     settings = (read_json(folder, TOKENIZER_FILE) or {}).get("config", {})
     preprocessor = (read_json(folder, PREPROCESSOR_FILE) or {}).get("config", {})
+    context = int(preprocessor.get("sequence_length") or _PAIRS[name].context)
     assets = os.path.join(folder, TOKENIZER_ASSETS)
     if name == "CLIPBackbone":
         vocab, merges = byte_level_bpe.read_vocabulary(
@@ -110,11 +122,9 @@ def tokenizer(folder):
         start, end = (vocab[token] for token in byte_level_bpe.HF_SPECIALS)
         encoder = TokenizersEncoder(byte_level_bpe.clip_bpe(vocab, merges))
         pad = end if settings.get("pad_with_end_token") else 0
-        context = int(preprocessor.get("sequence_length") or 77)
         return TextTokenizer(encoder, context, start_id=start, end_id=end, pad_id=pad)
     with open(os.path.join(assets, "vocabulary.spm"), "rb") as f:
         encoder = SentencePieceEncoder(f.read())
     end = encoder.token_to_id("</s>")
     clean = "canonicalize" if preprocessor.get("canonicalize_text", True) else "none"
-    context = int(preprocessor.get("sequence_length") or 64)
     return TextTokenizer(encoder, context, end_id=end, pad_id=end, clean=clean)  # keras-hub pads SigLIP with </s>

@@ -322,7 +322,7 @@ LAYOUTS = {
             "embedding/class_embedding",  # none: SigLIP has no class token
             resampling=("bicubic", False),
             numerics={"layer_norm_epsilon": 1e-6},  # its final norm's, fixed
-            ignorable=("embedding/position_ids", "siglip_head/", "text/"),
+            ignorable=("embedding/position_ids", "siglip_head/", keras_hub_table.TEXT_PREFIX),
             prepare=special_cases.keras_hub_siglip_prepare,
         ),
         Layout(
@@ -333,7 +333,7 @@ LAYOUTS = {
             "embedding/class_embedding",
             resampling=("bicubic", False),
             numerics={"layer_norm_epsilon": 1e-5},  # fixed in its layers
-            ignorable=("embedding/position_ids", "text_projection/", "clip_head/", "text/"),
+            ignorable=("embedding/position_ids", "text_projection/", "clip_head/", keras_hub_table.TEXT_PREFIX),
             prepare=special_cases.keras_hub_positions_prepare,
         ),
         # keras-hub's ViT preset folders (keras_hub_config.read_weights).

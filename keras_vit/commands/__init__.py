@@ -18,6 +18,7 @@ Examples:
     0
 """
 
+import argparse
 import difflib
 import importlib
 import os
@@ -62,6 +63,23 @@ def parser(command, doc, **options):
     )
     quiet.add_flag(made)
     return made
+
+
+def comma_separated(kind, least=None):
+    """An argparse type: comma-separated numbers of ``kind`` (``"1,5,10"``) as a list;
+    ``least``: one or more, each at least it."""
+    wanted = f"{kind.__name__}s" if least is None else f"whole numbers of {least} or more"
+
+    def parse(text):
+        try:
+            values = [kind(value) for value in text.split(",") if value.strip()]
+        except ValueError:
+            values = None
+        if values is None or least is not None and (not values or min(values) < least):
+            raise argparse.ArgumentTypeError(f"expected comma-separated {wanted}; got {text!r}")
+        return values
+
+    return parse
 
 
 def bad_input(error):

@@ -21,21 +21,10 @@ columns, a row per caption; an image may have several. Prints each ``--recall-at
 through the model.
 """
 
-import argparse
 import json
 
 from keras_vit import commands
 from keras_vit.atomic import atomic_path, check_writable_file
-
-
-def _ks(text):
-    try:
-        ks = [int(value) for value in text.split(",") if value.strip()]
-    except ValueError:
-        ks = []
-    if not ks or min(ks) < 1:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers of 1 or more; got {text!r}")
-    return ks
 
 
 def build_parser():
@@ -48,8 +37,18 @@ def build_parser():
     parser.add_argument(
         "--templates", nargs="+", help="openai_imagenet, simple_imagenet, or templates with {} where a label goes"
     )
-    parser.add_argument("--top-k", type=_ks, default=[1, 5], help="the accuracies: a class among the k best")
-    parser.add_argument("--recall-at", type=_ks, default=[1, 5, 10], help="the recalls: an answer among the k best")
+    parser.add_argument(
+        "--top-k",
+        type=commands.comma_separated(int, least=1),
+        default=[1, 5],
+        help="the accuracies: a class among the k best",
+    )
+    parser.add_argument(
+        "--recall-at",
+        type=commands.comma_separated(int, least=1),
+        default=[1, 5, 10],
+        help="the recalls: an answer among the k best",
+    )
     parser.add_argument("--batch-size", type=int, default=32, help="images (and texts) per forward pass")
     parser.add_argument("--json", help="also write the numbers here")
     return parser

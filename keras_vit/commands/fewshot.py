@@ -12,21 +12,9 @@ the recipes read. Prints the table; ``--csv`` also writes it. Exit status 2: bad
 found before any image goes through the model.
 """
 
-import argparse
-
 from keras_vit import commands
 from keras_vit.atomic import check_writable_file
 from keras_vit.evaluation.fewshot_defaults import DEFAULT_L2, DEFAULT_SHOTS
-
-
-def _numbers(kind):
-    def parse(text):
-        try:
-            return [kind(value) for value in text.split(",") if value.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__}s; got {text!r}") from None
-
-    return parse
 
 
 def build_parser():
@@ -34,11 +22,13 @@ def build_parser():
     parser.add_argument("model", help="a .keras file, a local preset folder or a preset name")
     parser.add_argument("--dataset", default="digits", help="digits (embedded), a folder, or a tfds name")
     parser.add_argument("--data-dir", help="where tensorflow-datasets keeps its data (none: its own default)")
-    parser.add_argument("--shots", type=_numbers(int), default=list(DEFAULT_SHOTS), help="images per class, k")
+    parser.add_argument(
+        "--shots", type=commands.comma_separated(int), default=list(DEFAULT_SHOTS), help="images per class, k"
+    )
     parser.add_argument("--seeds", type=int, default=5, help="k-shot sets drawn per k")
     parser.add_argument(
         "--l2",
-        type=_numbers(float),
+        type=commands.comma_separated(float),
         default=[DEFAULT_L2],
         help="the probe's L2 regularisation: one value, or several to choose from on the validation split",
     )

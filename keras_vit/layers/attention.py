@@ -244,9 +244,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             logits = ops.cast(ops.matmul(query, key_t), "float32") * scale
         bias = self._logit_bias("float32", ops.shape(query)[2])
         if bias is not None:
-            # Added at the logits' own shape: TensorFlow's oneDNN graph rewrite fuses a batch
-            # matmul, its scale and an addend broadcast over the batch and heads (the causal
-            # mask) into one kernel far slower than the three apart.
+            # Added at the logits' own shape: TensorFlow's oneDNN graph rewrite would fuse the
+            # batch matmul, its scale and an addend broadcast over the batch and heads (the
+            # causal mask) into one kernel; kept apart, they run as the image-text benchmark's
+            # TensorFlow text rows show.
             logits = logits + ops.broadcast_to(bias, ops.shape(logits))
         weights = ops.cast(ops.softmax(logits, axis=-1), query.dtype)
         dropped = call_inline(self.attention_dropout, weights, training=training)
